@@ -1,0 +1,188 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LINEARIZABLE: _ClassVar[Consistency]
+    LEASE: _ClassVar[Consistency]
+    STALE: _ClassVar[Consistency]
+LINEARIZABLE: Consistency
+LEASE: Consistency
+STALE: Consistency
+
+class WriteHeader(_message.Message):
+    __slots__ = ("client_id", "seq")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    seq: int
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class KeyValue(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class PutRequest(_message.Message):
+    __slots__ = ("key", "value", "header")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    header: WriteHeader
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., header: _Optional[_Union[WriteHeader, _Mapping]] = ...) -> None: ...
+
+class PutResponse(_message.Message):
+    __slots__ = ("index",)
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    def __init__(self, index: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("key", "consistency")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    consistency: Consistency
+    def __init__(self, key: _Optional[bytes] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("found", "value", "index")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    index: int
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ..., index: _Optional[int] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("key", "header")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    header: WriteHeader
+    def __init__(self, key: _Optional[bytes] = ..., header: _Optional[_Union[WriteHeader, _Mapping]] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("existed", "index")
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    existed: bool
+    index: int
+    def __init__(self, existed: _Optional[bool] = ..., index: _Optional[int] = ...) -> None: ...
+
+class ScanRequest(_message.Message):
+    __slots__ = ("prefix", "start", "end", "limit", "consistency")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    prefix: bytes
+    start: bytes
+    end: bytes
+    limit: int
+    consistency: Consistency
+    def __init__(self, prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ScanResponse(_message.Message):
+    __slots__ = ("items", "more", "index")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    more: bool
+    index: int
+    def __init__(self, items: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., more: _Optional[bool] = ..., index: _Optional[int] = ...) -> None: ...
+
+class Op(_message.Message):
+    __slots__ = ("put", "delete")
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    put: KeyValue
+    delete: bytes
+    def __init__(self, put: _Optional[_Union[KeyValue, _Mapping]] = ..., delete: _Optional[bytes] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("ops", "header")
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[Op]
+    header: WriteHeader
+    def __init__(self, ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., header: _Optional[_Union[WriteHeader, _Mapping]] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("index", "existed")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    existed: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, index: _Optional[int] = ..., existed: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LOG_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STATE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    role: str
+    term: int
+    leader: str
+    commit_index: int
+    applied_index: int
+    snapshot_index: int
+    peers: _containers.ScalarMap[str, int]
+    cluster_id: str
+    last_index: int
+    leader_address: str
+    log_size_bytes: int
+    state_size_bytes: int
+    address: str
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("header", "ops")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    header: WriteHeader
+    ops: _containers.RepeatedCompositeFieldContainer[Op]
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
+
+class CommandResult(_message.Message):
+    __slots__ = ("existed",)
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    existed: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, existed: _Optional[_Iterable[bool]] = ...) -> None: ...

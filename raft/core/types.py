@@ -1,0 +1,48 @@
+"""Plain data the protocol is made of: log entries, hard state, roles, snapshot metadata."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class EntryType(enum.IntEnum):
+    """What an entry's payload is. NOOP is the entry a new leader appends in its term."""
+
+    NORMAL = 0
+    NOOP = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    index: int
+    term: int
+    type: EntryType = EntryType.NORMAL
+    payload: bytes = b""
+
+    def size(self) -> int:
+        """Approximate bytes on the wire, used for batch limits."""
+        return len(self.payload) + 24
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be on disk before any reply that depends on it leaves the node."""
+
+    term: int = 0
+    voted_for: str | None = None
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    """Identity of a snapshot: the last entry it includes and the members it was taken with."""
+
+    index: int
+    term: int
+    members: tuple[str, ...] = field(default_factory=tuple)
