@@ -1,0 +1,118 @@
+"""Typed errors of the client API, and how they travel as gRPC statuses.
+
+The server aborts with a gRPC status code, a message a person can act on, and trailing metadata
+"raftkv-error" = the error's `kind`; NOT_LEADER adds "raftkv-leader-id" and "raftkv-leader-address".
+The client turns the status back into the same exception class with `from_rpc_error`."""
+from __future__ import annotations
+
+import grpc
+
+ERROR_KEY = "raftkv-error"
+LEADER_ID_KEY = "raftkv-leader-id"
+LEADER_ADDRESS_KEY = "raftkv-leader-address"
+
+
+class RaftKVError(Exception):
+    kind = "INTERNAL"
+    code = grpc.StatusCode.INTERNAL
+    retryable = False
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((ERROR_KEY, self.kind),)
+
+
+class NotLeaderError(RaftKVError):
+    """This node is not the leader; `leader_address` says where the leader is, when known."""
+
+    kind = "NOT_LEADER"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    retryable = True
+
+    def __init__(self, leader_id: str | None = None, leader_address: str | None = None, message: str | None = None):
+        self.leader_id = leader_id or None
+        self.leader_address = leader_address or None
+        where = f"{self.leader_id} at {self.leader_address}" if self.leader_address else "not known yet"
+        super().__init__(message or f"not the leader; the leader is {where}")
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return super().metadata() + ((LEADER_ID_KEY, self.leader_id or ""), (LEADER_ADDRESS_KEY, self.leader_address or ""))
+
+
+class UnavailableError(RaftKVError):
+    """No node could serve the request (unreachable, no leader elected, quorum lost)."""
+
+    kind = "UNAVAILABLE"
+    code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class TimeoutError(RaftKVError):  # noqa: A001 - the client API's name for it
+    """The request did not complete within its timeout. A write may still be applied later,
+    at most once."""
+
+    kind = "TIMEOUT"
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retryable = True
+
+
+class InvalidArgumentError(RaftKVError):
+    """The request itself is wrong (empty or oversized key, oversized value, malformed request)."""
+
+    kind = "INVALID_ARGUMENT"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class WrongClusterError(RaftKVError):
+    """A peer or request belongs to another cluster, or names a member this cluster does not have."""
+
+    kind = "WRONG_CLUSTER"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class QueueFullError(RaftKVError):
+    """Too many requests are waiting on this node; back off and retry."""
+
+    kind = "QUEUE_FULL"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retryable = True
+
+
+class DiskFullError(RaftKVError):
+    """The node's disk (or LMDB map) is full: writes are refused, reads still work."""
+
+    kind = "DISK_FULL"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+_BY_KIND: dict[str, type[RaftKVError]] = {
+    cls.kind: cls
+    for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
+                WrongClusterError, QueueFullError, DiskFullError)
+}
+
+
+def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
+    """The typed error a failed RPC stands for."""
+    meta = dict(err.trailing_metadata() or ())
+    details = err.details() or ""
+    kind = meta.get(ERROR_KEY)
+    if kind == NotLeaderError.kind:
+        return NotLeaderError(meta.get(LEADER_ID_KEY), meta.get(LEADER_ADDRESS_KEY), details or None)
+    if kind in _BY_KIND:
+        return _BY_KIND[kind](details)
+    code = err.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TimeoutError(details or "deadline exceeded")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return UnavailableError(details or "node unavailable")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return QueueFullError(details)
+    return RaftKVError(f"{code.name}: {details}")
+
+
+async def abort(context: grpc.aio.ServicerContext, error: RaftKVError) -> None:
+    """Abort a server-side call with `error` (raises, as grpc's abort does)."""
+    context.set_trailing_metadata(error.metadata())
+    await context.abort(error.code, str(error))

@@ -1,0 +1,70 @@
+"""Everything a running node is configured with, in one typed place with documented defaults.
+`raftkv serve` flags map one to one onto these fields."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raft.core.config import CoreConfig
+
+DEFAULT_LISTEN = "127.0.0.1:7001"
+DEFAULT_DATA_DIR = "./raftkv-data"
+DEFAULT_NODE_ID = "n1"
+
+
+@dataclass(slots=True)
+class NodeConfig:
+    node_id: str = DEFAULT_NODE_ID
+    # Where this node binds its one gRPC server (peer and client services).
+    listen: str = DEFAULT_LISTEN
+    # member id -> address where this node reaches it (may differ from the member's --listen, e.g.
+    # through a proxy). Must include this node. Empty means a single-node cluster of just us.
+    peers: dict[str, str] = field(default_factory=dict)
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    # Peers refuse messages carrying another cluster id. Generated on first start and kept in the
+    # data directory; set it explicitly for a multi-node cluster started from scratch (every
+    # member must agree), or leave it None and the members agree on a hash of the member list.
+    cluster_id: str | None = None
+    core: CoreConfig = field(default_factory=CoreConfig)
+    # Tick period of the driver: how often the core learns the time.
+    tick_interval_ms: int = 10
+    # Largest value a client may write; LMDB's own limit on keys is 511 bytes.
+    max_value_bytes: int = 1 << 20
+    max_key_bytes: int = 511
+    # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
+    max_pending_requests: int = 10_000
+    # Every peer RPC carries this deadline.
+    rpc_timeout_ms: int = 1000
+    # LMDB map sizes: the most each environment may grow to (sparse files; cost nothing until used).
+    log_map_size: int = 8 << 30
+    state_map_size: int = 8 << 30
+    # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
+    fsync: bool = True
+    # Snapshot after this many applied entries (issue "Snapshots").
+    snapshot_threshold: int = 100_000
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if not self.peers:
+            self.peers = {self.node_id: self.listen}
+        if self.node_id not in self.peers:
+            raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
+        if self.max_key_bytes > 511:
+            raise ValueError("max_key_bytes cannot exceed LMDB's limit of 511 bytes")
+
+    @property
+    def members(self) -> list[str]:
+        return sorted(self.peers)
+
+
+def parse_peers(spec: str) -> dict[str, str]:
+    """Parse "n1=127.0.0.1:7001,n2=127.0.0.1:7002" into {"n1": "127.0.0.1:7001", ...}."""
+    peers: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, addr = part.partition("=")
+        if not sep or not name or ":" not in addr:
+            raise ValueError(f"bad peer {part!r}: expected id=host:port, e.g. n1=127.0.0.1:7001")
+        if name in peers:
+            raise ValueError(f"peer {name!r} named twice")
+        peers[name] = addr
+    return peers
