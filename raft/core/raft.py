@@ -1,5 +1,10 @@
-"""RaftCore: one node's protocol state machine. (Implementation in progress; the public API below
-is the contract drivers and the simulator code against.)"""
+"""RaftCore: one node's protocol state machine — election (with pre-vote and check-quorum),
+replication through per-follower dispatchers, quorum commit, ReadIndex and lease reads.
+
+It never touches a socket, a disk, a clock or a thread: time comes in with `tick(now)`, randomness
+from the generator passed in, the stable log is read through a LogStore, and every effect leaves in
+a `Ready` (see ready.py for how a driver must handle one). That is what lets tests/sim run many
+cores under a virtual clock and a hostile network, deterministically from a seed."""
 from __future__ import annotations
 
 import random
@@ -7,10 +12,29 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from raft.core.config import CoreConfig
+from raft.core.dispatcher import Dispatcher, Outgoing
+from raft.core.entry_handler import EntryHandler
+from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
-from raft.core.messages import Message
-from raft.core.ready import Ready
-from raft.core.types import Role
+from raft.core.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    Message,
+    PushCode,
+    PushRequest,
+    PushResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.core.quorum import QuorumTracker, majority
+from raft.core.raft_log import RaftLog
+from raft.core.read_index import ReadIndexTracker
+from raft.core.ready import DroppedProposals, FailedRead, Ready, SnapshotSend, SoftState
+from raft.core.types import Entry, EntryType, HardState, Role, SnapshotMeta
+
+_NEVER = -(1 << 62)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,32 +60,492 @@ class RaftCore:
 
     def __init__(self, node_id: str, members: Sequence[str], log: LogStore, config: CoreConfig,
                  rng: random.Random, now: int, applied_index: int = 0) -> None:
-        raise NotImplementedError
+        if node_id not in members:
+            raise ValueError(f"{node_id!r} is not among the members {sorted(members)}")
+        self.id = node_id
+        self.members = tuple(sorted(set(members)))
+        self.peers = tuple(m for m in self.members if m != node_id)
+        self.config = config
+        self._rng = rng
+        self.now = now
+        self.log = RaftLog(log)
+        before_index, _ = self.log.before_begin()
+        if not before_index <= applied_index <= self.log.last_index():
+            raise ValueError(f"the state machine's applied index {applied_index} lies outside the log "
+                             f"({before_index}, {self.log.last_index()}]: the data directory is inconsistent")
+        hard = log.hard_state()
+        self._term = hard.term
+        self._voted_for = hard.voted_for
+        self._hard_dirty = False
+        self._role = Role.FOLLOWER
+        self._leader: str | None = None
+        self._leader_contact = _NEVER
+        self._commit = applied_index
+        self._applied = applied_index
+        self._apply_handed = applied_index  # committed entries handed to the driver up to here
+        self._handler = EntryHandler(self.log, config)
+        self._reads = ReadIndexTracker()
+        self._votes: dict[str, bool] = {}
+        self._election_deadline = 0
+        self._reset_election_timer()
+        # Leader-only state, rebuilt by _become_leader.
+        self._dispatchers: dict[str, Dispatcher] = {}
+        self._quorum = QuorumTracker(self.members)
+        self._leader_since = 0
+        self._next_heartbeat = 0
+        self._hb_seq = 0
+        self._hb_sent_at: dict[int, int] = {}
+        self._acked_seq: dict[str, int] = {}
+        self._peer_heard: dict[str, int] = {}  # any answer in this term
+        self._peer_ack_sent: dict[str, int] = {}  # send time of the newest heartbeat it acknowledged
+        self._proposed: tuple[int, int] | None = None  # [first, last] proposed in this term
+        self._log_grew = False
+        # Output queues, drained by ready().
+        self._messages: list[Message] = []
+        self._leader_messages: list[Message] = []
+        self._failed_proposals: list[DroppedProposals] = []
+        self._failed_reads: list[FailedRead] = []
+        self._snapshot_sends: list[SnapshotSend] = []
+        self._pending_snapshot: tuple[SnapshotMeta, object] | None = None
+        self._installing = False
+        self._last_soft: SoftState | None = None
+        self._outstanding: Ready | None = None
 
-    def status(self) -> CoreStatus: ...
-    def tick(self, now: int) -> None: ...
-    def step(self, msg: Message) -> None: ...
-    def propose(self, payloads: Sequence[bytes]) -> tuple[int, int]:
-        """Append commands to the leader's log. Returns (first index, term); the i-th payload gets
-        index first + i. Raises NotLeaderError."""
-        ...
-    def read_index(self, ctx: object) -> None:
-        """Register a linearizable read; it comes back in Ready.reads (or Ready.failed_reads).
-        Raises NotLeaderError."""
-        ...
+    # ------------------------------------------------------------------ views
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def leader(self) -> str | None:
+        return self._leader
+
+    @property
+    def commit_index(self) -> int:
+        return self._commit
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied
+
+    def status(self) -> CoreStatus:
+        peers: dict[str, int] = {}
+        if self._role == Role.LEADER:
+            peers = dict(self._quorum.match)
+        return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._applied,
+                          self.log.last_index(), self.log.before_begin()[0], peers)
+
+    def _committed_in_term(self) -> bool:
+        return self.log.term(self._commit) == self._term
+
     def lease_valid(self) -> bool:
-        """True while this leader heard from a quorum within lease_ms (opt-in lease reads)."""
-        ...
-    def applied_to(self, index: int) -> None: ...
-    def has_ready(self) -> bool: ...
-    def ready(self) -> Ready: ...
-    def advance(self, ready: Ready) -> None: ...
+        """True while a quorum acknowledged a heartbeat sent less than lease_ms ago. Followers do
+        not grant (pre-)votes for election_timeout_ms after hearing from a leader, so no other
+        leader can exist meanwhile (lease_ms < election_timeout_ms leaves room for clock drift)."""
+        if self._role != Role.LEADER or not self._committed_in_term():
+            return False
+        need = majority(len(self.members)) - 1
+        if need == 0:
+            return True
+        sent = sorted((self._peer_ack_sent.get(p, _NEVER) for p in self.peers), reverse=True)
+        return self.now < sent[need - 1] + self.config.lease_ms
 
-    @property
-    def role(self) -> Role: ...
-    @property
-    def term(self) -> int: ...
-    @property
-    def leader(self) -> str | None: ...
-    @property
-    def commit_index(self) -> int: ...
+    # ------------------------------------------------------------------ inputs
+
+    def tick(self, now: int) -> None:
+        self.now = max(self.now, now)
+        if self._role == Role.LEADER:
+            self._tick_leader()
+            return
+        if self.now >= self._election_deadline:
+            self._start_pre_vote()
+        self._messages.extend(self._handler.expire_held(self.now))
+
+    def propose(self, payloads: Sequence[bytes]) -> tuple[int, int]:
+        if self._role != Role.LEADER:
+            raise NotLeaderError(self._leader, self._term)
+        first = self.log.last_index() + 1
+        self.log.append([Entry(first + i, self._term, EntryType.NORMAL, p) for i, p in enumerate(payloads)])
+        last = self.log.last_index()
+        self._proposed = (first if self._proposed is None else self._proposed[0], last)
+        self._log_grew = True  # dispatchers batch everything proposed before the next ready()
+        return first, self._term
+
+    def read_index(self, ctx: object) -> None:
+        if self._role != Role.LEADER:
+            raise NotLeaderError(self._leader, self._term)
+        self._reads.add(ctx, self._commit if self._committed_in_term() else None)
+
+    def applied_to(self, index: int) -> None:
+        self._applied = max(self._applied, index)
+
+    def step(self, msg: Message) -> None:
+        if msg.dst != self.id or msg.src not in self.members or msg.src == self.id:
+            return
+        if msg.term > self._term:
+            if isinstance(msg, VoteRequest):
+                if msg.pre_vote:
+                    self._on_vote_request(msg)  # a pre-vote changes no one's term
+                    return
+                if self._in_lease():
+                    return  # a disruptive candidate: ignore it without adopting its term
+            if isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
+                self._on_vote_response(msg)  # carries the term we would stand in
+                return
+            is_leader_msg = isinstance(msg, (HeartbeatRequest, PushRequest, InstallSnapshotRequest))
+            self._become_follower(msg.term, msg.src if is_leader_msg else None)
+        elif msg.term < self._term:
+            self._refuse_stale(msg)
+            return
+        handler = {
+            VoteRequest: self._on_vote_request,
+            VoteResponse: self._on_vote_response,
+            HeartbeatRequest: self._on_heartbeat,
+            HeartbeatResponse: self._on_heartbeat_response,
+            PushRequest: self._on_push,
+            PushResponse: self._on_push_response,
+            InstallSnapshotRequest: self._on_install_snapshot,
+            InstallSnapshotResponse: self._on_snapshot_response,
+        }[type(msg)]
+        handler(msg)  # type: ignore[operator]
+
+    # ------------------------------------------------------------------ outputs
+
+    def has_ready(self) -> bool:
+        if self._outstanding is not None:
+            return False
+        return bool(
+            self._last_soft != self._soft_state() or self._hard_dirty or self._pending_snapshot
+            or self.log.has_unpersisted() or self._messages or self._leader_messages
+            or (not self._installing and self._commit > self._apply_handed)
+            or self._failed_proposals or self._failed_reads or self._snapshot_sends
+            or (self._role == Role.LEADER and (self._log_grew or self._reads.wants_round()))
+            or self._reads_ready()
+        )
+
+    def ready(self) -> Ready:
+        if self._outstanding is not None:
+            raise RuntimeError("advance() the previous Ready before asking for another")
+        if self._role == Role.LEADER:
+            if self._log_grew:
+                self._log_grew = False
+                for d in self._dispatchers.values():
+                    self._send(d.poll(self.now))
+            if self._reads.wants_round():
+                self._broadcast_heartbeat()
+        rd = Ready()
+        soft = self._soft_state()
+        if soft != self._last_soft:
+            rd.soft_state = self._last_soft = soft
+        if self._hard_dirty:
+            rd.hard_state, self._hard_dirty = HardState(self._term, self._voted_for), False
+        if self._pending_snapshot is not None:
+            (rd.snapshot, rd.snapshot_data), self._pending_snapshot = self._pending_snapshot, None
+        rd.truncate_from, rd.entries = self.log.take_unpersisted()
+        rd.leader_messages, self._leader_messages = self._leader_messages, []
+        rd.messages, self._messages = self._messages, []
+        if not self._installing and self._commit > self._apply_handed:
+            hi = min(self._commit, self._apply_handed + self.config.max_apply_batch)
+            rd.committed_entries = self.log.entries(self._apply_handed + 1, hi + 1)
+            self._apply_handed = hi
+        rd.reads = self._reads.take_ready(self._applied)
+        rd.failed_reads, self._failed_reads = self._failed_reads, []
+        rd.failed_proposals, self._failed_proposals = self._failed_proposals, []
+        rd.snapshot_sends, self._snapshot_sends = self._snapshot_sends, []
+        self._outstanding = rd
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The driver has handled `rd` completely (persisted, sent, applied what it carried)."""
+        if rd is not self._outstanding:
+            raise RuntimeError("advance() takes the Ready last returned by ready()")
+        self._outstanding = None
+        if rd.snapshot is not None:
+            self.log.reload_after_snapshot()
+            self._installing = False
+            idx = rd.snapshot.index
+            self._commit = max(self._commit, idx)
+            self._applied = max(self._applied, idx)
+            self._apply_handed = max(self._apply_handed, idx)
+            self._handler.matched_through(idx)
+        if rd.entries:
+            self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
+        if self._role == Role.LEADER:
+            # The leader counts itself toward a quorum only for what is on its own disk.
+            self._update_match(self.id, self.log.persisted_index)
+
+    def _reads_ready(self) -> bool:
+        return any(r.index <= self._applied for r in self._reads._confirmed)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self._role, self._leader, self._term)
+
+    def _send(self, outgoing: list[Outgoing]) -> None:
+        for item in outgoing:
+            if isinstance(item, SnapshotSend):
+                self._snapshot_sends.append(item)
+            else:
+                self._leader_messages.append(item)
+
+    # ------------------------------------------------------------------ roles
+
+    def _reset_election_timer(self) -> None:
+        t = self.config.election_timeout_ms
+        self._election_deadline = self.now + self._rng.randrange(t, 2 * t)
+
+    def _in_lease(self) -> bool:
+        """Has this node heard from a live leader within the election timeout?"""
+        if self._role == Role.LEADER:
+            return True
+        return self._leader is not None and self.now - self._leader_contact < self.config.election_timeout_ms
+
+    def _set_leader(self, leader: str | None) -> None:
+        if leader != self._leader:
+            self._handler.reset()
+        self._leader = leader
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        old_term = self._term
+        if term > self._term:
+            self._term, self._voted_for, self._hard_dirty = term, None, True
+            self._handler.reset()
+        if self._role == Role.LEADER:
+            self._drop_leadership(old_term, leader)
+        self._role = Role.FOLLOWER
+        self._votes = {}
+        self._set_leader(leader)
+        if leader is not None:
+            self._leader_contact = self.now
+        self._reset_election_timer()
+
+    def _drop_leadership(self, old_term: int, new_leader: str | None) -> None:
+        if self._proposed is not None:
+            first, last = max(self._proposed[0], self._commit + 1), self._proposed[1]
+            if first <= last:
+                self._failed_proposals.append(DroppedProposals(old_term, first, last, new_leader))
+        self._proposed = None
+        self._failed_reads.extend(self._reads.fail_unconfirmed(new_leader))
+        self._dispatchers = {}
+        self._log_grew = False
+
+    def _start_pre_vote(self) -> None:
+        self._role = Role.PRE_CANDIDATE
+        self._set_leader(None)
+        self._votes = {self.id: True}
+        self._reset_election_timer()
+        if self._won(self._votes):
+            self._start_election()
+            return
+        for p in self.peers:
+            self._messages.append(VoteRequest(self.id, p, self._term + 1, self.log.last_index(),
+                                              self.log.last_term(), pre_vote=True))
+
+    def _start_election(self) -> None:
+        self._term += 1
+        self._voted_for, self._hard_dirty = self.id, True
+        self._role = Role.CANDIDATE
+        self._set_leader(None)
+        self._votes = {self.id: True}
+        self._reset_election_timer()
+        if self._won(self._votes):
+            self._become_leader()
+            return
+        for p in self.peers:
+            # Sent only after the Ready carrying our vote for ourselves is on disk.
+            self._messages.append(VoteRequest(self.id, p, self._term, self.log.last_index(), self.log.last_term()))
+
+    def _won(self, votes: dict[str, bool]) -> bool:
+        return sum(votes.values()) >= majority(len(self.members))
+
+    def _become_leader(self) -> None:
+        self._role = Role.LEADER
+        self._set_leader(self.id)
+        self._votes = {}
+        self._leader_since = self.now
+        self._quorum = QuorumTracker(self.members)
+        self._acked_seq = {p: 0 for p in self.peers}
+        self._peer_heard, self._peer_ack_sent, self._hb_sent_at = {}, {}, {}
+        self._proposed = None
+        # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
+        self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
+        self._dispatchers = {p: Dispatcher(p, self, self.now) for p in self.peers}
+        for d in self._dispatchers.values():
+            self._send(d.start(self.now))
+        self._broadcast_heartbeat()
+        self._update_match(self.id, self.log.persisted_index)
+
+    # ------------------------------------------------------------------ election messages
+
+    def _on_vote_request(self, msg: VoteRequest) -> None:
+        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+        if msg.pre_vote:
+            grant = msg.term > self._term and up_to_date and not self._in_lease()
+            self._messages.append(VoteResponse(self.id, msg.src, msg.term if grant else self._term,
+                                               granted=grant, pre_vote=True))
+            return
+        grant = self._role == Role.FOLLOWER and self._voted_for in (None, msg.src) and up_to_date
+        if grant:
+            self._voted_for, self._hard_dirty = msg.src, True
+            self._reset_election_timer()
+        # The answer leaves only after the vote it records is on disk (Ready.messages).
+        self._messages.append(VoteResponse(self.id, msg.src, self._term, granted=grant))
+
+    def _on_vote_response(self, msg: VoteResponse) -> None:
+        if msg.pre_vote:
+            if self._role != Role.PRE_CANDIDATE or (msg.granted and msg.term != self._term + 1):
+                return
+            self._votes[msg.src] = msg.granted
+            if self._won(self._votes):
+                self._start_election()
+            return
+        if self._role != Role.CANDIDATE or msg.term != self._term:
+            return
+        self._votes[msg.src] = msg.granted
+        if self._won(self._votes):
+            self._become_leader()
+
+    def _refuse_stale(self, msg: Message) -> None:
+        """Answer a request from an older term with our term, so its sender steps down."""
+        reply: Message | None = None
+        if isinstance(msg, VoteRequest):
+            reply = VoteResponse(self.id, msg.src, self._term, granted=False, pre_vote=msg.pre_vote)
+        elif isinstance(msg, HeartbeatRequest):
+            reply = HeartbeatResponse(self.id, msg.src, self._term, success=False, seq=msg.seq,
+                                      end_index=self.log.last_index())
+        elif isinstance(msg, PushRequest):
+            reply = PushResponse(self.id, msg.src, self._term, type=msg.type, code=PushCode.STALE_TERM,
+                                 pre_index=msg.pre_index, end_index=self.log.last_index())
+        elif isinstance(msg, InstallSnapshotRequest):
+            reply = InstallSnapshotResponse(self.id, msg.src, self._term, success=False)
+        if reply is not None:
+            self._messages.append(reply)
+
+    # ------------------------------------------------------------------ follower side
+
+    def _accept_leader(self, leader: str) -> bool:
+        """A leader's message of our term: follow it. False if we lead this term ourselves
+        (impossible while election safety holds; ignored rather than obeyed)."""
+        if self._role == Role.LEADER:
+            return False
+        if self._role != Role.FOLLOWER or self._leader != leader:
+            self._become_follower(self._term, leader)
+        self._leader_contact = self.now
+        self._reset_election_timer()
+        return True
+
+    def _learn_commit(self, leader_commit: int) -> None:
+        self._commit = max(self._commit, self._handler.commit_bound(leader_commit))
+
+    def _on_heartbeat(self, msg: HeartbeatRequest) -> None:
+        if not self._accept_leader(msg.src):
+            return
+        self._learn_commit(msg.commit_index)
+        self._messages.append(HeartbeatResponse(self.id, msg.src, self._term, success=True, seq=msg.seq,
+                                                end_index=self.log.last_index()))
+
+    def _on_push(self, msg: PushRequest) -> None:
+        if not self._accept_leader(msg.src) or self._installing:
+            return
+        self._messages.extend(self._handler.handle(msg, self.now, self._commit))
+        self._learn_commit(msg.commit_index)
+
+    def _on_install_snapshot(self, msg: InstallSnapshotRequest) -> None:
+        if not self._accept_leader(msg.src) or self._installing:
+            return
+        meta = msg.meta
+        if meta.index > self._commit:
+            self._installing = True
+            self.log.discard_unpersisted()
+            self._handler.reset()
+            self._pending_snapshot = (meta, msg.data)
+        # else: we already hold everything it contains (committed entries match every leader's).
+        self._messages.append(InstallSnapshotResponse(self.id, msg.src, self._term, success=True,
+                                                      index=meta.index, end_index=max(meta.index, self.log.last_index())))
+
+    # ------------------------------------------------------------------ leader side
+
+    def _tick_leader(self) -> None:
+        if self.now >= self._next_heartbeat:
+            self._broadcast_heartbeat()
+        if not self._quorum_active():
+            self._become_follower(self._term, None)  # check-quorum: we may be cut off
+            return
+        for d in self._dispatchers.values():
+            self._send(d.tick(self.now))
+
+    def _quorum_active(self) -> bool:
+        t = self.config.election_timeout_ms
+        if self.now - self._leader_since < t:
+            return True
+        heard = 1 + sum(1 for p in self.peers if self.now - self._peer_heard.get(p, _NEVER) < t)
+        return heard >= majority(len(self.members))
+
+    def _broadcast_heartbeat(self) -> None:
+        self._hb_seq += 1
+        seq = self._hb_seq
+        self._hb_sent_at[seq] = self.now
+        self._hb_sent_at.pop(seq - 1000, None)
+        self._reads.round_sent(seq)
+        self._next_heartbeat = self.now + self.config.heartbeat_interval_ms
+        for p in self.peers:
+            self._leader_messages.append(HeartbeatRequest(self.id, p, self._term, commit_index=self._commit, seq=seq))
+        self._check_read_rounds()
+
+    def _check_read_rounds(self) -> None:
+        need = majority(len(self.members)) - 1
+        if need == 0:
+            confirmed = self._hb_seq
+        else:
+            confirmed = sorted(self._acked_seq.values(), reverse=True)[need - 1]
+        if confirmed > 0:
+            self._reads.round_confirmed(confirmed)
+
+    def _on_heartbeat_response(self, msg: HeartbeatResponse) -> None:
+        if self._role != Role.LEADER or not msg.success:
+            return
+        self._peer_heard[msg.src] = self.now
+        if msg.seq > self._acked_seq.get(msg.src, 0):
+            self._acked_seq[msg.src] = msg.seq
+            sent = self._hb_sent_at.get(msg.seq)
+            if sent is not None:
+                self._peer_ack_sent[msg.src] = max(self._peer_ack_sent.get(msg.src, _NEVER), sent)
+            self._check_read_rounds()
+        self._dispatchers[msg.src].on_heartbeat_response(msg.end_index)
+
+    def _on_push_response(self, msg: PushResponse) -> None:
+        if self._role != Role.LEADER:
+            return
+        self._peer_heard[msg.src] = self.now
+        d = self._dispatchers[msg.src]
+        self._send(d.on_push_response(msg, self.now))
+        self._update_match(msg.src, d.match_index)
+
+    def _on_snapshot_response(self, msg: InstallSnapshotResponse) -> None:
+        if self._role != Role.LEADER:
+            return
+        self._peer_heard[msg.src] = self.now
+        d = self._dispatchers[msg.src]
+        self._send(d.on_snapshot_response(msg, self.now))
+        self._update_match(msg.src, d.match_index)
+
+    def _update_match(self, member: str, index: int) -> None:
+        if self._quorum.update(member, index):
+            self._maybe_commit()
+
+    def _maybe_commit(self) -> None:
+        """Commit the highest index a majority holds — only if that entry is of our term: an
+        older-term entry is never committed by counting replicas (Raft §5.4.2, Figure 8)."""
+        n = self._quorum.quorum_index()
+        if n <= self._commit or self.log.term(n) != self._term:
+            return
+        first_in_term = not self._committed_in_term()
+        self._commit = n
+        if first_in_term:
+            self._reads.committed_in_term(n)
+        for d in self._dispatchers.values():
+            self._send(d.poll(self.now))  # followers learn the new commit index promptly

@@ -1,0 +1,217 @@
+"""Dispatcher: the leader's replication to one follower, as DLedger's EntryDispatcher.
+
+States (each transition happens here and nowhere else, in `_change_state`):
+  COMPARE          find the highest index where the follower's log matches ours, probing
+                   (pre_index, pre_term) downwards with the fast backup: the follower answers its
+                   end index, or x_term (its term at pre_index) and x_index (the first index of
+                   x_term); when we hold x_term too we jump only to our last entry of it, so
+                   entries that match are neither deleted nor resent.
+  TRUNCATE         the follower holds entries past the match point, and they conflict: ask it to
+                   drop them (it obeys only if its entry there really differs from ours).
+  APPEND           pipelined batches from next_index; a batch unanswered for push_timeout_ms is
+                   sent again from match + 1; INCONSISTENT goes back to COMPARE.
+  INSTALL_SNAPSHOT the follower needs entries we compacted: the driver streams the newest snapshot.
+The commit index rides on every push; when there is nothing to append and the follower's commit
+is behind, a COMMIT push carries it."""
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from raft.core.config import CoreConfig
+from raft.core.messages import InstallSnapshotResponse, Message, PushCode, PushRequest, PushResponse, PushType
+from raft.core.raft_log import RaftLog
+from raft.core.ready import SnapshotSend
+
+
+class LeaderView(Protocol):
+    """What a dispatcher may read of its leader."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def term(self) -> int: ...
+    @property
+    def commit_index(self) -> int: ...
+    log: RaftLog
+    config: CoreConfig
+
+
+class DispatchState(enum.Enum):
+    COMPARE = "compare"
+    TRUNCATE = "truncate"
+    APPEND = "append"
+    INSTALL_SNAPSHOT = "install_snapshot"
+
+
+@dataclass(slots=True)
+class Inflight:
+    pre_index: int
+    last_index: int
+    sent_at: int
+
+
+Outgoing = Message | SnapshotSend
+
+
+class Dispatcher:
+    def __init__(self, peer: str, leader: LeaderView, now: int) -> None:
+        self.peer = peer
+        self.leader = leader
+        self.match_index = 0
+        self.next_index = 0  # APPEND: the next entry to send
+        self.follower_end: int | None = None
+        self.state = DispatchState.COMPARE
+        self._probe = 0  # COMPARE: the pre_index being asked about
+        self._awaiting_since: int | None = None  # a COMPARE / TRUNCATE / snapshot unanswered since
+        self._inflight: deque[Inflight] = deque()
+        self._commit_sent = -1
+
+    def start(self, now: int) -> list[Outgoing]:
+        """A new leader begins by finding where the follower's log matches its own."""
+        return self._change_state(DispatchState.COMPARE, now, probe=self.leader.log.last_index())
+
+    # --- events ---
+
+    def on_push_response(self, resp: PushResponse, now: int) -> list[Outgoing]:
+        self.follower_end = resp.end_index
+        if resp.type == PushType.APPEND:
+            return self._on_append_response(resp, now)
+        if resp.type == PushType.COMPARE and self.state == DispatchState.COMPARE and resp.pre_index == self._probe:
+            return self._on_compare_response(resp, now)
+        if resp.type == PushType.TRUNCATE and self.state == DispatchState.TRUNCATE and resp.pre_index == self.match_index:
+            if resp.code == PushCode.SUCCESS:
+                return self._change_state(DispatchState.APPEND, now)
+            return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
+        return self.poll(now)  # a stale or duplicate answer (COMMIT answers land here too)
+
+    def on_snapshot_response(self, resp: InstallSnapshotResponse, now: int) -> list[Outgoing]:
+        if self.state != DispatchState.INSTALL_SNAPSHOT:
+            return []
+        self.follower_end = resp.end_index
+        if resp.success:
+            self.match_index = max(self.match_index, resp.index)
+            return self._change_state(DispatchState.COMPARE, now, probe=max(resp.index, self.match_index))
+        return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
+
+    def on_heartbeat_response(self, end_index: int) -> None:
+        self.follower_end = end_index
+
+    def tick(self, now: int) -> list[Outgoing]:
+        cfg = self.leader.config
+        if self.state == DispatchState.APPEND:
+            if self._inflight and now - self._inflight[0].sent_at >= cfg.push_timeout_ms:
+                # Lost or very late: resend everything from the last acknowledged point.
+                self._inflight.clear()
+                self.next_index = self.match_index + 1
+        elif self._awaiting_since is not None:
+            limit = cfg.snapshot_timeout_ms if self.state == DispatchState.INSTALL_SNAPSHOT else cfg.push_timeout_ms
+            if now - self._awaiting_since >= limit:
+                if self.state == DispatchState.INSTALL_SNAPSHOT:
+                    return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
+                self._awaiting_since = None  # ask again
+        return self.poll(now)
+
+    def poll(self, now: int) -> list[Outgoing]:
+        """Send whatever the current state allows now."""
+        if self.state == DispatchState.APPEND:
+            return self._send_appends(now)
+        if self._awaiting_since is not None:
+            return []
+        if self.state == DispatchState.COMPARE:
+            return self._send_compare(now)
+        if self.state == DispatchState.TRUNCATE:
+            return self._send_truncate(now)
+        self._awaiting_since = now
+        return [SnapshotSend(self.peer, self.leader.term)]
+
+    # --- the state machine ---
+
+    def _change_state(self, state: DispatchState, now: int, probe: int = 0) -> list[Outgoing]:
+        self.state = state
+        self._awaiting_since = None
+        self._inflight.clear()
+        if state == DispatchState.COMPARE:
+            self._probe = max(probe, self.match_index)
+            if self._probe < self.leader.log.before_begin()[0]:
+                return self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
+        elif state == DispatchState.APPEND:
+            self.next_index = self.match_index + 1
+        return self.poll(now)
+
+    def _start_probe(self) -> int:
+        last = self.leader.log.last_index()
+        return last if self.follower_end is None else min(last, self.follower_end)
+
+    def _push(self, type_: PushType, **fields: object) -> PushRequest:
+        return PushRequest(src=self.leader.id, dst=self.peer, term=self.leader.term, type=type_,
+                           commit_index=self.leader.commit_index, **fields)  # type: ignore[arg-type]
+
+    def _send_compare(self, now: int) -> list[Outgoing]:
+        term = self.leader.log.term(self._probe)
+        if term is None:  # compacted meanwhile
+            return self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
+        self._awaiting_since = now
+        return [self._push(PushType.COMPARE, pre_index=self._probe, pre_term=term)]
+
+    def _on_compare_response(self, resp: PushResponse, now: int) -> list[Outgoing]:
+        if resp.code == PushCode.SUCCESS:
+            self.match_index = max(self.match_index, resp.pre_index)
+            if resp.end_index > self.match_index:
+                return self._change_state(DispatchState.TRUNCATE, now)
+            return self._change_state(DispatchState.APPEND, now)
+        if resp.code != PushCode.INCONSISTENT:
+            return []
+        return self._change_state(DispatchState.COMPARE, now, probe=self._backup(resp))
+
+    def _backup(self, resp: PushResponse) -> int:
+        """The next index to compare at after an INCONSISTENT answer about resp.pre_index."""
+        if resp.x_term == 0:
+            return min(resp.end_index, resp.pre_index - 1)
+        ours = self.leader.log.last_index_of_term(resp.x_term)
+        if ours is not None:
+            return min(ours, resp.pre_index - 1)
+        return resp.x_index - 1
+
+    def _send_truncate(self, now: int) -> list[Outgoing]:
+        at = self.match_index + 1
+        self._awaiting_since = now
+        return [self._push(PushType.TRUNCATE, pre_index=self.match_index,
+                           pre_term=self.leader.log.term(self.match_index) or 0,
+                           truncate_index=at, truncate_term=self.leader.log.term(at) or 0)]
+
+    def _send_appends(self, now: int) -> list[Outgoing]:
+        cfg, log = self.leader.config, self.leader.log
+        out: list[Outgoing] = []
+        last = log.last_index()
+        while len(self._inflight) < cfg.max_inflight_batches and self.next_index <= last:
+            pre = self.next_index - 1
+            pre_term = log.term(pre)
+            if pre_term is None or pre < log.before_begin()[0]:
+                return out + self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
+            batch = log.entries(self.next_index, min(last + 1, self.next_index + cfg.max_batch_entries),
+                                cfg.max_batch_bytes)
+            out.append(self._push(PushType.APPEND, pre_index=pre, pre_term=pre_term, entries=batch))
+            self._inflight.append(Inflight(pre, batch[-1].index, now))
+            self.next_index = batch[-1].index + 1
+        commit = self.leader.commit_index
+        if out:
+            self._commit_sent = commit
+        elif not self._inflight and commit > self._commit_sent and self.match_index > 0:
+            self._commit_sent = commit
+            out.append(self._push(PushType.COMMIT))
+        return out
+
+    def _on_append_response(self, resp: PushResponse, now: int) -> list[Outgoing]:
+        if self.state != DispatchState.APPEND:
+            return []
+        if resp.code == PushCode.SUCCESS:
+            self.match_index = max(self.match_index, resp.index)
+            while self._inflight and self._inflight[0].last_index <= self.match_index:
+                self._inflight.popleft()
+            return self._send_appends(now)
+        if resp.code == PushCode.INCONSISTENT and any(f.pre_index == resp.pre_index for f in self._inflight):
+            return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
+        return []
