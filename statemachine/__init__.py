@@ -1,0 +1,20 @@
+"""The replicated key-value state machine: commands, validation, and their application into LMDB."""
+from statemachine.commands import (
+    CommandLimits,
+    decode_command,
+    delete_op,
+    encode_command,
+    put_op,
+    validate_header,
+    validate_key,
+    validate_ops,
+    validate_value,
+)
+from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.kv_state import ApplyOutcome, KVStateMachine, SessionStats
+
+__all__ = [
+    "ApplyOrderError", "ApplyOutcome", "CommandLimits", "InvalidCommandError", "KVStateMachine", "SessionStats", "StateFullError",
+    "decode_command", "delete_op", "encode_command", "put_op", "validate_header", "validate_key",
+    "validate_ops", "validate_value",
+]

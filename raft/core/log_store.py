@@ -122,16 +122,20 @@ class MemoryLogStore:
 
     # writes
     def save(self, hard_state: HardState | None, truncate_from: int | None, entries: Sequence[Entry]) -> None:
-        if hard_state is not None:
-            self._hard_state = hard_state
+        # Check everything before changing anything: a refused save writes nothing.
+        end = self.last_index()
         if truncate_from is not None:
             if truncate_from <= self._before_index:
                 raise ValueError(f"cannot truncate at {truncate_from}: compacted through {self._before_index}")
+            end = min(end, truncate_from - 1)
+        for k, e in enumerate(entries):
+            if e.index != end + 1 + k:
+                raise ValueError(f"entry {e.index} does not follow the log's end {end + k}")
+        if hard_state is not None:
+            self._hard_state = hard_state
+        if truncate_from is not None:
             del self._entries[truncate_from - self._before_index - 1 :]
-        for e in entries:
-            if e.index != self.last_index() + 1:
-                raise ValueError(f"entry {e.index} does not follow the log's end {self.last_index()}")
-            self._entries.append(e)
+        self._entries.extend(entries)
 
     def compact(self, index: int) -> None:
         term = self.term(index)

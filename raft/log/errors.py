@@ -1,0 +1,38 @@
+"""Errors of the on-disk log store. Each message tells an operator what happened and what to do."""
+from __future__ import annotations
+
+
+class LogStoreError(Exception):
+    """Base class: the log store cannot do what was asked."""
+
+
+class LogCorruptionError(LogStoreError):
+    """A stored record fails its checksum or the store's own invariants. The node must not go on
+    serving (or acknowledging) from this log: its entries can no longer be trusted."""
+
+    def __init__(self, path: str, detail: str, index: int | None = None) -> None:
+        self.path = path
+        self.index = index
+        self.detail = detail
+        where = f"entry {index}: " if index is not None else ""
+        super().__init__(
+            f"raft log at {path} is corrupt ({where}{detail}). This node stops using it so it cannot "
+            f"serve or replicate wrong data. To recover: stop the node, remove its data directory "
+            f"(the one holding {path}) and start it again with the same id and peers; it rejoins "
+            f"empty and the leader brings it up to date by snapshot and append. Do this on one node "
+            f"at a time, and only while the other members still form a quorum."
+        )
+
+
+class LogFullError(LogStoreError):
+    """The LMDB map or the disk is full. Nothing of the failed write was applied; reads still work."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"raft log at {path} is full ({detail}); the write was refused and nothing of it was "
+            f"stored. Reads still work, and compacting the log after a snapshot frees pages. If it "
+            f"persists, free disk space or restart the node with a larger log map size "
+            f"(NodeConfig.log_map_size)."
+        )

@@ -1,0 +1,132 @@
+"""The replicated write command (proto kv_pb2.Command) and the checks made before proposing one.
+
+Every client write (Put, Delete, Batch) becomes one `Command`: an optional WriteHeader
+(client_id, seq) for exactly-once retries and a list of ops, each a put or a delete.
+
+Two kinds of checks live here:
+- `validate_*` with configurable limits (value size, op count, total size): the client service runs
+  them BEFORE proposing, so a bad request is refused with a message and never reaches the log.
+- `decode_command` runs on committed entries on every replica. It only enforces rules that do not
+  depend on configuration (well-formed protobuf, at least one op, each op set, keys LMDB accepts),
+  because replicas with different limits must still apply the same log to the same state.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from proto import kv_pb2
+from statemachine.errors import InvalidCommandError
+
+# LMDB's compiled-in maximum key size (mdb_env_get_maxkeysize); keys are stored as-is.
+LMDB_MAX_KEY_BYTES = 511
+# Client ids become part of LMDB keys in the session tables, next to a length and a sequence.
+MAX_CLIENT_ID_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLimits:
+    """What the client service accepts in one write. The defaults keep a command well under gRPC's
+    default 4 MiB message limit."""
+
+    max_key_bytes: int = LMDB_MAX_KEY_BYTES
+    max_value_bytes: int = 1 << 20
+    max_ops: int = 1000
+    max_total_bytes: int = 3 << 20
+
+
+def put_op(key: bytes, value: bytes) -> kv_pb2.Op:
+    return kv_pb2.Op(put=kv_pb2.KeyValue(key=key, value=value))
+
+
+def delete_op(key: bytes) -> kv_pb2.Op:
+    return kv_pb2.Op(delete=key)
+
+
+def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0) -> bytes:
+    """The entry payload for `ops`. An empty client_id means "no exactly-once tracking"."""
+    command = kv_pb2.Command(ops=ops)
+    if client_id:
+        command.header.client_id = client_id
+        command.header.seq = seq
+    return command.SerializeToString()
+
+
+def decode_command(payload: bytes) -> kv_pb2.Command:
+    """Parse a committed entry's payload. Raises InvalidCommandError for bytes that are not a
+    Command or a Command no replica could apply (no ops, an empty op, a key LMDB refuses)."""
+    command = kv_pb2.Command()
+    try:
+        command.ParseFromString(payload)
+    except DecodeError as exc:
+        raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
+    validate_header(command.header)
+    if not command.ops:
+        raise InvalidCommandError("command has no ops")
+    for position, op in enumerate(command.ops):
+        kind = op.WhichOneof("op")
+        if kind is None:
+            raise InvalidCommandError(f"op {position} is neither a put nor a delete")
+        validate_key(op.put.key if kind == "put" else op.delete)
+    return command
+
+
+def validate_key(key: bytes, max_key_bytes: int = LMDB_MAX_KEY_BYTES) -> None:
+    # A configured limit above LMDB's cannot be honoured: LMDB refuses such keys at apply time.
+    max_key_bytes = min(max_key_bytes, LMDB_MAX_KEY_BYTES)
+    if not key:
+        raise InvalidCommandError("key is empty: every key needs at least one byte")
+    if len(key) > max_key_bytes:
+        limit = (f"LMDB's {LMDB_MAX_KEY_BYTES}-byte key limit" if max_key_bytes == LMDB_MAX_KEY_BYTES
+                 else f"the {max_key_bytes}-byte key limit")
+        raise InvalidCommandError(
+            f"key is {len(key)} bytes, over {limit} (key starts {key[:32]!r}); "
+            "use a shorter key, e.g. hash the long part")
+
+
+def validate_header(header: kv_pb2.WriteHeader) -> None:
+    size = len(header.client_id.encode())
+    if size > MAX_CLIENT_ID_BYTES:
+        raise InvalidCommandError(
+            f"client id is {size} bytes, over the {MAX_CLIENT_ID_BYTES}-byte maximum; use a shorter id (a UUID is 36)")
+
+
+def validate_value(value: bytes, max_value_bytes: int) -> None:
+    if len(value) > max_value_bytes:
+        raise InvalidCommandError(
+            f"value is {len(value)} bytes, over the {max_value_bytes}-byte maximum value size; "
+            "split it over several keys or raise the server's max value size")
+
+
+def validate_ops(ops: Sequence[kv_pb2.Op], limits: CommandLimits = CommandLimits()) -> None:
+    """Everything the client service checks before proposing a write of `ops`."""
+    if not ops:
+        raise InvalidCommandError("the batch has no ops: add at least one put or delete")
+    if len(ops) > limits.max_ops:
+        raise InvalidCommandError(
+            f"the batch has {len(ops)} ops, over the maximum of {limits.max_ops}; split it into smaller batches")
+    total = 0
+    for position, op in enumerate(ops):
+        total += _validate_op(position, op, limits)
+    if total > limits.max_total_bytes:
+        raise InvalidCommandError(
+            f"the batch's keys and values total {total} bytes, over the maximum of "
+            f"{limits.max_total_bytes} bytes per write; split it into smaller batches")
+
+
+def _validate_op(position: int, op: kv_pb2.Op, limits: CommandLimits) -> int:
+    """Check one op; return the bytes of key and value it carries."""
+    kind = op.WhichOneof("op")
+    try:
+        if kind == "put":
+            validate_key(op.put.key, limits.max_key_bytes)
+            validate_value(op.put.value, limits.max_value_bytes)
+            return len(op.put.key) + len(op.put.value)
+        if kind == "delete":
+            validate_key(op.delete, limits.max_key_bytes)
+            return len(op.delete)
+    except InvalidCommandError as exc:
+        raise InvalidCommandError(f"op {position}: {exc}") from None
+    raise InvalidCommandError(f"op {position} is neither a put nor a delete")

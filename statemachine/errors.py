@@ -1,0 +1,17 @@
+"""Errors of the state machine: a command that cannot be accepted, and a state that cannot grow."""
+from __future__ import annotations
+
+
+class InvalidCommandError(ValueError):
+    """A command (or one of its keys, values or ops) is not acceptable. The message says what is
+    wrong and what the limit is, so the client service can pass it on as INVALID_ARGUMENT."""
+
+
+class StateFullError(RuntimeError):
+    """The state machine's LMDB map is full: the batch was not applied (nothing of it was written)
+    and the applied index did not move. Reads keep working; writes need a larger map_size."""
+
+
+class ApplyOrderError(ValueError):
+    """`apply` was given entries that do not continue the applied index: a driver bug. Nothing of
+    the batch was applied."""

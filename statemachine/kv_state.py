@@ -1,0 +1,424 @@
+"""The key-value state machine: committed log entries applied into an LMDB environment.
+
+One LMDB environment (a directory) holds five named databases:
+
+- ``data``            user key -> value
+- ``sessions``        client id -> (highest seq applied, index of the entry that last used it)
+- ``session_results`` (client id, seq) -> the CommandResult recorded for that write
+- ``session_expiry``  (last-used index, client id) -> b"", the order in which sessions go stale
+- ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
+
+`apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
+transaction, so the three can never disagree: after any crash the state is exactly "all entries up
+to applied_index", and the driver replays the log from ``applied_index + 1``. Nothing is applied
+twice and nothing is skipped.
+
+Durability and crash consistency (LMDB's documentation of MDB_NOSYNC / MDB_NOMETASYNC):
+
+- ``sync=False`` (default) opens LMDB with ``sync=False`` (MDB_NOSYNC): a commit writes its pages
+  into the OS page cache and does not fsync. The Raft log is durable (fsynced before anything is
+  acknowledged), so losing recent state transactions only means replaying them. A process crash
+  (kill -9, OOM, an exception) loses nothing at all: the page cache survives it. After an OS crash
+  or power loss LMDB keeps its integrity (an older, consistent state) only if the filesystem
+  preserves write order, because LMDB writes the data pages and then the meta page with plain
+  pwrite and, without fsync, the kernel may write them back in any order. `writemap` stays off:
+  with MDB_WRITEMAP + NOSYNC there is not even that guarantee.
+- ``sync=True`` opens LMDB with ``sync=True, metasync=False`` (MDB_NOMETASYNC): one fdatasync of
+  the data pages per commit, the meta page is flushed with the next commit. LMDB documents this as
+  keeping integrity after a system crash, which may undo the last transaction - exactly what
+  replay from ``applied_index + 1`` repairs. Use it where power loss is a real risk.
+
+In both modes `sync()` forces everything to disk; the snapshot/compaction code must call it (or
+take a snapshot) before the log is compacted past `applied_index`.
+
+Exactly-once: a command whose header (client_id, seq) was already applied returns the recorded
+result and changes nothing. Per client the results of the last `session_window` sequence numbers
+are kept, so a client may have up to that many writes in flight (from several threads) and they
+may commit in any order; a seq at or below ``highest_seq - session_window`` can no longer be
+checked and is answered "expired" without being applied. A session unused for more than
+`session_ttl_entries` log entries is forgotten. Both rules depend only on the log (indexes and
+sequence numbers, never wall time), so every replica keeps and drops the same sessions.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import lmdb
+
+from proto import kv_pb2
+from raft.core import Entry, EntryType
+from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
+from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+_APPLIED_KEY = b"applied"
+_FORMAT_KEY = b"format"
+_U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+_SESSION = struct.Struct(">QQ")  # (highest seq applied, last-used index)
+_APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    """What applying one NORMAL entry did, for the client service waiting on that index.
+
+    - ``duplicate``: the (client_id, seq) was applied before; ``result`` is the recorded one and
+      nothing changed this time.
+    - ``expired``: the seq is older than the client's session window; nothing changed and the
+      original result is unknown. The service should fail the request (not retryable).
+    - ``error``: the payload could not be applied (malformed); nothing changed. Every replica
+      produces the same outcome for the same entry.
+    """
+
+    index: int
+    result: kv_pb2.CommandResult
+    duplicate: bool = False
+    expired: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when ``result`` describes a write that took effect (now or, for a duplicate, before)."""
+        return self.error is None and not self.expired
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    clients: int
+    results: int
+
+
+@dataclass(slots=True)
+class _Session:
+    max_seq: int
+    last_used: int
+
+
+class KVStateMachine:
+    """The replicated key-value state on LMDB. `apply` is called by one thread (the driver); the
+    read methods may be called from any number of threads at the same time."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 8 << 30,
+        sync: bool = False,
+        session_window: int = 1024,
+        session_ttl_entries: int = 1_000_000,
+        max_readers: int = 1024,
+    ) -> None:
+        if session_window < 1 or session_ttl_entries < 1:
+            raise ValueError("session_window and session_ttl_entries must be at least 1")
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.session_window = session_window
+        self.session_ttl_entries = session_ttl_entries
+        # See the module docstring for why these flags (crash consistency without per-commit fsync).
+        self._env = lmdb.open(
+            str(self.path), map_size=map_size, subdir=True, max_dbs=5, max_readers=max_readers,
+            sync=sync, metasync=False, writemap=False, map_async=False,
+        )
+        self._data = self._env.open_db(b"data")
+        self._sessions = self._env.open_db(b"sessions")
+        self._results = self._env.open_db(b"session_results")
+        self._expiry = self._env.open_db(b"session_expiry")
+        self._meta = self._env.open_db(b"meta")
+        self._applied = self._load_applied()
+        self._closed = False
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def _load_applied(self) -> tuple[int, int]:
+        with self._env.begin(write=True) as txn:
+            version = txn.get(_FORMAT_KEY, db=self._meta)
+            if version is None:
+                txn.put(_FORMAT_KEY, _U64.pack(FORMAT_VERSION), db=self._meta)
+            elif _U64.unpack(version)[0] != FORMAT_VERSION:
+                raise RuntimeError(f"{self.path}: state format {_U64.unpack(version)[0]}, expected {FORMAT_VERSION}")
+            raw = txn.get(_APPLIED_KEY, db=self._meta)
+        return _APPLIED.unpack(raw) if raw is not None else (0, 0)
+
+    def sync(self) -> None:
+        """Force every committed transaction to disk (before the log is compacted past it)."""
+        self._env.sync(True)
+
+    def close(self) -> None:
+        """Flush and close. The object is unusable afterwards; closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        self._env.sync(True)
+        self._env.close()
+
+    def __enter__(self) -> KVStateMachine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ---- applied position ------------------------------------------------------------------
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied[0]
+
+    @property
+    def applied_term(self) -> int:
+        return self._applied[1]
+
+    # ---- apply -----------------------------------------------------------------------------
+
+    def apply(self, entries: Sequence[Entry]) -> list[ApplyOutcome | None]:
+        """Apply consecutive committed entries, starting at applied_index + 1, in one transaction.
+
+        Returns one item per entry: None for a NOOP, an ApplyOutcome for a NORMAL entry.
+        Raises ApplyOrderError if the entries do not continue the applied index (a driver bug), and
+        StateFullError if the LMDB map is full (then nothing of the batch is applied)."""
+        if not entries:
+            return []
+        self._check_consecutive(entries)
+        try:
+            with self._env.begin(write=True) as txn:
+                batch = _Batch(self, txn)
+                outcomes = [batch.apply_entry(entry) for entry in entries]
+                last = entries[-1]
+                batch.drop_stale_sessions(last.index)
+                txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
+        except lmdb.MapFullError as exc:
+            raise StateFullError(
+                f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
+                f"entries {entries[0].index}..{entries[-1].index} were not applied; reads still work. "
+                "Restart the node with a larger state map size.") from exc
+        self._applied = (last.index, last.term)
+        return outcomes
+
+    def _check_consecutive(self, entries: Sequence[Entry]) -> None:
+        expected = self._applied[0] + 1
+        for entry in entries:
+            if entry.index != expected:
+                raise ApplyOrderError(
+                    f"entries must continue the applied index: expected index {expected}, got {entry.index} "
+                    f"(applied_index is {self._applied[0]}; batch starts at {entries[0].index})")
+            expected += 1
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        if not key or len(key) > LMDB_MAX_KEY_BYTES:
+            return None  # no such key can exist; the client service reports why before reading
+        with self._env.begin(db=self._data) as txn:
+            return txn.get(key)
+
+    def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Keys in [start, end) in key order, at most `limit` of them. An empty or None `end` means
+        "to the last key". Returns (items, more); `more` is True when the limit cut the result
+        (continue with start = last key + b"\\x00")."""
+        if limit < 1:
+            raise ValueError(f"scan limit must be at least 1, got {limit}")
+        if len(start) > LMDB_MAX_KEY_BYTES:
+            raise InvalidCommandError(f"scan start is {len(start)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
+        with self._env.begin(db=self._data) as txn:
+            return _take(_range(txn.cursor(), start, end or None), limit)
+
+    def scan_prefix(self, prefix: bytes, limit: int = 1000) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Keys starting with `prefix`, like `scan`. An empty prefix means every key."""
+        if len(prefix) > LMDB_MAX_KEY_BYTES:
+            return [], False
+        return self.scan(prefix, _prefix_end(prefix), limit)
+
+    def count(self) -> int:
+        """Number of user keys."""
+        with self._env.begin() as txn:
+            return int(txn.stat(self._data)["entries"])
+
+    def session_stats(self) -> SessionStats:
+        """How many client sessions and recorded results are kept (for status and tests)."""
+        with self._env.begin() as txn:
+            return SessionStats(clients=int(txn.stat(self._sessions)["entries"]),
+                                results=int(txn.stat(self._results)["entries"]))
+
+    def state_hash(self, upto_key_count: int | None = None) -> str:
+        """Hex sha256 over the first `upto_key_count` (default: all) (key, value) pairs in key
+        order, each length-prefixed so different contents never hash alike. Equal on replicas
+        that applied the same entries."""
+        digest = hashlib.sha256()
+        with self._env.begin(db=self._data) as txn:
+            for position, (key, value) in enumerate(txn.cursor().iternext()):
+                if upto_key_count is not None and position >= upto_key_count:
+                    break
+                digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
+                digest.update(value)
+        return digest.hexdigest()
+
+    def size_bytes(self) -> int:
+        """Bytes of the map in use (pages up to the highest one written)."""
+        info = self._env.info()
+        return (int(info["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+
+    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
+        """Write a compacted copy of the whole state (data, sessions, applied index) to
+        `directory`/data.mdb from one read transaction, without stopping `apply`. Returns the
+        (applied index, applied term) the copy contains. For the snapshot code."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with self._env.begin() as txn:
+            raw = txn.get(_APPLIED_KEY, db=self._meta)
+            self._env.copy(str(directory), compact=True, txn=txn)
+        return _APPLIED.unpack(raw) if raw is not None else (0, 0)
+
+
+class _Batch:
+    """The work of one `apply` call inside its write transaction."""
+
+    def __init__(self, machine: KVStateMachine, txn: lmdb.Transaction) -> None:
+        self.txn = txn
+        self.window = machine.session_window
+        self.ttl = machine.session_ttl_entries
+        self.data_db = machine._data
+        self.data = txn.cursor(db=machine._data)
+        self.sessions_db = machine._sessions
+        self.results_db = machine._results
+        self.expiry_db = machine._expiry
+
+    def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
+        if entry.type != EntryType.NORMAL:
+            return None
+        try:
+            command = decode_command(entry.payload)
+        except InvalidCommandError as exc:
+            # Deterministic on every replica: same bytes, same verdict. Never crash the node.
+            log.error("entry %d (term %d) has a malformed command, applied as a no-op: %s",
+                      entry.index, entry.term, exc)
+            return ApplyOutcome(entry.index, kv_pb2.CommandResult(), error=str(exc))
+        client_id = command.header.client_id.encode()
+        if not client_id:
+            return ApplyOutcome(entry.index, self._apply_ops(command.ops))
+        return self._apply_tracked(entry.index, client_id, command.header.seq, command.ops)
+
+    def _apply_tracked(self, index: int, client_id: bytes, seq: int, ops: Sequence[kv_pb2.Op]) -> ApplyOutcome:
+        session = self._load_session(client_id, index)
+        if session is not None and seq + self.window <= session.max_seq:
+            self._save_session(client_id, session, _Session(session.max_seq, index))
+            return ApplyOutcome(index, kv_pb2.CommandResult(), expired=True)
+        result_key = _result_key(client_id, seq)
+        if session is not None:
+            recorded = self.txn.get(result_key, db=self.results_db)
+            if recorded is not None:
+                self._save_session(client_id, session, _Session(session.max_seq, index))
+                return ApplyOutcome(index, kv_pb2.CommandResult.FromString(recorded), duplicate=True)
+        result = self._apply_ops(ops)
+        self.txn.put(result_key, result.SerializeToString(), db=self.results_db)
+        max_seq = seq if session is None else max(seq, session.max_seq)
+        self._save_session(client_id, session, _Session(max_seq, index))
+        if session is not None and max_seq > session.max_seq:
+            self._forget_results(client_id, below=max_seq - self.window + 1)
+        return ApplyOutcome(index, result)
+
+    def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
+        existed: list[bool] = []
+        data = self.data
+        for op in ops:
+            if op.HasField("put"):
+                key, value = op.put.key, op.put.value
+                # NOOVERWRITE tells us in one B-tree descent whether the key was there.
+                inserted = data.put(key, value, overwrite=False)
+                if not inserted:
+                    data.put(key, value)
+                existed.append(not inserted)
+            else:
+                existed.append(self.txn.delete(op.delete, db=self.data_db))
+        return kv_pb2.CommandResult(existed=existed)
+
+    # ---- sessions ----------------------------------------------------------------------------
+
+    def _load_session(self, client_id: bytes, index: int) -> _Session | None:
+        """The client's session as seen by the entry at `index`; None if it has none, or if it
+        went unused for more than the TTL (then it is dropped here, as on every replica)."""
+        raw = self.txn.get(client_id, db=self.sessions_db)
+        if raw is None:
+            return None
+        session = _Session(*_SESSION.unpack(raw))
+        if index - session.last_used > self.ttl:
+            self._drop_session(client_id, session.last_used)
+            return None
+        return session
+
+    def _save_session(self, client_id: bytes, old: _Session | None, new: _Session) -> None:
+        if old is not None:
+            self.txn.delete(_U64.pack(old.last_used) + client_id, db=self.expiry_db)
+        self.txn.put(_U64.pack(new.last_used) + client_id, b"", db=self.expiry_db)
+        self.txn.put(client_id, _SESSION.pack(new.max_seq, new.last_used), db=self.sessions_db)
+
+    def _forget_results(self, client_id: bytes, below: int | None = None) -> None:
+        """Delete the client's recorded results with seq < `below` (all of them if None)."""
+        prefix = _U16.pack(len(client_id)) + client_id
+        cursor = self.txn.cursor(db=self.results_db)
+        found = cursor.set_range(prefix)
+        while found:
+            key = cursor.key()
+            if not key.startswith(prefix) or (below is not None and _U64.unpack(key[len(prefix):])[0] >= below):
+                break
+            found = cursor.delete()
+
+    def _drop_session(self, client_id: bytes, last_used: int) -> None:
+        self._forget_results(client_id)
+        self.txn.delete(_U64.pack(last_used) + client_id, db=self.expiry_db)
+        self.txn.delete(client_id, db=self.sessions_db)
+
+    def drop_stale_sessions(self, last_index: int) -> None:
+        """Physically drop the sessions no entry after `last_index` can see any more. Which sessions
+        are visible is decided per entry in `_load_session`; this only reclaims space, so it may run
+        once per batch without making replicas with different batch sizes diverge."""
+        cursor = self.txn.cursor(db=self.expiry_db)
+        stale: list[tuple[bytes, int]] = []
+        for key in cursor.iternext(values=False):
+            last_used = _U64.unpack(key[:8])[0]
+            if last_index - last_used <= self.ttl:
+                break
+            stale.append((key[8:], last_used))
+        for client_id, last_used in stale:
+            self._drop_session(client_id, last_used)
+
+
+def _result_key(client_id: bytes, seq: int) -> bytes:
+    # Length-prefixed so one client's keys never interleave with another's whose id extends it.
+    return _U16.pack(len(client_id)) + client_id + _U64.pack(seq)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with `prefix`; None if there is none."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    found = cursor.set_range(start) if start else cursor.first()
+    while found:
+        key = cursor.key()
+        if end is not None and key >= end:
+            return
+        yield key, cursor.value()
+        found = cursor.next()
+
+
+def _take(items: Iterator[tuple[bytes, bytes]], limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+    page: list[tuple[bytes, bytes]] = []
+    for item in items:
+        if len(page) == limit:
+            return page, True
+        page.append(item)
+    return page, False

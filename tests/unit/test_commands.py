@@ -1,0 +1,110 @@
+"""Encoding, decoding and pre-proposal validation of the replicated write command."""
+from __future__ import annotations
+
+import pytest
+
+from proto import kv_pb2
+from statemachine.commands import (
+    CommandLimits,
+    decode_command,
+    delete_op,
+    encode_command,
+    put_op,
+    validate_header,
+    validate_key,
+    validate_ops,
+    validate_value,
+)
+from statemachine.errors import InvalidCommandError
+
+
+def test_round_trip_keeps_header_and_ops() -> None:
+    payload = encode_command([put_op(b"k", b"v"), delete_op(b"gone")], client_id="c-1", seq=42)
+    command = decode_command(payload)
+    assert (command.header.client_id, command.header.seq) == ("c-1", 42)
+    assert command.ops[0].put.key == b"k" and command.ops[0].put.value == b"v"
+    assert command.ops[1].delete == b"gone"
+
+
+def test_no_client_id_means_no_header() -> None:
+    command = decode_command(encode_command([put_op(b"k", b"")]))
+    assert not command.HasField("header")
+
+
+def test_garbage_bytes_are_refused() -> None:
+    with pytest.raises(InvalidCommandError, match="not a kv Command"):
+        decode_command(b"\xff\xff\xff\xff")
+
+
+def test_decoded_command_without_ops_is_refused() -> None:
+    with pytest.raises(InvalidCommandError, match="no ops"):
+        decode_command(b"")
+
+
+def test_decoded_empty_op_is_refused() -> None:
+    payload = kv_pb2.Command(ops=[kv_pb2.Op()]).SerializeToString()
+    with pytest.raises(InvalidCommandError, match="op 0 is neither"):
+        decode_command(payload)
+
+
+def test_decoded_key_over_lmdb_limit_is_refused() -> None:
+    with pytest.raises(InvalidCommandError, match="512 bytes"):
+        decode_command(encode_command([put_op(b"x" * 512, b"v")]))
+
+
+def test_empty_key_message() -> None:
+    with pytest.raises(InvalidCommandError, match="key is empty"):
+        validate_key(b"")
+
+
+def test_long_key_message_names_lmdb_limit_and_length() -> None:
+    validate_key(b"k" * 511)
+    with pytest.raises(InvalidCommandError) as info:
+        validate_key(b"k" * 600)
+    assert "600 bytes" in str(info.value) and "LMDB's 511-byte key limit" in str(info.value)
+
+
+def test_configured_key_limit_cannot_exceed_lmdb() -> None:
+    with pytest.raises(InvalidCommandError, match="511-byte"):
+        validate_key(b"k" * 600, max_key_bytes=1000)
+    with pytest.raises(InvalidCommandError, match="the 10-byte key limit"):
+        validate_key(b"k" * 11, max_key_bytes=10)
+
+
+def test_value_message_names_both_sizes() -> None:
+    validate_value(b"v" * 100, max_value_bytes=100)
+    with pytest.raises(InvalidCommandError) as info:
+        validate_value(b"v" * 101, max_value_bytes=100)
+    assert "101 bytes" in str(info.value) and "100-byte maximum" in str(info.value)
+
+
+def test_validate_ops_empty_batch() -> None:
+    with pytest.raises(InvalidCommandError, match="no ops"):
+        validate_ops([])
+
+
+def test_validate_ops_too_many() -> None:
+    ops = [delete_op(b"k%d" % i) for i in range(4)]
+    validate_ops(ops[:3], CommandLimits(max_ops=3))
+    with pytest.raises(InvalidCommandError, match="4 ops, over the maximum of 3"):
+        validate_ops(ops, CommandLimits(max_ops=3))
+
+
+def test_validate_ops_total_size() -> None:
+    ops = [put_op(b"a", b"x" * 50), put_op(b"b", b"x" * 50)]
+    validate_ops(ops, CommandLimits(max_total_bytes=102))
+    with pytest.raises(InvalidCommandError, match="total 102 bytes, over the maximum of 101"):
+        validate_ops(ops, CommandLimits(max_total_bytes=101))
+
+
+def test_validate_ops_names_the_bad_op() -> None:
+    with pytest.raises(InvalidCommandError, match="op 1: value is 11 bytes"):
+        validate_ops([put_op(b"a", b""), put_op(b"b", b"x" * 11)], CommandLimits(max_value_bytes=10))
+    with pytest.raises(InvalidCommandError, match="op 0: key is empty"):
+        validate_ops([delete_op(b"")])
+
+
+def test_client_id_size_is_limited() -> None:
+    validate_header(kv_pb2.WriteHeader(client_id="c" * 256, seq=1))
+    with pytest.raises(InvalidCommandError, match="client id is 257 bytes"):
+        validate_header(kv_pb2.WriteHeader(client_id="c" * 257, seq=1))

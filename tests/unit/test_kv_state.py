@@ -1,0 +1,315 @@
+"""The KV state machine on a real LMDB environment in a temporary directory."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from proto import kv_pb2
+from raft.core import Entry, EntryType
+from statemachine import (
+    ApplyOrderError, ApplyOutcome, KVStateMachine, SessionStats, StateFullError, delete_op, encode_command, put_op,
+)
+
+
+@pytest.fixture
+def sm(tmp_path: Path) -> Iterator[KVStateMachine]:
+    machine = KVStateMachine(tmp_path / "state", map_size=64 << 20)
+    yield machine
+    machine.close()
+
+
+class Log:
+    """Builds consecutive entries the way a leader's log would hold them."""
+
+    def __init__(self, term: int = 1) -> None:
+        self.next_index = 1
+        self.term = term
+
+    def entry(self, ops: Sequence[kv_pb2.Op] = (), client_id: str = "", seq: int = 0,
+              payload: bytes | None = None, noop: bool = False) -> Entry:
+        if noop:
+            made = Entry(self.next_index, self.term, EntryType.NOOP)
+        else:
+            made = Entry(self.next_index, self.term, EntryType.NORMAL,
+                         encode_command(ops, client_id, seq) if payload is None else payload)
+        self.next_index += 1
+        return made
+
+    def put(self, key: bytes, value: bytes, client_id: str = "", seq: int = 0) -> Entry:
+        return self.entry([put_op(key, value)], client_id, seq)
+
+
+def outcome(result: ApplyOutcome | None) -> ApplyOutcome:
+    assert result is not None
+    return result
+
+
+# ---- plain application ---------------------------------------------------------------------
+
+def test_put_delete_report_whether_key_existed(sm: KVStateMachine) -> None:
+    log = Log()
+    results = sm.apply([
+        log.put(b"a", b"1"),
+        log.put(b"a", b"2"),
+        log.entry([delete_op(b"a"), delete_op(b"a"), put_op(b"b", b"3")]),
+    ])
+    assert [list(outcome(r).result.existed) for r in results] == [[False], [True], [True, False, False]]
+    assert [outcome(r).index for r in results] == [1, 2, 3]
+    assert all(outcome(r).ok for r in results)
+    assert sm.get(b"a") is None and sm.get(b"b") == b"3"
+    assert sm.applied_index == 3 and sm.applied_term == 1 and sm.count() == 1
+
+
+def test_noop_only_advances_applied_index(sm: KVStateMachine) -> None:
+    log = Log(term=4)
+    assert sm.apply([log.entry(noop=True)]) == [None]
+    assert (sm.applied_index, sm.applied_term, sm.count()) == (1, 4, 0)
+
+
+def test_empty_batch_changes_nothing(sm: KVStateMachine) -> None:
+    assert sm.apply([]) == []
+    assert sm.applied_index == 0
+
+
+def test_non_consecutive_batch_is_refused_and_not_applied(sm: KVStateMachine) -> None:
+    log = Log()
+    sm.apply([log.put(b"a", b"1")])
+    gap = [Entry(2, 1, payload=encode_command([put_op(b"b", b"1")])),
+           Entry(4, 1, payload=encode_command([put_op(b"c", b"1")]))]
+    with pytest.raises(ApplyOrderError, match="expected index 3, got 4"):
+        sm.apply(gap)
+    with pytest.raises(ApplyOrderError, match="expected index 2, got 1"):
+        sm.apply([Entry(1, 1, payload=encode_command([put_op(b"b", b"1")]))])
+    assert sm.applied_index == 1 and sm.get(b"b") is None
+
+
+def test_reopen_resumes_at_applied_index_with_data(tmp_path: Path) -> None:
+    log = Log(term=3)
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20) as first:
+        first.apply([log.put(b"k%d" % i, b"v%d" % i, "c", i + 1) for i in range(50)])
+        before = first.state_hash()
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20) as again:
+        assert (again.applied_index, again.applied_term) == (50, 3)
+        assert again.state_hash() == before and again.get(b"k7") == b"v7"
+        # The session survived too: a retry after the restart is still recognised.
+        retry = Entry(51, 3, payload=encode_command([put_op(b"k0", b"other")], "c", 1))
+        assert outcome(again.apply([retry])[0]).duplicate
+        assert again.get(b"k0") == b"v0"
+    again.close()  # a second close is harmless
+
+
+def test_sync_mode_works_the_same(tmp_path: Path) -> None:
+    log = Log()
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20, sync=True) as machine:
+        machine.apply([log.put(b"a", b"1")])
+        machine.sync()
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20) as machine:
+        assert machine.get(b"a") == b"1" and machine.applied_index == 1
+
+
+# ---- exactly-once --------------------------------------------------------------------------
+
+def test_same_header_twice_has_one_effect_and_same_result(sm: KVStateMachine) -> None:
+    log = Log()
+    first, other, retry = sm.apply([
+        log.entry([put_op(b"k", b"v1"), delete_op(b"x")], "c1", 1),
+        log.put(b"k", b"v2", "c2", 1),  # another client overwrites in between
+        log.entry([put_op(b"k", b"v1"), delete_op(b"x")], "c1", 1),
+    ])
+    assert not outcome(first).duplicate and outcome(retry).duplicate and outcome(retry).ok
+    assert outcome(retry).result == outcome(first).result
+    assert list(outcome(other).result.existed) == [True]
+    assert sm.get(b"k") == b"v2"  # the retry did not put v1 again
+
+
+def test_duplicate_across_batches(sm: KVStateMachine) -> None:
+    log = Log()
+    sm.apply([log.entry([delete_op(b"k")], "c", 7)])
+    sm.apply([log.put(b"k", b"v")])
+    again = outcome(sm.apply([log.entry([delete_op(b"k")], "c", 7)])[0])
+    assert again.duplicate and list(again.result.existed) == [False]
+    assert sm.get(b"k") == b"v"
+
+
+def test_concurrent_seqs_commit_in_any_order(sm: KVStateMachine) -> None:
+    log = Log()
+    order = [5, 3, 4, 1, 2]
+    results = sm.apply([log.put(b"k%d" % s, b"v", "c", s) for s in order])
+    assert not any(outcome(r).duplicate or outcome(r).expired for r in results)
+    assert sm.count() == 5
+    retries = sm.apply([log.put(b"k%d" % s, b"changed", "c", s) for s in order])
+    assert all(outcome(r).duplicate for r in retries)
+    assert sm.scan_prefix(b"k")[0] == [(b"k%d" % s, b"v") for s in range(1, 6)]
+
+
+def test_seq_older_than_window_is_expired_and_not_applied(tmp_path: Path) -> None:
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20, session_window=4) as machine:
+        log = Log()
+        machine.apply([log.put(b"k%d" % s, b"v", "c", s) for s in (1, 2, 8, 10)])
+        # Highest seq is 10 and the window 4: 7..10 are still known, 6 and below are not.
+        late, known, old = machine.apply([
+            log.put(b"new7", b"v", "c", 7),   # inside the window, never applied: applied now
+            log.put(b"k8", b"again", "c", 8),  # inside the window, applied: duplicate
+            log.put(b"k2", b"again", "c", 2),  # below the window: expired
+        ])
+        assert outcome(late).ok and not outcome(late).duplicate and machine.get(b"new7") == b"v"
+        assert outcome(known).duplicate and machine.get(b"k8") == b"v"
+        assert outcome(old).expired and not outcome(old).ok and machine.get(b"k2") == b"v"
+        expired_new = outcome(machine.apply([log.put(b"never", b"v", "c", 6)])[0])
+        assert expired_new.expired and machine.get(b"never") is None
+        # Only the window's results are stored: 7, 8 and 10 (9 was never applied).
+        assert machine.session_stats() == SessionStats(clients=1, results=3)
+
+
+def test_empty_client_id_means_no_dedup(sm: KVStateMachine) -> None:
+    log = Log()
+    first, second = sm.apply([log.put(b"k", b"v"), log.put(b"k", b"v")])
+    assert not outcome(second).duplicate and list(outcome(second).result.existed) == [True]
+    assert sm.session_stats() == SessionStats(clients=0, results=0)
+
+
+def test_sessions_expire_by_log_index_identically_for_any_batching(tmp_path: Path) -> None:
+    log = Log()
+    entries = [log.put(b"k", b"first", "c", 1)]                # index 1
+    entries += [log.entry(noop=True) for _ in range(4)]         # 2..5
+    entries += [log.put(b"k", b"retry-seen", "c", 1)]           # 6: 6-1 = 5 = ttl, still known
+    entries += [log.entry(noop=True) for _ in range(5)]         # 7..11
+    entries += [log.put(b"k", b"after-ttl", "c", 1)]            # 12: unused for 6 > 5, forgotten
+    entries += [log.put(b"z", b"other", "d", 1)]                # 13
+    entries += [log.entry(noop=True) for _ in range(6)]         # 14..19: both sessions stale
+    with KVStateMachine(tmp_path / "one", map_size=16 << 20, session_ttl_entries=5) as one, \
+            KVStateMachine(tmp_path / "all", map_size=16 << 20, session_ttl_entries=5) as whole:
+        singly = [r for e in entries for r in one.apply([e])]
+        at_once = whole.apply(entries)
+        assert singly == at_once
+        assert outcome(at_once[5]).duplicate
+        assert not outcome(at_once[11]).duplicate
+        assert one.state_hash() == whole.state_hash() and one.get(b"k") == b"after-ttl"
+        # Stale sessions are physically dropped, not just ignored.
+        assert one.session_stats() == whole.session_stats() == SessionStats(clients=0, results=0)
+
+
+# ---- malformed entries ---------------------------------------------------------------------
+
+def test_malformed_payload_is_a_logged_noop(sm: KVStateMachine, caplog: pytest.LogCaptureFixture) -> None:
+    log = Log()
+    with caplog.at_level(logging.ERROR, logger="statemachine.kv_state"):
+        bad, empty, good = sm.apply([
+            log.entry(payload=b"\xff\xfe garbage"),
+            log.entry(payload=b""),
+            log.put(b"k", b"v"),
+        ])
+    assert outcome(bad).error and "not a kv Command" in str(outcome(bad).error) and not outcome(bad).ok
+    assert outcome(empty).error and "no ops" in str(outcome(empty).error)
+    assert outcome(good).ok and sm.get(b"k") == b"v" and sm.applied_index == 3 and sm.count() == 1
+    assert "entry 1" in caplog.text
+
+
+def test_bad_key_inside_command_applies_none_of_its_ops(sm: KVStateMachine) -> None:
+    log = Log()
+    result = outcome(sm.apply([log.entry([put_op(b"ok", b"v"), put_op(b"x" * 600, b"v")], "c", 1)])[0])
+    assert result.error and "600 bytes" in result.error
+    assert sm.get(b"ok") is None and sm.applied_index == 1
+
+
+# ---- reads ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def filled(sm: KVStateMachine) -> KVStateMachine:
+    log = Log()
+    keys = [b"a", b"user/1", b"user/2", b"user/3", b"user0", b"v\xff", b"v\xff\xff", b"w"]
+    sm.apply([log.put(k, b"val-" + k) for k in keys])
+    return sm
+
+
+def test_scan_prefix(filled: KVStateMachine) -> None:
+    items, more = filled.scan_prefix(b"user/", limit=10)
+    assert [k for k, _ in items] == [b"user/1", b"user/2", b"user/3"] and not more
+    assert items[0] == (b"user/1", b"val-user/1")
+    assert [k for k, _ in filled.scan_prefix(b"v\xff", 10)[0]] == [b"v\xff", b"v\xff\xff"]
+    assert filled.scan_prefix(b"nothing", 10) == ([], False)
+    assert len(filled.scan_prefix(b"", 100)[0]) == 8
+
+
+def test_scan_half_open_range(filled: KVStateMachine) -> None:
+    items, more = filled.scan(b"user/2", b"user0", limit=10)
+    assert [k for k, _ in items] == [b"user/2", b"user/3"] and not more
+    assert [k for k, _ in filled.scan(b"v", b"", limit=10)[0]] == [b"v\xff", b"v\xff\xff", b"w"]
+    assert [k for k, _ in filled.scan(b"", None, limit=2)[0]] == [b"a", b"user/1"]
+
+
+def test_scan_limit_and_more(filled: KVStateMachine) -> None:
+    items, more = filled.scan_prefix(b"user/", limit=2)
+    assert [k for k, _ in items] == [b"user/1", b"user/2"] and more
+    items, more = filled.scan(items[-1][0] + b"\x00", _end(b"user/"), limit=2)
+    assert [k for k, _ in items] == [b"user/3"] and not more
+    # Exactly `limit` keys left: no more.
+    assert filled.scan_prefix(b"user/", limit=3)[1] is False
+    with pytest.raises(ValueError):
+        filled.scan(b"", None, limit=0)
+
+
+def _end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def test_get_of_impossible_keys_is_none(filled: KVStateMachine) -> None:
+    assert filled.get(b"") is None and filled.get(b"x" * 600) is None
+
+
+def test_state_hash_compares_contents(tmp_path: Path) -> None:
+    with KVStateMachine(tmp_path / "a", map_size=16 << 20) as a, \
+            KVStateMachine(tmp_path / "b", map_size=16 << 20) as b:
+        log_a, log_b = Log(), Log(term=2)
+        a.apply([log_a.put(b"x", b"1"), log_a.put(b"y", b"2")])
+        # Different history, same contents.
+        b.apply([log_b.put(b"y", b"0"), log_b.put(b"z", b"9"), log_b.put(b"x", b"1"),
+                 log_b.entry([delete_op(b"z"), put_op(b"y", b"2")])])
+        assert a.state_hash() == b.state_hash()
+        assert a.state_hash(upto_key_count=1) == b.state_hash(upto_key_count=1) != a.state_hash()
+        # Moving a byte from key to value must change the hash.
+        a.apply([log_a.entry([delete_op(b"y"), put_op(b"y2", b"")])])
+        b.apply([log_b.entry([delete_op(b"y"), put_op(b"y", b"2")])])
+        assert a.state_hash() != b.state_hash()
+
+
+def test_copy_to_is_a_consistent_openable_state(filled: KVStateMachine, tmp_path: Path) -> None:
+    index, term = filled.copy_to(tmp_path / "copy")
+    assert (index, term) == (filled.applied_index, filled.applied_term)
+    with KVStateMachine(tmp_path / "copy", map_size=16 << 20) as copy:
+        assert copy.state_hash() == filled.state_hash() and copy.applied_index == index
+
+
+# ---- map full ------------------------------------------------------------------------------
+
+def test_map_full_refuses_batch_and_reads_keep_working(tmp_path: Path) -> None:
+    with KVStateMachine(tmp_path / "s", map_size=1 << 20) as machine:
+        log = Log()
+        machine.apply([log.put(b"keep", b"v")])
+        big = [log.put(b"big%d" % i, b"x" * 4000) for i in range(400)]
+        with pytest.raises(StateFullError, match="is full") as info:
+            machine.apply(big)
+        assert "entries 2..401 were not applied" in str(info.value)
+        assert machine.applied_index == 1 and machine.get(b"keep") == b"v" and machine.count() == 1
+        # The environment is still usable for a batch that fits.
+        small = Entry(2, 1, payload=encode_command([put_op(b"small", b"v")]))
+        assert outcome(machine.apply([small])[0]).ok and machine.applied_index == 2
+
+
+# ---- throughput (printed, not asserted) ----------------------------------------------------
+
+def test_apply_throughput_100k_puts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = Log()
+    entries = [log.put(b"key/%08d" % i, b"v" * 100, "client-%d" % (i % 8), i // 8 + 1) for i in range(100_000)]
+    with KVStateMachine(tmp_path / "s", map_size=1 << 30) as machine:
+        started = time.perf_counter()
+        for first in range(0, len(entries), 1000):
+            machine.apply(entries[first:first + 1000])
+        elapsed = time.perf_counter() - started
+        assert machine.count() == 100_000
+    with capsys.disabled():
+        print(f"\napply: 100k tracked puts in batches of 1000: {elapsed:.2f}s, {100_000 / elapsed:,.0f} entries/s")
