@@ -99,11 +99,13 @@ class RaftLog:
 
     def truncate_from(self, index: int) -> None:
         """Drop entries >= index."""
+        on_disk = index < self._offset or index <= self._handed_to  # written, or being written
         if index >= self._offset:
             del self._unstable[index - self._offset:]
         else:
             self._unstable = []
             self._offset = index
+        if on_disk:
             self._pending_truncate = index if self._pending_truncate is None else min(self._pending_truncate, index)
         self._handed_to = min(self._handed_to, index - 1)
         self.persisted_index = min(self.persisted_index, index - 1)

@@ -1,0 +1,177 @@
+"""raftkv inside another Python process: the node and its gRPC server (so peers and remote clients
+can reach it) run on a background thread's event loop; the local API calls the node directly.
+
+    with kv.embedded.open("./meta-data") as db:          # a single-node store
+        db.put(b"k", b"v"); db.get(b"k")                  # -> b"v"
+
+The methods have kv.Client's signatures and semantics: while no leader is known (an election),
+a call waits for one within `timeout`; when another node leads, writes (and non-stale reads)
+raise kv.errors.NotLeaderError carrying that leader's address."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from kv import errors
+from kv.client import KeyLike, prefix_end, to_bytes
+from kv.server import RunningServer, start_server
+from kv.service import status_dict
+from proto import kv_pb2
+from raft.node.config import NodeConfig
+
+T = TypeVar("T")
+
+_CONSISTENCY = {"linearizable": kv_pb2.LINEARIZABLE, "lease": kv_pb2.LEASE, "stale": kv_pb2.STALE}
+
+
+class EmbeddedNode:
+    def __init__(self, config: NodeConfig, timeout: float = 5.0, start_timeout: float = 30.0) -> None:
+        """Start the node; returns once it serves (not necessarily once a leader is elected)."""
+        self.config = config
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"raftkv-{config.node_id}", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._running: RunningServer = self._submit(start_server(config)).result(start_timeout)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # ---- the API (kv.Client's) -----------------------------------------------------------------
+
+    def put(self, key: KeyLike, value: KeyLike) -> int:
+        """Write `value` under `key`; returns the raft index the write was committed at."""
+        request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"))
+        return self._call(lambda t: self._handler.put(request, t)).index
+
+    def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
+        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=_consistency(consistency))
+        response = self._call(lambda t: self._handler.get(request, t))
+        return response.value if response.found else None
+
+    def delete(self, key: KeyLike) -> bool:
+        request = kv_pb2.DeleteRequest(key=to_bytes(key))
+        return self._call(lambda t: self._handler.delete(request, t)).existed
+
+    def scan(self, prefix: KeyLike | None = None, start: KeyLike | None = None, end: KeyLike | None = None,
+             limit: int = 100, consistency: str = "linearizable") -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end)."""
+        if prefix is not None and (start is not None or end is not None):
+            raise ValueError("give either prefix or start/end, not both")
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        lo = to_bytes(prefix if prefix is not None else start or b"", "start")
+        hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
+        level = _consistency(consistency)
+        items: list[tuple[bytes, bytes]] = []
+        while len(items) < limit:  # pages, as the client does, when the server caps a page
+            request = kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level)
+            response = self._call(lambda t: self._handler.scan(request, t))
+            items.extend((kv.key, kv.value) for kv in response.items)
+            if not response.more or not response.items:
+                break
+            lo = items[-1][0] + b"\x00"
+        return items[:limit]
+
+    def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
+              deletes: Iterable[KeyLike] = ()) -> list[bool]:
+        """The puts, then the deletes, atomically; per op whether the key existed before."""
+        pairs = puts.items() if isinstance(puts, Mapping) else puts
+        ops = [kv_pb2.Op(put=kv_pb2.KeyValue(key=to_bytes(k), value=to_bytes(v, "value"))) for k, v in pairs]
+        ops += [kv_pb2.Op(delete=to_bytes(k)) for k in deletes]
+        if not ops:
+            return []
+        request = kv_pb2.BatchRequest(ops=ops)
+        return list(self._call(lambda t: self._handler.batch(request, t)).existed)
+
+    def status(self) -> list[dict[str, Any]]:
+        """As kv.Client.status(): one dict per endpoint - here the one local node."""
+        response = self._submit(self._status()).result(self.timeout)
+        return [status_dict(response)]
+
+    @property
+    def address(self) -> str:
+        return self.config.peers[self.config.node_id]
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the server and node and close the stores. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._submit(self._running.stop()).result()
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> EmbeddedNode:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _handler(self) -> Any:
+        return self._running.handler
+
+    async def _status(self) -> kv_pb2.StatusResponse:
+        return self._handler.status()
+
+    def _submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+
+    def _call(self, make: Callable[[float], Awaitable[T]]) -> T:
+        """Run make(remaining seconds) on the node's loop. While no leader is known, wait for one
+        and try again within the timeout, as kv.Client does; other errors go to the caller."""
+        if self._closed:
+            raise errors.UnavailableError("the embedded node is closed")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self._submit(make(max(remaining, 0.001))).result()
+            except errors.NotLeaderError as e:
+                if e.leader_id is not None or not self._await_leader(deadline - time.monotonic()):
+                    raise
+
+    def _await_leader(self, remaining: float) -> bool:
+        if remaining <= 0:
+            return False
+        try:
+            self._submit(asyncio.wait_for(self._running.node.wait_for_leader(), remaining)).result()
+        except (asyncio.TimeoutError, concurrent.futures.TimeoutError):
+            return False
+        return True
+
+    def _stop_loop(self) -> None:
+        # The loop's default executor ran scans and shutdowns (asyncio.to_thread): join its threads.
+        self._submit(self._loop.shutdown_default_executor()).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+def _consistency(name: str) -> int:
+    try:
+        return _CONSISTENCY[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"consistency must be one of {', '.join(_CONSISTENCY)}, not {name!r}") from None
+
+
+def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: str = "127.0.0.1:7001",
+         peers: dict[str, str] | None = None, timeout: float = 5.0, **config: Any) -> EmbeddedNode:  # noqa: A001
+    """An EmbeddedNode from the common settings; other NodeConfig fields go in `config`."""
+    return EmbeddedNode(NodeConfig(node_id=node_id, listen=listen, peers=dict(peers or {}),
+                                   data_dir=Path(data_dir), **config), timeout=timeout)

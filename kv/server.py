@@ -1,0 +1,110 @@
+"""A raftkv node as a process: the LMDB log and state, the Raft driver, and one grpc.aio server
+carrying both the peer service and the client service.
+
+    serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)
+    running = await start_server(config)  # on a running loop; `await running.stop()` when done
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+
+from kv.service import KVHandler, KVServicer
+from proto import kv_pb2_grpc, raft_pb2_grpc
+from raft.log import LmdbLogStore
+from raft.node.config import NodeConfig
+from raft.node.node import RaftNode
+from raft.transport.peer_transport import SERVER_OPTIONS
+from statemachine.errors import StateFullError
+from statemachine.kv_state import KVStateMachine
+
+log = logging.getLogger(__name__)
+
+# How long in-flight client calls get to finish on shutdown before they are cancelled.
+SHUTDOWN_GRACE_S = 1.0
+
+
+@dataclass(slots=True)
+class RunningServer:
+    config: NodeConfig
+    node: RaftNode
+    handler: KVHandler
+    log_store: LmdbLogStore
+    fsm: KVStateMachine
+    server: grpc.aio.Server
+    port: int  # the bound port (the one asked for, or the one chosen for port 0)
+    _stopped: bool = False
+
+    async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop taking calls, stop the node (waiting for its log and apply threads), then close the
+        stores. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.server.stop(grace)
+        await self.node.stop()
+        self.fsm.close()
+        self.log_store.close()
+        log.info("node %s stopped", self.config.node_id)
+
+    async def wait_for_termination(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def start_server(config: NodeConfig) -> RunningServer:
+    """Open the stores under config.data_dir, start the node and serve on config.listen."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    log_store = LmdbLogStore(config.data_dir / "log", map_size=config.log_map_size, fsync=config.fsync)
+    fsm: KVStateMachine | None = None
+    try:
+        fsm = KVStateMachine(config.data_dir / "state", map_size=config.state_map_size)
+        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,))
+        handler = KVHandler(node, fsm)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        raft_pb2_grpc.add_RaftPeerServicer_to_server(node.peer_service(), server)
+        kv_pb2_grpc.add_KVServicer_to_server(KVServicer(handler), server)
+        port = _bind(server, config.listen)
+        await node.start()
+        await server.start()
+    except BaseException:
+        if fsm is not None:
+            fsm.close()
+        log_store.close()
+        raise
+    log.info("node %s serving on %s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
+             node.cluster_id, ",".join(config.members), config.data_dir)
+    return RunningServer(config, node, handler, log_store, fsm, server, port)
+
+
+def _bind(server: grpc.aio.Server, listen: str) -> int:
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
+        raise OSError(f"cannot listen on {listen}: {e}; is another process using the port?") from e
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: is another process using the port?")
+    return port
+
+
+def serve(config: NodeConfig) -> None:
+    """Run a node until SIGINT or SIGTERM, then stop cleanly."""
+    asyncio.run(_serve(config))
+
+
+async def _serve(config: NodeConfig) -> None:
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("node %s shutting down", config.node_id)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await running.stop()

@@ -1,0 +1,187 @@
+"""The client API on a node: `KVHandler` does the work on protobuf requests (validate, propose or
+wait on the read barrier, read the state machine) and raises kv.errors; `KVServicer` is its gRPC
+face, turning those errors into statuses. The embedded API calls KVHandler directly, so a local
+caller gets the same semantics without a gRPC hop."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import grpc
+
+from kv import errors
+from proto import kv_pb2, kv_pb2_grpc
+from raft.node import errors as node_errors
+from raft.node.node import RaftNode
+from statemachine.commands import (
+    CommandLimits,
+    delete_op,
+    encode_command,
+    put_op,
+    validate_key,
+    validate_ops,
+    validate_value,
+)
+from statemachine.errors import InvalidCommandError
+from statemachine.kv_state import ApplyOutcome, KVStateMachine
+
+T = TypeVar("T")
+
+DEFAULT_SCAN_LIMIT = 1000
+MAX_SCAN_LIMIT = 10_000
+
+_CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
+
+
+class KVHandler:
+    def __init__(self, node: RaftNode, fsm: KVStateMachine) -> None:
+        self._node = node
+        self._fsm = fsm
+        config = node.config
+        self._limits = CommandLimits(max_key_bytes=config.max_key_bytes, max_value_bytes=config.max_value_bytes)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> kv_pb2.PutResponse:
+        with _invalid_argument():
+            validate_key(request.key, self._limits.max_key_bytes)
+            validate_value(request.value, self._limits.max_value_bytes)
+        outcome = await self._write([put_op(request.key, request.value)], request.header, timeout)
+        return kv_pb2.PutResponse(index=outcome.index)
+
+    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None) -> kv_pb2.DeleteResponse:
+        with _invalid_argument():
+            validate_key(request.key, self._limits.max_key_bytes)
+        outcome = await self._write([delete_op(request.key)], request.header, timeout)
+        return kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]), index=outcome.index)
+
+    async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None) -> kv_pb2.BatchResponse:
+        ops = list(request.ops)
+        with _invalid_argument():
+            validate_ops(ops, self._limits)
+        outcome = await self._write(ops, request.header, timeout)
+        return kv_pb2.BatchResponse(index=outcome.index, existed=list(outcome.result.existed))
+
+    async def _write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None) -> ApplyOutcome:
+        """Propose already validated ops as one Command and wait for its outcome."""
+        payload = encode_command(ops, header.client_id, header.seq)
+        outcome = await self._node_call(self._node.propose(payload), timeout)
+        if outcome.expired:
+            raise errors.InvalidArgumentError(
+                f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
+                "whether it was applied is unknown (use a fresh sequence number)")
+        if outcome.error is not None:
+            raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
+        return outcome
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> kv_pb2.GetResponse:
+        with _invalid_argument():
+            validate_key(request.key, self._limits.max_key_bytes)
+        await self._barrier(request.consistency, timeout)
+        index = self._node.applied_index  # read after: the value is at least this fresh
+        value = self._fsm.get(request.key)
+        return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
+
+    async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None) -> kv_pb2.ScanResponse:
+        if request.prefix and (request.start or request.end):
+            raise errors.InvalidArgumentError("give either prefix or start/end, not both")
+        limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
+        await self._barrier(request.consistency, timeout)
+        index = self._node.applied_index
+        with _invalid_argument():
+            if request.prefix:
+                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit)
+            else:
+                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit)
+        return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
+
+    async def _barrier(self, consistency: int, timeout: float | None) -> None:
+        level = _CONSISTENCY.get(consistency)
+        if level is None:
+            raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
+        await self._node_call(self._node.read_barrier(level), timeout)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    def status(self) -> kv_pb2.StatusResponse:
+        s = self._node.status()
+        return kv_pb2.StatusResponse(
+            id=s["id"], role=s["role"], term=s["term"], leader=s["leader"] or "",
+            commit_index=s["commit_index"], applied_index=s["applied_index"], snapshot_index=s["snapshot_index"],
+            peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
+            leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
+            state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id])
+
+    # ---- node errors -> client errors --------------------------------------------------------
+
+    async def _node_call(self, call: Awaitable[T], timeout: float | None) -> T:
+        try:
+            return await asyncio.wait_for(call, timeout)
+        except asyncio.TimeoutError:
+            raise errors.TimeoutError(
+                f"not done within {timeout:.3f}s; a write may still be applied later, at most once") from None
+        except node_errors.NotLeaderError as e:
+            raise errors.NotLeaderError(e.leader, self._node.config.peers.get(e.leader) if e.leader else None) from None
+        except node_errors.QueueFullError as e:
+            raise errors.QueueFullError(str(e)) from None
+        except node_errors.DiskFullError as e:
+            raise errors.DiskFullError(str(e)) from None
+        except node_errors.NodeStoppedError as e:
+            raise errors.UnavailableError(str(e)) from None
+
+
+@contextmanager
+def _invalid_argument() -> Iterator[None]:
+    try:
+        yield
+    except InvalidCommandError as e:
+        raise errors.InvalidArgumentError(str(e)) from None
+
+
+class KVServicer(kv_pb2_grpc.KVServicer):
+    """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata."""
+
+    def __init__(self, handler: KVHandler) -> None:
+        self._handler = handler
+
+    async def _serve(self, call: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await call
+        except errors.RaftKVError as e:
+            await errors.abort(context, e)
+            raise  # unreachable: abort raises
+
+    async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
+        return await self._serve(self._handler.put(request, context.time_remaining()), context)
+
+    async def Get(self, request: kv_pb2.GetRequest, context: grpc.aio.ServicerContext) -> kv_pb2.GetResponse:
+        return await self._serve(self._handler.get(request, context.time_remaining()), context)
+
+    async def Delete(self, request: kv_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> kv_pb2.DeleteResponse:
+        return await self._serve(self._handler.delete(request, context.time_remaining()), context)
+
+    async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> kv_pb2.ScanResponse:
+        return await self._serve(self._handler.scan(request, context.time_remaining()), context)
+
+    async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
+        return await self._serve(self._handler.batch(request, context.time_remaining()), context)
+
+    async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
+        return self._handler.status()
+
+
+def status_dict(s: kv_pb2.StatusResponse) -> dict[str, Any]:
+    """The status fields the contract names (DESIGN.md), as kv.Client.status() reports them."""
+    out: dict[str, Any] = {
+        "id": s.id, "role": s.role, "term": s.term, "leader": s.leader or None,
+        "commit_index": s.commit_index, "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
+        "address": s.address, "cluster_id": s.cluster_id, "last_index": s.last_index,
+        "leader_address": s.leader_address or None, "log_size_bytes": s.log_size_bytes,
+    }
+    if s.role == "leader":
+        out["peers"] = dict(s.peers)
+    return out

@@ -1,0 +1,421 @@
+"""RaftNode: the asyncio driver around one RaftCore.
+
+Three things run on the event loop: a tick task (the core learns the time), the peer service
+(stepping incoming messages into the core) and the ready loop, which handles each Ready in the
+order raft/core/ready.py prescribes. The two slow steps, the fsynced log write and applying to
+the state machine, run in their own single-thread executors so the loop keeps receiving messages
+and proposals meanwhile; all of those go into the next Ready, which is where group commit comes
+from (one fsync for everything that arrived during the previous one).
+
+Client requests wait on futures: a proposal on its log index (resolved when that index is applied
+with the proposal's term), a linearizable read on its ReadIndex context."""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from raft.core.errors import NotLeaderError
+from raft.core.log_store import LogStore
+from raft.core.messages import Message
+from raft.core.raft import RaftCore
+from raft.core.ready import DroppedProposals, Ready, SoftState
+from raft.core.types import Entry, Role
+from raft.log.errors import LogFullError
+from raft.node.cluster_id import resolve_cluster_id
+from raft.node.config import NodeConfig
+from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
+from raft.node.fsm import StateMachine
+from raft.transport.peer_client import PeerClient
+from raft.transport.peer_transport import PeerService
+
+log = logging.getLogger(__name__)
+
+CONSISTENCIES = ("linearizable", "lease", "stale")
+# A follower this far behind its commit index is "catching up"; it logs once when it has caught up.
+CATCH_UP_LAG = 1000
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _role_name(role: Role) -> str:
+    # status() speaks the contract's three roles; a pre-candidate is a candidate that has not yet
+    # raised its term.
+    return "candidate" if role is Role.PRE_CANDIDATE else role.value
+
+
+@dataclass(slots=True)
+class _Proposal:
+    term: int
+    future: asyncio.Future[Any]
+
+
+class RaftNode:
+    """Create, `await start()` on the loop that will run it, `await stop()` when done. The caller
+    owns (opens and closes) the log store and the state machine."""
+
+    def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine,
+                 rng: random.Random | None = None,
+                 fsm_full_errors: tuple[type[Exception], ...] = ()) -> None:
+        """`fsm_full_errors`: what the state machine raises when it is out of space (raft may
+        not import statemachine, so the server names its StateFullError here)."""
+        self.config = config
+        self._fsm_full_errors = fsm_full_errors
+        self.id = config.node_id
+        self.cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
+        self._log = log_store
+        self._fsm = fsm
+        self._rng = rng or random.Random()
+        self._applied = fsm.applied_index
+        self._core = self._new_core()
+        self._soft: SoftState | None = None
+        self._proposals: dict[int, _Proposal] = {}
+        self._reads: dict[int, asyncio.Future[int]] = {}
+        self._read_ctx = itertools.count(1)
+        self._applied_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # heap on index
+        self._waiter_seq = itertools.count()
+        self._disk_full: str | None = None  # why writes are refused, while the store is full
+        self._stopped: str | None = "not started"
+        self._catching_up = True
+        self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-log-{self.id}")
+        self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-apply-{self.id}")
+        self._wake: asyncio.Event | None = None
+        # Set (and replaced by a fresh one) on every new SoftState: a broadcast to waiters.
+        self._soft_changed: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._transport: PeerClient | None = None
+
+    def _new_core(self) -> RaftCore:
+        return RaftCore(self.id, self.config.members, self._log, self.config.core, self._rng, now_ms(),
+                        applied_index=self._applied)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def peer_service(self) -> PeerService:
+        """The RaftPeer servicer to add to this node's gRPC server."""
+        return PeerService(self.id, self.cluster_id, self.config.members, self.step)
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._soft_changed = asyncio.Event()
+        self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms)
+        self._stopped = None
+        self._tasks = [asyncio.create_task(self._tick_loop(), name=f"raft-tick-{self.id}"),
+                       asyncio.create_task(self._ready_loop(), name=f"raft-ready-{self.id}")]
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop ticking and handling Readies, fail what waits, and wait for the executor threads
+        so the caller may close the stores right after."""
+        if self._stopped is None:
+            self._stopped = "node stopped"
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._fail_all(lambda: NodeStoppedError("node is shutting down"))
+        if self._transport is not None:
+            await self._transport.close()
+        await asyncio.to_thread(self._persist_pool.shutdown)
+        await asyncio.to_thread(self._apply_pool.shutdown)
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    def step(self, messages: Sequence[Message]) -> None:
+        """Messages from peers (called by the peer service on the loop)."""
+        if self._stopped is not None:
+            return
+        for m in messages:
+            try:
+                self._core.step(m)
+            except Exception:  # a message the core chokes on must not take the node down
+                log.exception("core refused message %r", m)
+        self._poke()
+
+    async def propose(self, payload: bytes) -> Any:
+        """Replicate one command; returns the state machine's result for it once applied.
+        Raises NotLeaderError, QueueFullError, DiskFullError, NodeStoppedError."""
+        self._check_running()
+        if self._disk_full is not None:
+            raise DiskFullError(self._disk_full)
+        self._check_queue()
+        index, term = self._core.propose([payload])
+        proposal = _Proposal(term, asyncio.get_running_loop().create_future())
+        self._proposals[index] = proposal
+        self._poke()
+        try:
+            return await proposal.future
+        finally:
+            if self._proposals.get(index) is proposal:
+                del self._proposals[index]
+
+    async def read_barrier(self, consistency: str = "linearizable") -> int:
+        """Wait until a read of the local state machine is as fresh as `consistency` promises;
+        returns the index it is safe to read at. Raises NotLeaderError (not for "stale")."""
+        if consistency not in CONSISTENCIES:
+            raise ValueError(f"consistency must be one of {CONSISTENCIES}, not {consistency!r}")
+        self._check_running()
+        if consistency == "stale":
+            return self._applied
+        self._check_queue()
+        if consistency == "lease" and self._core.role is Role.LEADER and self._core.lease_valid():
+            return await self.wait_applied(self._core.commit_index)
+        ctx = next(self._read_ctx)
+        self._core.read_index(ctx)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._reads[ctx] = future
+        self._poke()
+        try:
+            return await future
+        finally:
+            self._reads.pop(ctx, None)
+
+    async def wait_for_leader(self, other_than: str | None = None) -> str:
+        """Wait until a leader (other than `other_than`) is known; returns its id. Wrap in
+        asyncio.wait_for for a deadline."""
+        while (leader := self._core.leader) in (None, other_than):
+            assert self._soft_changed is not None, "start() the node first"
+            await self._soft_changed.wait()
+        assert leader is not None
+        return leader
+
+    def _check_running(self) -> None:
+        if self._stopped is not None:
+            raise NodeStoppedError(self._stopped)
+
+    def _check_queue(self) -> None:
+        pending = len(self._proposals) + len(self._reads) + len(self._applied_waiters)
+        if pending >= self.config.max_pending_requests:
+            raise QueueFullError(
+                f"{pending} requests are already waiting on node {self.id} "
+                f"(max_pending_requests={self.config.max_pending_requests}); back off and retry")
+
+    async def wait_applied(self, index: int) -> int:
+        """Wait until the state machine has applied `index`; returns the applied index then."""
+        if self._applied >= index:
+            return self._applied
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
+        return await future
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # ---- the loops ---------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self._core.tick(now_ms())
+            self._poke()
+
+    async def _ready_loop(self) -> None:
+        assert self._wake is not None
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._core.has_ready():
+                    await self._handle(self._core.ready())
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a broken store (corruption): stop serving rather than serve wrong data
+            log.exception("node %s stopped: %s", self.id, e)
+            self._stopped = f"node stopped on an error: {e}"
+            self._fail_all(lambda: NodeStoppedError(self._stopped or "stopped"))
+
+    async def _handle(self, rd: Ready) -> None:
+        """One Ready, in ready.py's order. Returns without advancing only when the core was
+        rebuilt after a full store (the Ready then belongs to a core that no longer exists)."""
+        assert self._transport is not None
+        loop = asyncio.get_running_loop()
+        if rd.soft_state is not None:
+            self._log_soft_state(rd.soft_state)
+        if rd.leader_messages:
+            self._transport.send(rd.leader_messages)
+        if rd.snapshot is not None:
+            raise NotImplementedError("installing a snapshot comes with snapshots")
+        if rd.must_persist():
+            try:
+                await loop.run_in_executor(self._persist_pool, self._log.save, rd.hard_state, rd.truncate_from,
+                                           rd.entries)
+            except LogFullError as e:
+                self._on_store_full(e)
+                return
+            if rd.entries and self._disk_full is not None:
+                log.info("log store accepts writes again")
+                self._disk_full = None
+        if rd.messages:
+            self._transport.send(rd.messages)
+        applied_before = self._applied
+        if rd.committed_entries and not await self._apply(rd.committed_entries):
+            return
+        if rd.snapshot_sends:
+            log.warning("peers %s need a snapshot; sending snapshots comes with snapshots",
+                        [s.peer for s in rd.snapshot_sends])
+        for rs in rd.reads:
+            self._serve_read(rs.ctx, rs.index)
+        for fr in rd.failed_reads:
+            self._fail_read(fr.ctx, NotLeaderError(fr.leader, self._core.term))
+        for dp in rd.failed_proposals:
+            self._fail_dropped(dp)
+        self._core.advance(rd)
+        if self._applied != applied_before:
+            self._core.applied_to(self._applied)
+            self._note_caught_up()
+
+    # ---- apply -------------------------------------------------------------------------------
+
+    async def _apply(self, entries: list[Entry]) -> bool:
+        """Apply in the apply thread, then settle each entry's proposal. False when the state
+        machine is full (nothing applied; the core was rebuilt to hand the entries out again)."""
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._apply_pool, self._fsm.apply, entries)
+        except self._fsm_full_errors as e:
+            self._on_store_full(e)
+            return False
+        self._applied = self._fsm.applied_index
+        for entry, result in zip(entries, results):
+            self._settle(entry, result)
+        self._wake_applied_waiters()
+        return True
+
+    def _settle(self, entry: Entry, result: Any) -> None:
+        proposal = self._proposals.pop(entry.index, None)
+        if proposal is None or proposal.future.done():
+            return
+        if proposal.term == entry.term:
+            proposal.future.set_result(result)
+        else:  # another leader's entry took this index: ours was lost with our leadership
+            proposal.future.set_exception(NotLeaderError(self._core.leader, self._core.term))
+
+    def _wake_applied_waiters(self) -> None:
+        while self._applied_waiters and self._applied_waiters[0][0] <= self._applied:
+            _, _, future = heapq.heappop(self._applied_waiters)
+            if not future.done():
+                future.set_result(self._applied)
+
+    # ---- reads and failures ------------------------------------------------------------------
+
+    def _serve_read(self, ctx: object, index: int) -> None:
+        future = self._reads.pop(ctx, None)  # type: ignore[call-overload]
+        if future is None or future.done():
+            return
+        if self._applied >= index:
+            future.set_result(index)
+        else:  # the core promises applied >= index; wait rather than serve a stale read if not
+            heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
+
+    def _fail_read(self, ctx: object, error: Exception) -> None:
+        future = self._reads.pop(ctx, None)  # type: ignore[call-overload]
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def _fail_dropped(self, dp: DroppedProposals) -> None:
+        for index in range(dp.first, dp.last + 1):
+            proposal = self._proposals.get(index)
+            if proposal is not None and proposal.term == dp.term:
+                del self._proposals[index]
+                if not proposal.future.done():
+                    proposal.future.set_exception(NotLeaderError(dp.leader, self._core.term))
+
+    def _fail_all(self, write_error: Callable[[], Exception],
+                  read_error: Callable[[], Exception] | None = None) -> None:
+        """Fail every waiting proposal with write_error() and every waiting read with
+        read_error() (default: write_error()), a fresh exception each."""
+        read_error = read_error or write_error
+        writes = [p.future for p in self._proposals.values()]
+        reads = list(self._reads.values()) + [f for _, _, f in self._applied_waiters]
+        self._proposals.clear()
+        self._reads.clear()
+        self._applied_waiters.clear()
+        for futures, error in ((writes, write_error), (reads, read_error)):
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error())
+
+    def _on_store_full(self, e: Exception) -> None:
+        """A write to the log or state store failed for space. The Ready cannot be completed, so
+        the core restarts from what is durable - exactly what a crash here would do, which Raft
+        tolerates - and writes are refused until a write of entries succeeds again."""
+        if self._disk_full is None:  # once per episode: a full leader re-elects and fails again
+            log.error("node %s refuses writes: %s", self.id, e)
+        self._disk_full = f"node {self.id} is out of space: {e}"
+        # Reads are not refused for space: they failed only because this core is going away.
+        self._fail_all(lambda: DiskFullError(self._disk_full or "disk full"),
+                       lambda: NotLeaderError(None, self._core.term))
+        self._core = self._new_core()
+        self._poke()
+
+    # ---- logging -----------------------------------------------------------------------------
+
+    def _log_soft_state(self, ss: SoftState) -> None:
+        old = self._soft
+        was_leader = old is not None and old.role is Role.LEADER
+        if ss.role is Role.LEADER and not was_leader:
+            log.info("node %s elected leader in term %d", self.id, ss.term)
+        elif was_leader and ss.role is not Role.LEADER:
+            log.info("node %s stepped down in term %d (leader now %s)", self.id, ss.term, ss.leader or "unknown")
+        if ss.leader is not None and ss.leader != self.id and (old is None or old.leader != ss.leader):
+            log.info("node %s sees new leader %s in term %d", self.id, ss.leader, ss.term)
+        self._soft = ss
+        self._notify_soft_change()
+
+    def _notify_soft_change(self) -> None:
+        if self._soft_changed is not None:
+            changed, self._soft_changed = self._soft_changed, asyncio.Event()
+            changed.set()
+
+    def _note_caught_up(self) -> None:
+        commit = self._core.commit_index
+        if self._catching_up and self._applied >= commit and self._core.leader is not None:
+            log.info("node %s caught up: applied through %d", self.id, self._applied)
+            self._catching_up = False
+        elif not self._catching_up and commit - self._applied > CATCH_UP_LAG:
+            self._catching_up = True
+
+    # ---- status ------------------------------------------------------------------------------
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied
+
+    @property
+    def leader(self) -> str | None:
+        return self._core.leader
+
+    def leader_address(self) -> str | None:
+        leader = self._core.leader
+        return self.config.peers.get(leader) if leader else None
+
+    def peer_reachable(self, peer_id: str) -> bool | None:
+        return self._transport.reachable(peer_id) if self._transport else None
+
+    def status(self) -> dict[str, Any]:
+        s = self._core.status()
+        size_bytes = getattr(self._log, "size_bytes", None)
+        return {
+            "id": s.id,
+            "role": _role_name(s.role),
+            "term": s.term,
+            "leader": s.leader,
+            "commit_index": s.commit_index,
+            "applied_index": self._applied,
+            "snapshot_index": s.snapshot_index,
+            "peers": dict(s.peers) if s.role is Role.LEADER else {},
+            "cluster_id": self.cluster_id,
+            "last_index": s.last_index,
+            "leader_address": self.config.peers.get(s.leader) if s.leader else None,
+            "log_size_bytes": size_bytes() if callable(size_bytes) else 0,
+            "disk_full": self._disk_full is not None,
+        }

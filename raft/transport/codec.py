@@ -1,0 +1,143 @@
+"""raft.core messages <-> raft_pb2.PeerMessage. One function each way; every message type maps to
+one `body` case of the proto oneof. The snapshot bytes of an InstallSnapshotRequest never travel
+here (they are streamed by InstallSnapshot), so `data` is dropped on encode."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from proto import raft_pb2
+from raft.core.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    Message,
+    PushCode,
+    PushRequest,
+    PushResponse,
+    PushType,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.core.types import Entry, EntryType, SnapshotMeta
+
+
+class CodecError(ValueError):
+    """A PeerMessage that does not stand for any core message (no body, unknown enum value)."""
+
+
+def entry_to_proto(e: Entry) -> raft_pb2.Entry:
+    return raft_pb2.Entry(index=e.index, term=e.term, type=int(e.type), payload=e.payload)
+
+
+def entry_from_proto(p: raft_pb2.Entry) -> Entry:
+    return Entry(index=p.index, term=p.term, type=_enum(EntryType, p.type), payload=p.payload)
+
+
+def _meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
+    return raft_pb2.SnapshotMeta(index=m.index, term=m.term, members=list(m.members))
+
+
+def _meta_from_proto(p: raft_pb2.SnapshotMeta) -> SnapshotMeta:
+    return SnapshotMeta(index=p.index, term=p.term, members=tuple(p.members))
+
+
+def _enum(cls: Any, value: int) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        raise CodecError(f"unknown {cls.__name__} value {value}") from None
+
+
+# --- encode: one function per message type, returning (oneof field name, body) ---
+
+def _body(msg: Message) -> tuple[str, Any]:
+    if isinstance(msg, VoteRequest):
+        return "vote_request", raft_pb2.VoteRequest(
+            last_log_index=msg.last_log_index, last_log_term=msg.last_log_term, pre_vote=msg.pre_vote)
+    if isinstance(msg, VoteResponse):
+        return "vote_response", raft_pb2.VoteResponse(granted=msg.granted, pre_vote=msg.pre_vote)
+    if isinstance(msg, HeartbeatRequest):
+        return "heartbeat_request", raft_pb2.HeartbeatRequest(commit_index=msg.commit_index, seq=msg.seq)
+    if isinstance(msg, HeartbeatResponse):
+        return "heartbeat_response", raft_pb2.HeartbeatResponse(
+            success=msg.success, seq=msg.seq, end_index=msg.end_index)
+    if isinstance(msg, PushRequest):
+        return "push_request", raft_pb2.PushRequest(
+            type=int(msg.type), pre_index=msg.pre_index, pre_term=msg.pre_term,
+            entries=[entry_to_proto(e) for e in msg.entries], commit_index=msg.commit_index,
+            truncate_index=msg.truncate_index, truncate_term=msg.truncate_term)
+    if isinstance(msg, PushResponse):
+        return "push_response", raft_pb2.PushResponse(
+            type=int(msg.type), code=int(msg.code), pre_index=msg.pre_index, index=msg.index,
+            end_index=msg.end_index, x_term=msg.x_term, x_index=msg.x_index)
+    if isinstance(msg, InstallSnapshotRequest):
+        return "install_snapshot_request", raft_pb2.InstallSnapshotRequest(meta=_meta_to_proto(msg.meta))
+    if isinstance(msg, InstallSnapshotResponse):
+        return "install_snapshot_response", raft_pb2.InstallSnapshotResponse(
+            success=msg.success, index=msg.index, end_index=msg.end_index)
+    raise CodecError(f"no wire form for {type(msg).__name__}")
+
+
+def to_proto(msg: Message) -> raft_pb2.PeerMessage:
+    name, body = _body(msg)
+    out = raft_pb2.PeerMessage(src=msg.src, dst=msg.dst, term=msg.term)
+    getattr(out, name).CopyFrom(body)
+    return out
+
+
+# --- decode: the oneof case picks the constructor ---
+
+def _vote_request(h: dict[str, Any], b: Any) -> Message:
+    return VoteRequest(**h, last_log_index=b.last_log_index, last_log_term=b.last_log_term, pre_vote=b.pre_vote)
+
+
+def _vote_response(h: dict[str, Any], b: Any) -> Message:
+    return VoteResponse(**h, granted=b.granted, pre_vote=b.pre_vote)
+
+
+def _heartbeat_request(h: dict[str, Any], b: Any) -> Message:
+    return HeartbeatRequest(**h, commit_index=b.commit_index, seq=b.seq)
+
+
+def _heartbeat_response(h: dict[str, Any], b: Any) -> Message:
+    return HeartbeatResponse(**h, success=b.success, seq=b.seq, end_index=b.end_index)
+
+
+def _push_request(h: dict[str, Any], b: Any) -> Message:
+    return PushRequest(**h, type=_enum(PushType, b.type), pre_index=b.pre_index, pre_term=b.pre_term,
+                       entries=[entry_from_proto(e) for e in b.entries], commit_index=b.commit_index,
+                       truncate_index=b.truncate_index, truncate_term=b.truncate_term)
+
+
+def _push_response(h: dict[str, Any], b: Any) -> Message:
+    return PushResponse(**h, type=_enum(PushType, b.type), code=_enum(PushCode, b.code), pre_index=b.pre_index,
+                        index=b.index, end_index=b.end_index, x_term=b.x_term, x_index=b.x_index)
+
+
+def _install_snapshot_request(h: dict[str, Any], b: Any) -> Message:
+    return InstallSnapshotRequest(**h, meta=_meta_from_proto(b.meta))
+
+
+def _install_snapshot_response(h: dict[str, Any], b: Any) -> Message:
+    return InstallSnapshotResponse(**h, success=b.success, index=b.index, end_index=b.end_index)
+
+
+_DECODERS: dict[str, Callable[[dict[str, Any], Any], Message]] = {
+    "vote_request": _vote_request,
+    "vote_response": _vote_response,
+    "heartbeat_request": _heartbeat_request,
+    "heartbeat_response": _heartbeat_response,
+    "push_request": _push_request,
+    "push_response": _push_response,
+    "install_snapshot_request": _install_snapshot_request,
+    "install_snapshot_response": _install_snapshot_response,
+}
+
+
+def from_proto(pm: raft_pb2.PeerMessage) -> Message:
+    case = pm.WhichOneof("body")
+    if case is None:
+        raise CodecError(f"message from {pm.src!r} has no body")
+    header = {"src": pm.src, "dst": pm.dst, "term": pm.term}
+    return _DECODERS[case](header, getattr(pm, case))

@@ -1,0 +1,264 @@
+"""Unit tests for the pieces of raft/core: the log view, the follower's push rules, the leader's
+fast backup, quorum and read bookkeeping. Whole-protocol behaviour is proven in tests/sim."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from raft.core import (
+    CoreConfig, Entry, HardState, InstallSnapshotRequest, MemoryLogStore, NotLeaderError, PushCode,
+    PushRequest, PushResponse, PushType, RaftCore, Role, SnapshotMeta, VoteRequest,
+)
+from raft.core.dispatcher import Dispatcher, DispatchState
+from raft.core.entry_handler import EntryHandler
+from raft.core.quorum import QuorumTracker
+from raft.core.raft_log import RaftLog
+from raft.core.read_index import ReadIndexTracker
+
+
+def entries(first: int, terms: list[int]) -> list[Entry]:
+    return [Entry(first + k, t) for k, t in enumerate(terms)]
+
+
+def store_with(terms: list[int], hard: HardState = HardState()) -> MemoryLogStore:
+    s = MemoryLogStore()
+    s.save(hard, None, entries(1, terms))
+    return s
+
+
+# --- RaftLog ---------------------------------------------------------------------------------
+
+def test_raft_log_reads_unstable_over_store() -> None:
+    log = RaftLog(store_with([1, 1, 2]))
+    log.truncate_from(3)
+    log.append(entries(3, [3, 3]))
+    assert [log.term(i) for i in range(1, 6)] == [1, 1, 3, 3, None]
+    assert log.last_index() == 4
+    assert log.last_index_of_term(2) is None  # the store still holds it, but it is truncated away
+    assert log.first_index_of_term(3) == 3
+    truncate, new = log.take_unpersisted()
+    assert truncate == 3 and [e.index for e in new] == [3, 4]
+
+
+def test_raft_log_write_superseded_by_truncation_is_not_marked_stable() -> None:
+    store = store_with([1])
+    log = RaftLog(store)
+    log.append(entries(2, [1, 1]))
+    _, handed = log.take_unpersisted()
+    log.truncate_from(2)  # decided while the driver writes `handed`
+    log.append(entries(2, [2]))
+    store.save(None, None, handed)
+    log.stable_to(handed[-1].index, handed[-1].term)
+    assert log.persisted_index == 1
+    truncate, again = log.take_unpersisted()
+    assert truncate == 2 and again == entries(2, [2])  # the next Ready redoes the truncation
+
+
+def test_raft_log_entries_respect_byte_limit_across_store_and_unstable() -> None:
+    log = RaftLog(store_with([1, 1]))
+    log.append(entries(3, [1, 1]))
+    one = Entry(1, 1).size()
+    assert [e.index for e in log.entries(1, 5, max_bytes=3 * one)] == [1, 2, 3]
+    assert [e.index for e in log.entries(1, 5, max_bytes=1)] == [1]  # always at least one
+
+
+# --- EntryHandler (follower side) ------------------------------------------------------------
+
+def handler_for(terms: list[int]) -> tuple[EntryHandler, RaftLog]:
+    log = RaftLog(store_with(terms))
+    return EntryHandler(log, CoreConfig()), log
+
+
+def push(type_: PushType, term: int = 5, **kw: object) -> PushRequest:
+    return PushRequest(src="L", dst="F", term=term, type=type_, **kw)  # type: ignore[arg-type]
+
+
+def test_compare_answers_fast_backup_fields() -> None:
+    h, _ = handler_for([1, 1, 2, 2, 2])
+    [r] = h.handle(push(PushType.COMPARE, pre_index=4, pre_term=3), now=0, commit_index=0)
+    assert (r.code, r.x_term, r.x_index, r.end_index) == (PushCode.INCONSISTENT, 2, 3, 5)
+    [r] = h.handle(push(PushType.COMPARE, pre_index=9, pre_term=3), now=0, commit_index=0)
+    assert (r.code, r.x_term, r.end_index) == (PushCode.INCONSISTENT, 0, 5)
+    [r] = h.handle(push(PushType.COMPARE, pre_index=2, pre_term=1), now=0, commit_index=0)
+    assert r.code == PushCode.SUCCESS and h.verified_index == 2
+
+
+def test_truncate_only_removes_a_real_conflict() -> None:
+    h, log = handler_for([1, 1, 2, 2])
+    # The leader's term at 3 is 2 as well: nothing conflicts, nothing goes.
+    [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=2), now=0, commit_index=0)
+    assert r.code == PushCode.SUCCESS and log.last_index() == 4
+    # An entry of the request's own term came from this leader: a duplicated TRUNCATE keeps it.
+    h2, log2 = handler_for([1, 1, 5])
+    [r] = h2.handle(push(PushType.TRUNCATE, term=5, truncate_index=3, truncate_term=0), now=0, commit_index=0)
+    assert log2.last_index() == 3
+    # A real conflict above the commit index is removed.
+    [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=4), now=0, commit_index=2)
+    assert r.code == PushCode.SUCCESS and log.last_index() == 2
+
+
+def test_truncate_never_goes_at_or_below_commit() -> None:
+    h, log = handler_for([1, 1, 2, 2])
+    [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=4), now=0, commit_index=3)
+    assert r.code == PushCode.REFUSED and log.last_index() == 4
+
+
+def test_append_never_deletes_and_holds_out_of_order_batches() -> None:
+    h, log = handler_for([1, 1, 2])
+    [r] = h.handle(push(PushType.APPEND, pre_index=2, pre_term=1, entries=entries(3, [4])), now=0, commit_index=0)
+    assert r.code == PushCode.INCONSISTENT and log.term(3) == 2  # conflict answered, not deleted
+    # A batch from past our end waits for the gap to fill.
+    ahead = push(PushType.APPEND, pre_index=4, pre_term=2, entries=entries(5, [2]))
+    assert h.handle(ahead, now=0, commit_index=0) == []
+    out = h.handle(push(PushType.APPEND, pre_index=3, pre_term=2, entries=entries(4, [2])), now=1, commit_index=0)
+    assert [(x.code, x.index) for x in out] == [(PushCode.SUCCESS, 4), (PushCode.SUCCESS, 5)]
+    # One that never gets its gap filled is answered INCONSISTENT after the hold time.
+    h.handle(push(PushType.APPEND, pre_index=9, pre_term=2, entries=entries(10, [2])), now=10, commit_index=0)
+    assert h.expire_held(10 + CoreConfig().out_of_order_hold_ms - 1) == []
+    [late] = h.expire_held(10 + CoreConfig().out_of_order_hold_ms)
+    assert late.code == PushCode.INCONSISTENT and late.end_index == 5
+
+
+def test_commit_learned_is_capped_at_verified_prefix() -> None:
+    h, _ = handler_for([1, 1, 2, 2])
+    assert h.commit_bound(4) == 0  # nothing verified against this leader yet
+    h.handle(push(PushType.COMPARE, pre_index=2, pre_term=1), now=0, commit_index=0)
+    assert h.commit_bound(4) == 2
+
+
+# --- Dispatcher (leader side) ------------------------------------------------------------------
+
+class _Leader:
+    def __init__(self, terms: list[int], term: int) -> None:
+        self.id, self.term, self.commit_index = "L", term, 0
+        self.log = RaftLog(store_with(terms))
+        self.config = CoreConfig()
+
+
+def test_fast_backup_jumps_to_our_last_entry_of_the_followers_term() -> None:
+    leader = _Leader([1, 1, 1, 4, 4, 5, 5, 6, 6, 6], term=8)
+    d = Dispatcher("F", leader, 0)
+    [c] = d.start(0)
+    assert (c.type, c.pre_index) == (PushType.COMPARE, 10)
+    # The follower holds term 4 at 10, running from index 7 (Figure 7 (f)-like): we hold term 4
+    # up to index 5, so the next compare is at 5, not at 6 (x_index - 1) nor 9.
+    [c] = d.on_push_response(PushResponse("F", "L", 8, type=PushType.COMPARE, code=PushCode.INCONSISTENT,
+                                          pre_index=10, end_index=11, x_term=4, x_index=7), 0)
+    assert c.pre_index == 5
+    # A term we never had: jump before its first index.
+    [c] = d.on_push_response(PushResponse("F", "L", 8, type=PushType.COMPARE, code=PushCode.INCONSISTENT,
+                                          pre_index=5, end_index=11, x_term=3, x_index=4), 0)
+    assert c.pre_index == 3
+    [t] = d.on_push_response(PushResponse("F", "L", 8, type=PushType.COMPARE, code=PushCode.SUCCESS,
+                                          pre_index=3, end_index=11), 0)
+    assert d.state == DispatchState.TRUNCATE and (t.truncate_index, t.truncate_term) == (4, 4)
+
+
+def test_dispatcher_goes_to_install_snapshot_below_the_compaction_point() -> None:
+    store = store_with([1] * 10)
+    store.compact(8)
+    leader = _Leader([], term=2)
+    leader.log = RaftLog(store)
+    d = Dispatcher("F", leader, 0)
+    d.start(0)
+    out = d.on_push_response(PushResponse("F", "L", 2, type=PushType.COMPARE, code=PushCode.INCONSISTENT,
+                                          pre_index=10, end_index=3), 0)
+    assert d.state == DispatchState.INSTALL_SNAPSHOT and len(out) == 1 and out[0].peer == "F"
+
+
+def test_pipelined_appends_and_resend_from_match_after_timeout() -> None:
+    leader = _Leader([1] * 40, term=1)
+    leader.config = CoreConfig(max_batch_entries=5, max_inflight_batches=3)
+    d = Dispatcher("F", leader, 0)
+    d.start(0)
+    out = d.on_push_response(PushResponse("F", "L", 1, type=PushType.COMPARE, code=PushCode.SUCCESS,
+                                          pre_index=40, end_index=0), 0)
+    assert d.state == DispatchState.APPEND
+    d.match_index = 10
+    d._change_state(DispatchState.APPEND, 0)
+    d._inflight.clear(); d.next_index = 11
+    out = d.poll(0)
+    assert [(m.pre_index, len(m.entries)) for m in out] == [(10, 5), (15, 5), (20, 5)]
+    assert d.tick(leader.config.push_timeout_ms - 1) == []
+    again = d.tick(leader.config.push_timeout_ms)
+    assert again[0].pre_index == 10  # resent from match + 1
+
+
+# --- quorum, reads -------------------------------------------------------------------------------
+
+def test_quorum_index_is_what_a_majority_holds() -> None:
+    q = QuorumTracker(["a", "b", "c", "d", "e"])
+    for m, i in zip("abcde", [9, 7, 5, 3, 1]):
+        q.update(m, i)
+    assert q.quorum_index() == 5
+    assert not q.update("a", 4)  # never backwards
+
+
+def test_one_round_serves_every_read_that_arrived_before_it() -> None:
+    r = ReadIndexTracker()
+    r.add("a", 5); r.add("b", 6)
+    r.round_sent(1)
+    r.add("c", 7)  # arrived after round 1 was sent: round 1 cannot prove it
+    assert not r.wants_round()  # one round in flight at a time
+    r.round_confirmed(1)
+    assert [s.ctx for s in r.take_ready(applied_index=10)] == ["a", "b"]
+    assert r.wants_round()
+
+
+# --- RaftCore bits that need no network --------------------------------------------------------
+
+def test_single_node_elects_itself_and_commits_after_persisting() -> None:
+    store = MemoryLogStore()
+    core = RaftCore("a", ["a"], store, CoreConfig(), random.Random(1), now=0)
+    core.tick(2000)
+    assert core.role == Role.LEADER
+    rd = core.ready()
+    assert rd.hard_state == HardState(1, "a") and rd.entries and rd.committed_entries == []
+    store.save(rd.hard_state, rd.truncate_from, rd.entries)
+    core.advance(rd)
+    assert core.commit_index == 1  # counted itself only once its own write was durable
+    with pytest.raises(RuntimeError):
+        core.advance(rd)
+
+
+def test_stale_term_push_is_refused_not_obeyed() -> None:
+    store = store_with([1, 1, 3], HardState(3))
+    core = RaftCore("f", ["f", "L"], store, CoreConfig(), random.Random(1), now=0)
+    core.step(PushRequest("L", "f", 2, type=PushType.TRUNCATE, truncate_index=2, truncate_term=9))
+    rd = core.ready()
+    [reply] = rd.messages
+    assert reply.code == PushCode.STALE_TERM and reply.term == 3
+    assert core.log.last_index() == 3 and rd.truncate_from is None
+
+
+def test_vote_needs_an_up_to_date_log_and_is_persisted_before_the_reply() -> None:
+    store = store_with([1, 2], HardState(2))
+    core = RaftCore("f", ["f", "a", "b"], store, CoreConfig(), random.Random(1), now=0)
+    core.step(VoteRequest("a", "f", 3, last_log_index=5, last_log_term=1))  # older last term
+    rd = core.ready()
+    assert rd.messages[0].granted is False and rd.hard_state == HardState(3, None)
+    core.advance(rd)
+    core.step(VoteRequest("b", "f", 3, last_log_index=2, last_log_term=2))
+    rd = core.ready()
+    assert rd.messages[0].granted is True and rd.hard_state == HardState(3, "b")
+
+
+def test_not_leader_carries_the_known_leader() -> None:
+    core = RaftCore("f", ["f", "L"], store_with([1]), CoreConfig(), random.Random(1), now=0)
+    core.step(PushRequest("L", "f", 1, type=PushType.COMMIT))
+    with pytest.raises(NotLeaderError) as info:
+        core.propose([b"x"])
+    assert info.value.leader == "L"
+
+
+def test_snapshot_install_resets_log_and_indexes() -> None:
+    store = store_with([1, 1])
+    core = RaftCore("f", ["f", "L"], store, CoreConfig(), random.Random(1), now=0)
+    core.step(InstallSnapshotRequest("L", "f", 2, meta=SnapshotMeta(50, 2)))
+    rd = core.ready()
+    assert rd.snapshot == SnapshotMeta(50, 2) and rd.committed_entries == []
+    store.reset_to_snapshot(50, 2)
+    core.advance(rd)
+    st = core.status()
+    assert (st.commit_index, st.applied_index, st.snapshot_index, st.last_index) == (50, 50, 50, 50)

@@ -1,0 +1,95 @@
+"""The embedded API: a node in this process, used through kv.Client's methods without a gRPC hop,
+closed and reopened with its data intact; and its gRPC server reachable by a remote client."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kv import embedded, errors
+from proto import kv_pb2, kv_pb2_grpc
+from raft.core.config import CoreConfig
+
+FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def open_node(data_dir: Path, port: int) -> embedded.EmbeddedNode:
+    return embedded.open(data_dir, listen=f"127.0.0.1:{port}", core=FAST, tick_interval_ms=5,
+                         log_map_size=64 << 20, state_map_size=64 << 20)
+
+
+def test_put_get_delete_scan_batch_close_reopen(tmp_path: Path) -> None:
+    port = free_port()
+    with open_node(tmp_path, port) as db:
+        index = db.put(b"user/1", b"alice")  # waits for the election within the timeout
+        assert index >= 1
+        db.put("user/2", "bob")
+        db.put(b"other", b"x")
+        assert db.get(b"user/1") == b"alice"
+        assert db.get(b"user/1", consistency="stale") == b"alice"
+        assert db.get(b"user/1", consistency="lease") == b"alice"
+        assert db.get(b"missing") is None
+        assert db.scan(prefix=b"user/") == [(b"user/1", b"alice"), (b"user/2", b"bob")]
+        assert db.scan(start=b"o", end=b"user/2") == [(b"other", b"x"), (b"user/1", b"alice")]
+        assert db.scan(limit=1) == [(b"other", b"x")]
+        assert db.delete(b"other") is True
+        assert db.delete(b"other") is False
+        assert db.batch(puts={b"a": b"1", b"user/1": b"alice2"}, deletes=[b"user/2"]) == [False, True, True]
+        with pytest.raises(errors.InvalidArgumentError, match="^key is empty"):
+            db.put(b"", b"v")
+        with pytest.raises(errors.InvalidArgumentError, match="511"):
+            db.get(b"k" * 600)
+        [status] = db.status()
+        assert (status["id"], status["role"], status["leader"]) == ("n1", "leader", "n1")
+        assert status["applied_index"] == status["commit_index"] >= index
+        # The node's gRPC server serves remote clients at the same time.
+        with grpc.insecure_channel(db.address) as channel:
+            reply = kv_pb2_grpc.KVStub(channel).Get(kv_pb2.GetRequest(key=b"a"), timeout=5)
+            assert reply.found and reply.value == b"1"
+    with pytest.raises(errors.UnavailableError):
+        db.get(b"a")  # closed
+
+    with open_node(tmp_path, port) as db:  # reopen: everything acknowledged is still there
+        assert db.get(b"user/1") == b"alice2"
+        assert db.get(b"a") == b"1"
+        assert db.get(b"user/2") is None
+        assert db.scan() == [(b"a", b"1"), (b"user/1", b"alice2")]
+
+
+def test_follower_refuses_writes_with_leader_address(tmp_path: Path) -> None:
+    peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
+    nodes = [embedded.open(tmp_path / nid, node_id=nid, listen=addr, peers=peers, core=FAST, tick_interval_ms=5,
+                           log_map_size=64 << 20, state_map_size=64 << 20)
+             for nid, addr in peers.items()]
+    try:
+        nodes[0].put(b"k", b"v")  # waits out the election; succeeds only if n1 leads
+    except errors.NotLeaderError as e:
+        assert e.leader_id in peers and e.leader_address == peers[e.leader_id]
+        leader = next(n for n in nodes if n.config.node_id == e.leader_id)
+        leader.put(b"k", b"v")
+    else:
+        leader = nodes[0]
+    for follower in (n for n in nodes if n is not leader):
+        with pytest.raises(errors.NotLeaderError) as err:
+            follower.delete(b"k")
+        assert err.value.leader_address == leader.address
+    assert leader.get(b"k") == b"v"
+    for n in nodes:
+        n.close()
+
+
+def test_second_node_on_a_taken_port_refuses_to_start(tmp_path: Path) -> None:
+    port = free_port()
+    with open_node(tmp_path / "a", port) as db:
+        with pytest.raises(OSError, match="cannot listen"):
+            open_node(tmp_path / "b", port)
+        db.put(b"still", b"serving")
+        assert db.get(b"still") == b"serving"

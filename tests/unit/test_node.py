@@ -1,0 +1,228 @@
+"""The asyncio driver with the real core, real LMDB stores and real gRPC on 127.0.0.1: a single
+node electing itself and applying proposals, read barriers, refusals (queue full, disk full), and
+three nodes in one process replicating."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proto import kv_pb2
+from raft.core.config import CoreConfig
+from raft.log import LmdbLogStore
+from raft.node.cluster_id import resolve_cluster_id
+from raft.node.config import NodeConfig
+from raft.node.errors import DiskFullError, NotLeaderError, QueueFullError
+from raft.node.node import RaftNode
+from kv.server import RunningServer, start_server
+from statemachine.commands import encode_command, put_op
+from statemachine.kv_state import ApplyOutcome, KVStateMachine
+
+# Short timeouts keep elections (and so the tests) fast; the ratios match the defaults.
+FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)
+WAIT_S = 10.0  # upper bound on any wait below; tests end as soon as the awaited event happens
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def put_cmd(key: bytes, value: bytes) -> bytes:
+    return encode_command([put_op(key, value)])
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+class Single:
+    """A single RaftNode on real LMDB stores, without a gRPC server (it has no peers)."""
+
+    def __init__(self, data_dir: Path, **config: Any) -> None:
+        self.config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{free_port()}", data_dir=data_dir, core=FAST,
+                                 tick_interval_ms=5, **config)
+        self.log = LmdbLogStore(data_dir / "log", map_size=config.get("log_map_size", 64 << 20))
+        self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
+        self.node = RaftNode(self.config, self.log, self.fsm)
+
+    async def __aenter__(self) -> RaftNode:
+        await self.node.start()
+        await asyncio.wait_for(self.node.wait_for_leader(), WAIT_S)
+        return self.node
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.node.stop()
+        self.fsm.close()
+        self.log.close()
+
+
+def test_single_node_elects_itself_applies_and_restarts(tmp_path: Path) -> None:
+    async def first_life() -> None:
+        async with Single(tmp_path) as node:
+            assert node.leader == "n1"
+            outcomes = [await node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(20)]
+            assert all(isinstance(o, ApplyOutcome) and o.ok for o in outcomes)
+            assert [o.index for o in outcomes] == sorted({o.index for o in outcomes})
+            st = node.status()
+            assert (st["id"], st["role"], st["leader"]) == ("n1", "leader", "n1")
+            assert st["applied_index"] == st["commit_index"] == st["last_index"] == outcomes[-1].index
+            assert st["log_size_bytes"] > 0 and st["cluster_id"]
+
+    async def second_life() -> None:
+        single = Single(tmp_path)
+        assert single.fsm.get(b"k19") == b"v19"  # applied state survived the restart
+        async with single as node:
+            outcome = await node.propose(put_cmd(b"after", b"restart"))
+            assert outcome.ok and single.fsm.get(b"after") == b"restart"
+            assert node.status()["term"] >= 2
+
+    run(first_life)
+    run(second_life)
+
+
+def test_read_barriers(tmp_path: Path) -> None:
+    async def main() -> None:
+        single = Single(tmp_path)
+        async with single as node:
+            outcome = await node.propose(put_cmd(b"a", b"1"))
+            for level in ("linearizable", "lease", "stale"):
+                index = await asyncio.wait_for(node.read_barrier(level), WAIT_S)
+                assert index >= outcome.index, level
+                assert single.fsm.get(b"a") == b"1"
+            with pytest.raises(ValueError):
+                await node.read_barrier("eventual")
+
+    run(main)
+
+
+def test_queue_full_refuses_beyond_the_bound(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Single(tmp_path, max_pending_requests=1) as node:
+            first = asyncio.ensure_future(node.propose(put_cmd(b"a", b"1")))
+            await asyncio.sleep(0)  # let it register (no await inside before it does)
+            with pytest.raises(QueueFullError):
+                await node.propose(put_cmd(b"b", b"2"))
+            assert (await first).ok
+            assert (await node.propose(put_cmd(b"c", b"3"))).ok  # room again
+
+    run(main)
+
+
+def test_full_log_refuses_writes_and_keeps_serving_reads(tmp_path: Path) -> None:
+    async def main() -> None:
+        single = Single(tmp_path, log_map_size=1 << 20)
+        async with single as node:
+            await node.propose(put_cmd(b"kept", b"yes"))
+            with pytest.raises(DiskFullError):
+                for i in range(200):  # 200 x 64 KiB cannot fit a 1 MiB map
+                    await node.propose(put_cmd(b"big%d" % i, b"x" * (64 << 10)))
+            with pytest.raises(DiskFullError):
+                await node.propose(put_cmd(b"more", b"1"))
+            assert await node.read_barrier("stale") >= 1
+            assert single.fsm.get(b"kept") == b"yes"
+            assert node.status()["disk_full"] is True
+
+    run(main)
+
+
+def test_cluster_id_is_kept_and_checked(tmp_path: Path) -> None:
+    peers = {"n1": "127.0.0.1:1", "n2": "127.0.0.1:2"}
+    derived = resolve_cluster_id(tmp_path, None, peers)
+    assert derived == resolve_cluster_id(tmp_path / "other", None, dict(reversed(peers.items())))
+    assert (tmp_path / "cluster_id").read_text().strip() == derived
+    assert resolve_cluster_id(tmp_path, None, {"n1": "x:1"}) == derived  # the stored one wins
+    with pytest.raises(ValueError, match="belongs to cluster"):
+        resolve_cluster_id(tmp_path, "something-else", peers)
+
+
+def test_single_node_throughput(tmp_path: Path) -> None:
+    """Prints puts/s for 1 and 16 concurrent proposers (a measurement, not a check)."""
+    async def main() -> None:
+        async with Single(tmp_path) as node:
+            for writers in (1, 16):
+                per_writer = 200 if writers == 1 else 50
+                started = time.perf_counter()
+
+                async def writer(w: int) -> None:
+                    for i in range(per_writer):
+                        assert (await node.propose(put_cmd(b"w%d/%d" % (w, i), b"v"))).ok
+
+                await asyncio.gather(*(writer(w) for w in range(writers)))
+                rate = writers * per_writer / (time.perf_counter() - started)
+                print(f"\nsingle node, {writers:2d} concurrent proposers: {rate:,.0f} puts/s")
+
+    run(main)
+
+
+# ---- three nodes in one process ----------------------------------------------------------------
+
+async def start_cluster(tmp_path: Path, n: int = 3) -> list[RunningServer]:
+    peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in range(1, n + 1)}
+    servers = []
+    for nid, addr in peers.items():
+        config = NodeConfig(node_id=nid, listen=addr, peers=peers, data_dir=tmp_path / nid, core=FAST,
+                            tick_interval_ms=5, log_map_size=64 << 20, state_map_size=64 << 20)
+        servers.append(await start_server(config))
+    return servers
+
+
+def test_three_nodes_replicate(tmp_path: Path) -> None:
+    async def main() -> None:
+        servers = await start_cluster(tmp_path)
+        try:
+            nodes = {s.node.id: s for s in servers}
+            leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
+            leader = nodes[leader_id]
+            outcomes = [await leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(30)]
+            last = outcomes[-1].index
+            for s in servers:  # every member applies every entry
+                await asyncio.wait_for(s.node.wait_applied(last), WAIT_S)
+                assert s.fsm.get(b"k29") == b"v29"
+            st = leader.node.status()
+            assert st["role"] == "leader" and set(st["peers"]) >= {"n1", "n2", "n3"} - {leader_id}
+            # A follower refuses proposals and linearizable reads, naming the leader.
+            follower = next(s for s in servers if s.node.id != leader_id)
+            with pytest.raises(NotLeaderError) as err:
+                await follower.node.propose(put_cmd(b"x", b"y"))
+            assert err.value.leader == leader_id
+            assert follower.node.status()["leader_address"] == leader.config.listen
+            # A linearizable read through the leader sees the last write.
+            index = await asyncio.wait_for(leader.node.read_barrier("linearizable"), WAIT_S)
+            assert index >= last
+            # Through the client service too (same server, no gRPC hop here).
+            response = await leader.handler.get(kv_pb2.GetRequest(key=b"k0"), 5.0)
+            assert response.found and response.value == b"v0"
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
+def test_leader_loss_elects_a_new_leader_that_keeps_the_data(tmp_path: Path) -> None:
+    async def main() -> None:
+        servers = await start_cluster(tmp_path)
+        try:
+            old_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
+            old = next(s for s in servers if s.node.id == old_id)
+            written = await old.node.propose(put_cmd(b"before", b"failover"))
+            await old.stop()
+            rest = [s for s in servers if s is not old]
+
+            new_id = await asyncio.wait_for(rest[0].node.wait_for_leader(other_than=old_id), WAIT_S)
+            new = next(s for s in rest if s.node.id == new_id)
+            outcome = await asyncio.wait_for(new.node.propose(put_cmd(b"after", b"failover")), WAIT_S)
+            assert outcome.ok and outcome.index > written.index
+            assert new.fsm.get(b"before") == b"failover"  # committed before the loss, kept
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
