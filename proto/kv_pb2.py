@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/kv.proto\x12\traftkv.kv\"-\n\x0bWriteHeader\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"P\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x06header\x18\x03 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"\x1c\n\x0bPutResponse\x12\r\n\x05index\x18\x01 \x01(\x04\"F\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.raftkv.kv.Consistency\":\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05index\x18\x03 \x01(\x04\"D\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"0\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\"u\n\x0bScanRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\x12+\n\x0b\x63onsistency\x18\x05 \x01(\x0e\x32\x16.raftkv.kv.Consistency\"O\n\x0cScanResponse\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\"@\n\x02Op\x12\"\n\x03put\x18\x01 \x01(\x0b\x32\x13.raftkv.kv.KeyValueH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02op\"R\n\x0c\x42\x61tchRequest\x12\x1a\n\x03ops\x18\x01 \x03(\x0b\x32\r.raftkv.kv.Op\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"/\n\rBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0f\n\x07\x65xisted\x18\x02 \x03(\x08\"\x0f\n\rStatusRequest\"\xf3\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x15\n\rapplied_index\x18\x06 \x01(\x04\x12\x16\n\x0esnapshot_index\x18\x07 \x01(\x04\x12\x33\n\x05peers\x18\x08 \x03(\x0b\x32$.raftkv.kv.StatusResponse.PeersEntry\x12\x12\n\ncluster_id\x18\t \x01(\t\x12\x12\n\nlast_index\x18\n \x01(\x04\x12\x16\n\x0eleader_address\x18\x0b \x01(\t\x12\x16\n\x0elog_size_bytes\x18\x0c \x01(\x04\x12\x18\n\x10state_size_bytes\x18\r \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x0e \x01(\t\x1a,\n\nPeersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"M\n\x07\x43ommand\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\x12\x1a\n\x03ops\x18\x02 \x03(\x0b\x32\r.raftkv.kv.Op\" \n\rCommandResult\x12\x0f\n\x07\x65xisted\x18\x01 \x03(\x08*5\n\x0b\x43onsistency\x12\x10\n\x0cLINEARIZABLE\x10\x00\x12\t\n\x05LEASE\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xe3\x02\n\x02KV\x12\x34\n\x03Put\x12\x15.raftkv.kv.PutRequest\x1a\x16.raftkv.kv.PutResponse\x12\x34\n\x03Get\x12\x15.raftkv.kv.GetRequest\x1a\x16.raftkv.kv.GetResponse\x12=\n\x06\x44\x65lete\x12\x18.raftkv.kv.DeleteRequest\x1a\x19.raftkv.kv.DeleteResponse\x12\x37\n\x04Scan\x12\x16.raftkv.kv.ScanRequest\x1a\x17.raftkv.kv.ScanResponse\x12:\n\x05\x42\x61tch\x12\x17.raftkv.kv.BatchRequest\x1a\x18.raftkv.kv.BatchResponse\x12=\n\x06Status\x12\x18.raftkv.kv.StatusRequest\x1a\x19.raftkv.kv.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/kv.proto\x12\traftkv.kv\"-\n\x0bWriteHeader\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"P\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x06header\x18\x03 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"\x1c\n\x0bPutResponse\x12\r\n\x05index\x18\x01 \x01(\x04\"F\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.raftkv.kv.Consistency\":\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05index\x18\x03 \x01(\x04\"D\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"0\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\"u\n\x0bScanRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\x12+\n\x0b\x63onsistency\x18\x05 \x01(\x0e\x32\x16.raftkv.kv.Consistency\"O\n\x0cScanResponse\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\",\n\nMovePrefix\x12\x0e\n\x06source\x18\x01 \x01(\x0c\x12\x0e\n\x06target\x18\x02 \x01(\x0c\"\x87\x01\n\x02Op\x12\"\n\x03put\x18\x01 \x01(\x0b\x32\x13.raftkv.kv.KeyValueH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\x0cH\x00\x12\x17\n\rdelete_prefix\x18\x03 \x01(\x0cH\x00\x12,\n\x0bmove_prefix\x18\x04 \x01(\x0b\x32\x15.raftkv.kv.MovePrefixH\x00\x42\x04\n\x02op\"R\n\x0c\x42\x61tchRequest\x12\x1a\n\x03ops\x18\x01 \x03(\x0b\x32\r.raftkv.kv.Op\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"/\n\rBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0f\n\x07\x65xisted\x18\x02 \x03(\x08\"\x0f\n\rStatusRequest\"\xf3\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x15\n\rapplied_index\x18\x06 \x01(\x04\x12\x16\n\x0esnapshot_index\x18\x07 \x01(\x04\x12\x33\n\x05peers\x18\x08 \x03(\x0b\x32$.raftkv.kv.StatusResponse.PeersEntry\x12\x12\n\ncluster_id\x18\t \x01(\t\x12\x12\n\nlast_index\x18\n \x01(\x04\x12\x16\n\x0eleader_address\x18\x0b \x01(\t\x12\x16\n\x0elog_size_bytes\x18\x0c \x01(\x04\x12\x18\n\x10state_size_bytes\x18\r \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x0e \x01(\t\x1a,\n\nPeersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x15\n\x13SaveSnapshotRequest\"z\n\x11SnapshotFileChunk\x12\x15\n\rmanifest_json\x18\x01 \x01(\x0c\x12\x12\n\ntotal_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\"M\n\x07\x43ommand\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\x12\x1a\n\x03ops\x18\x02 \x03(\x0b\x32\r.raftkv.kv.Op\" \n\rCommandResult\x12\x0f\n\x07\x65xisted\x18\x01 \x03(\x08*5\n\x0b\x43onsistency\x12\x10\n\x0cLINEARIZABLE\x10\x00\x12\t\n\x05LEASE\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xb3\x03\n\x02KV\x12\x34\n\x03Put\x12\x15.raftkv.kv.PutRequest\x1a\x16.raftkv.kv.PutResponse\x12\x34\n\x03Get\x12\x15.raftkv.kv.GetRequest\x1a\x16.raftkv.kv.GetResponse\x12=\n\x06\x44\x65lete\x12\x18.raftkv.kv.DeleteRequest\x1a\x19.raftkv.kv.DeleteResponse\x12\x37\n\x04Scan\x12\x16.raftkv.kv.ScanRequest\x1a\x17.raftkv.kv.ScanResponse\x12:\n\x05\x42\x61tch\x12\x17.raftkv.kv.BatchRequest\x1a\x18.raftkv.kv.BatchResponse\x12=\n\x06Status\x12\x18.raftkv.kv.StatusRequest\x1a\x19.raftkv.kv.StatusResponse\x12N\n\x0cSaveSnapshot\x12\x1e.raftkv.kv.SaveSnapshotRequest\x1a\x1c.raftkv.kv.SnapshotFileChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STATUSRESPONSE_PEERSENTRY']._loaded_options = None
   _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_options = b'8\001'
-  _globals['_CONSISTENCY']._serialized_start=1383
-  _globals['_CONSISTENCY']._serialized_end=1436
+  _globals['_CONSISTENCY']._serialized_start=1648
+  _globals['_CONSISTENCY']._serialized_end=1701
   _globals['_WRITEHEADER']._serialized_start=29
   _globals['_WRITEHEADER']._serialized_end=74
   _globals['_KEYVALUE']._serialized_start=76
@@ -55,22 +55,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCANREQUEST']._serialized_end=597
   _globals['_SCANRESPONSE']._serialized_start=599
   _globals['_SCANRESPONSE']._serialized_end=678
-  _globals['_OP']._serialized_start=680
-  _globals['_OP']._serialized_end=744
-  _globals['_BATCHREQUEST']._serialized_start=746
-  _globals['_BATCHREQUEST']._serialized_end=828
-  _globals['_BATCHRESPONSE']._serialized_start=830
-  _globals['_BATCHRESPONSE']._serialized_end=877
-  _globals['_STATUSREQUEST']._serialized_start=879
-  _globals['_STATUSREQUEST']._serialized_end=894
-  _globals['_STATUSRESPONSE']._serialized_start=897
-  _globals['_STATUSRESPONSE']._serialized_end=1268
-  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_start=1224
-  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_end=1268
-  _globals['_COMMAND']._serialized_start=1270
-  _globals['_COMMAND']._serialized_end=1347
-  _globals['_COMMANDRESULT']._serialized_start=1349
-  _globals['_COMMANDRESULT']._serialized_end=1381
-  _globals['_KV']._serialized_start=1439
-  _globals['_KV']._serialized_end=1794
+  _globals['_MOVEPREFIX']._serialized_start=680
+  _globals['_MOVEPREFIX']._serialized_end=724
+  _globals['_OP']._serialized_start=727
+  _globals['_OP']._serialized_end=862
+  _globals['_BATCHREQUEST']._serialized_start=864
+  _globals['_BATCHREQUEST']._serialized_end=946
+  _globals['_BATCHRESPONSE']._serialized_start=948
+  _globals['_BATCHRESPONSE']._serialized_end=995
+  _globals['_STATUSREQUEST']._serialized_start=997
+  _globals['_STATUSREQUEST']._serialized_end=1012
+  _globals['_STATUSRESPONSE']._serialized_start=1015
+  _globals['_STATUSRESPONSE']._serialized_end=1386
+  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_start=1342
+  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_end=1386
+  _globals['_SAVESNAPSHOTREQUEST']._serialized_start=1388
+  _globals['_SAVESNAPSHOTREQUEST']._serialized_end=1409
+  _globals['_SNAPSHOTFILECHUNK']._serialized_start=1411
+  _globals['_SNAPSHOTFILECHUNK']._serialized_end=1533
+  _globals['_COMMAND']._serialized_start=1535
+  _globals['_COMMAND']._serialized_end=1612
+  _globals['_COMMANDRESULT']._serialized_start=1614
+  _globals['_COMMANDRESULT']._serialized_end=1646
+  _globals['_KV']._serialized_start=1704
+  _globals['_KV']._serialized_end=2139
 # @@protoc_insertion_point(module_scope)

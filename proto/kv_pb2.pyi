@@ -106,13 +106,25 @@ class ScanResponse(_message.Message):
     index: int
     def __init__(self, items: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., more: _Optional[bool] = ..., index: _Optional[int] = ...) -> None: ...
 
+class MovePrefix(_message.Message):
+    __slots__ = ("source", "target")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    source: bytes
+    target: bytes
+    def __init__(self, source: _Optional[bytes] = ..., target: _Optional[bytes] = ...) -> None: ...
+
 class Op(_message.Message):
-    __slots__ = ("put", "delete")
+    __slots__ = ("put", "delete", "delete_prefix", "move_prefix")
     PUT_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    MOVE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     put: KeyValue
     delete: bytes
-    def __init__(self, put: _Optional[_Union[KeyValue, _Mapping]] = ..., delete: _Optional[bytes] = ...) -> None: ...
+    delete_prefix: bytes
+    move_prefix: MovePrefix
+    def __init__(self, put: _Optional[_Union[KeyValue, _Mapping]] = ..., delete: _Optional[bytes] = ..., delete_prefix: _Optional[bytes] = ..., move_prefix: _Optional[_Union[MovePrefix, _Mapping]] = ...) -> None: ...
 
 class BatchRequest(_message.Message):
     __slots__ = ("ops", "header")
@@ -172,6 +184,26 @@ class StatusResponse(_message.Message):
     state_size_bytes: int
     address: str
     def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class SaveSnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SnapshotFileChunk(_message.Message):
+    __slots__ = ("manifest_json", "total_size", "sha256", "offset", "data", "done")
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    manifest_json: bytes
+    total_size: int
+    sha256: str
+    offset: int
+    data: bytes
+    done: bool
+    def __init__(self, manifest_json: _Optional[bytes] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
     __slots__ = ("header", "ops")

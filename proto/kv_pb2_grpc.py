@@ -64,6 +64,11 @@ class KVStub:
                 request_serializer=proto_dot_kv__pb2.StatusRequest.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.SaveSnapshot = channel.unary_stream(
+                '/raftkv.kv.KV/SaveSnapshot',
+                request_serializer=proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.SnapshotFileChunk.FromString,
+                _registered_method=True)
 
 
 class KVServicer:
@@ -105,6 +110,13 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveSnapshot(self, request, context):
+        """Take a snapshot on the leader now (after a ReadIndex round) and stream its file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +149,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=proto_dot_kv__pb2.StatusRequest.FromString,
                     response_serializer=proto_dot_kv__pb2.StatusResponse.SerializeToString,
+            ),
+            'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.SaveSnapshot,
+                    request_deserializer=proto_dot_kv__pb2.SaveSnapshotRequest.FromString,
+                    response_serializer=proto_dot_kv__pb2.SnapshotFileChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +318,33 @@ class KV:
             '/raftkv.kv.KV/Status',
             proto_dot_kv__pb2.StatusRequest.SerializeToString,
             proto_dot_kv__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftkv.kv.KV/SaveSnapshot',
+            proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
+            proto_dot_kv__pb2.SnapshotFileChunk.FromString,
             options,
             channel_credentials,
             insecure,
