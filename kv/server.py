@@ -13,13 +13,17 @@ from dataclasses import dataclass
 
 import grpc
 
+from kv.node_snapshots import NodeSnapshots
+from kv.replaceable_state import ReplaceableStateMachine
 from kv.service import KVHandler, KVServicer
 from proto import kv_pb2_grpc, raft_pb2_grpc
 from raft.log import LmdbLogStore
+from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.node import RaftNode
 from raft.transport.peer_transport import SERVER_OPTIONS
 from statemachine.errors import StateFullError
+from snapshot.install import recover_state_dir
 from statemachine.kv_state import KVStateMachine
 
 log = logging.getLogger(__name__)
@@ -34,7 +38,7 @@ class RunningServer:
     node: RaftNode
     handler: KVHandler
     log_store: LmdbLogStore
-    fsm: KVStateMachine
+    fsm: ReplaceableStateMachine
     server: grpc.aio.Server
     port: int  # the bound port (the one asked for, or the one chosen for port 0)
     _stopped: bool = False
@@ -59,10 +63,16 @@ async def start_server(config: NodeConfig) -> RunningServer:
     """Open the stores under config.data_dir, start the node and serve on config.listen."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     log_store = LmdbLogStore(config.data_dir / "log", map_size=config.log_map_size, fsync=config.fsync)
-    fsm: KVStateMachine | None = None
+    fsm: ReplaceableStateMachine | None = None
     try:
-        fsm = KVStateMachine(config.data_dir / "state", map_size=config.state_map_size)
-        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,))
+        state_dir = config.data_dir / "state"
+        recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
+        fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.state_map_size))
+        cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
+        snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
+                                  keep=config.snapshots_kept)
+        reconcile_state_and_log(log_store, fsm, snapshots)
+        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots)
         handler = KVHandler(node, fsm)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         raft_pb2_grpc.add_RaftPeerServicer_to_server(node.peer_service(), server)
@@ -78,6 +88,30 @@ async def start_server(config: NodeConfig) -> RunningServer:
     log.info("node %s serving on %s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
              node.cluster_id, ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, server, port)
+
+
+def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
+    """Bring the state machine and the log back into agreement after a crash at a bad moment.
+
+    - The state (which skips fsync) may be behind the log's compaction point after an OS crash:
+      restore it from the newest snapshot, which covers that point.
+    - A snapshot install swaps the state first and resets the log second: a crash in between
+      leaves the state ahead of the log, or the log holding entries that disagree with it. The
+      state is committed data, so the log is reset to begin after it."""
+    before_index, _ = log_store.before_begin()
+    if fsm.applied_index < before_index:
+        newest = snapshots.newest()
+        if newest is None or newest.index < before_index:
+            raise RuntimeError(f"the state machine is at {fsm.applied_index}, behind the log's start "
+                               f"{before_index}, and no snapshot covers the gap: the data directory is damaged")
+        log.warning("state at %d is behind the log's start %d: restoring it from the snapshot at %d",
+                    fsm.applied_index, before_index, newest.index)
+        fsm.replace_with(newest.path)
+    applied, term = fsm.applied_index, fsm.applied_term
+    if applied > log_store.last_index() or log_store.term(applied) != term:
+        log.warning("log disagrees with the state at index %d (term %d): the log now begins after it",
+                    applied, term)
+        log_store.reset_to_snapshot(applied, term)
 
 
 def _bind(server: grpc.aio.Server, listen: str) -> int:

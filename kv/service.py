@@ -5,7 +5,7 @@ caller gets the same semantics without a gRPC hop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -25,6 +25,9 @@ from statemachine.commands import (
     validate_value,
 )
 from statemachine.errors import InvalidCommandError
+from raft.node.snapshots import SnapshotInfo
+from snapshot.file_format import read_manifest
+from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
 
 T = TypeVar("T")
@@ -105,6 +108,14 @@ class KVHandler:
             raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
         await self._node_call(self._node.read_barrier(level), timeout)
 
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    async def save_snapshot(self, timeout: float | None = None) -> SnapshotInfo:
+        """A snapshot holding everything committed before this call (linearizable: confirmed by a
+        ReadIndex round on the leader), taken now if the newest one is older."""
+        index = await self._node_call(self._node.read_barrier("linearizable"), timeout)
+        return await self._node_call(self._node.take_snapshot(at_least=index), timeout)
+
     # ---- status ------------------------------------------------------------------------------
 
     def status(self) -> kv_pb2.StatusResponse:
@@ -114,7 +125,8 @@ class KVHandler:
             commit_index=s["commit_index"], applied_index=s["applied_index"], snapshot_index=s["snapshot_index"],
             peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
-            state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id])
+            state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id],
+            log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
 
     # ---- node errors -> client errors --------------------------------------------------------
 
@@ -173,6 +185,16 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         return self._handler.status()
 
+    async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
+        info = await self._serve(self._handler.save_snapshot(context.time_remaining()), context)
+        manifest_json = read_manifest(info.path)[0].to_json()
+        chunks = chunk_file(info.path)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            yield kv_pb2.SnapshotFileChunk(manifest_json=manifest_json if chunk.offset == 0 else b"",
+                                           total_size=info.file_size, sha256=info.sha256,
+                                           offset=chunk.offset, data=chunk.data, done=chunk.done)
+
 
 def status_dict(s: kv_pb2.StatusResponse) -> dict[str, Any]:
     """The status fields the contract names (DESIGN.md), as kv.Client.status() reports them."""
@@ -181,6 +203,8 @@ def status_dict(s: kv_pb2.StatusResponse) -> dict[str, Any]:
         "commit_index": s.commit_index, "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
         "address": s.address, "cluster_id": s.cluster_id, "last_index": s.last_index,
         "leader_address": s.leader_address or None, "log_size_bytes": s.log_size_bytes,
+        "state_size_bytes": s.state_size_bytes, "log_begin_index": s.log_begin_index,
+        "log_begin_term": s.log_begin_term,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from raft.core.config import CoreConfig
 from raft.core.messages import InstallSnapshotResponse, Message, PushCode, PushRequest, PushResponse, PushType
-from raft.core.raft_log import RaftLog
+from raft.core.raft_log import LogCompactedError, RaftLog
 from raft.core.ready import SnapshotSend
 
 
@@ -68,6 +68,7 @@ class Dispatcher:
         self._awaiting_since: int | None = None  # a COMPARE / TRUNCATE / snapshot unanswered since
         self._inflight: deque[Inflight] = deque()
         self._commit_sent = -1
+        self._idle_until = 0  # after a failed snapshot stream: wait before trying again
 
     def start(self, now: int) -> list[Outgoing]:
         """A new leader begins by finding where the follower's log matches its own."""
@@ -94,6 +95,8 @@ class Dispatcher:
         if resp.success:
             self.match_index = max(self.match_index, resp.index)
             return self._change_state(DispatchState.COMPARE, now, probe=max(resp.index, self.match_index))
+        # The stream failed (peer down, link cut): do not hammer it; compare again a little later.
+        self._idle_until = now + self.leader.config.push_timeout_ms
         return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
 
     def on_heartbeat_response(self, end_index: int) -> None:
@@ -118,7 +121,7 @@ class Dispatcher:
         """Send whatever the current state allows now."""
         if self.state == DispatchState.APPEND:
             return self._send_appends(now)
-        if self._awaiting_since is not None:
+        if self._awaiting_since is not None or now < self._idle_until:
             return []
         if self.state == DispatchState.COMPARE:
             return self._send_compare(now)
@@ -191,8 +194,11 @@ class Dispatcher:
             pre_term = log.term(pre)
             if pre_term is None or pre < log.before_begin()[0]:
                 return out + self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
-            batch = log.entries(self.next_index, min(last + 1, self.next_index + cfg.max_batch_entries),
-                                cfg.max_batch_bytes)
+            try:
+                batch = log.entries(self.next_index, min(last + 1, self.next_index + cfg.max_batch_entries),
+                                    cfg.max_batch_bytes)
+            except LogCompactedError:  # compacted since we looked
+                return out + self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
             out.append(self._push(PushType.APPEND, pre_index=pre, pre_term=pre_term, entries=batch))
             self._inflight.append(Inflight(pre, batch[-1].index, now))
             self.next_index = batch[-1].index + 1

@@ -10,6 +10,11 @@ from raft.core.log_store import LogStore
 from raft.core.types import Entry
 
 
+class LogCompactedError(IndexError):
+    """The entries asked for were compacted into a snapshot (possibly just now, by the driver's
+    compaction running beside the core): the reader must fall back to a snapshot."""
+
+
 class RaftLog:
     def __init__(self, store: LogStore) -> None:
         self.store = store
@@ -50,7 +55,12 @@ class RaftLog:
             return []
         out: list[Entry] = []
         if lo < self._offset:
-            out = self.store.entries(lo, min(hi, self._offset), max_bytes)
+            if lo <= self.store.before_begin()[0]:
+                raise LogCompactedError(f"entry {lo} is compacted")
+            try:
+                out = self.store.entries(lo, min(hi, self._offset), max_bytes)
+            except IndexError as e:
+                raise LogCompactedError(str(e)) from e
             if out and out[-1].index < min(hi, self._offset) - 1:
                 return out  # the byte limit stopped the store read
             lo = self._offset

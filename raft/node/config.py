@@ -40,8 +40,18 @@ class NodeConfig:
     state_map_size: int = 8 << 30
     # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
     fsync: bool = True
-    # Snapshot after this many applied entries (issue "Snapshots").
+    # Take a snapshot after this many applied entries, or after this many bytes of applied
+    # payload, whichever comes first (`raftkv serve --snapshot-threshold` sets the entry count).
     snapshot_threshold: int = 100_000
+    snapshot_threshold_bytes: int = 256 << 20
+    # Entries kept in the log behind a snapshot, so a slightly slow follower catches up by APPEND
+    # rather than a full install. Capped at half the threshold.
+    snapshot_trailing_entries: int = 10_000
+    # Snapshot streams to followers: chunk size and bandwidth cap (bytes/s; 0 = unthrottled).
+    snapshot_chunk_bytes: int = 1 << 20
+    snapshot_bandwidth_bytes_per_s: int = 128 << 20
+    # Snapshot files kept on disk (the newest is the one sent to followers).
+    snapshots_kept: int = 2
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -49,12 +59,18 @@ class NodeConfig:
             self.peers = {self.node_id: self.listen}
         if self.node_id not in self.peers:
             raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
+        if self.snapshot_threshold < 1:
+            raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:
             raise ValueError("max_key_bytes cannot exceed LMDB's limit of 511 bytes")
 
     @property
     def members(self) -> list[str]:
         return sorted(self.peers)
+
+    @property
+    def trailing_entries(self) -> int:
+        return min(self.snapshot_trailing_entries, self.snapshot_threshold // 2)
 
 
 def parse_peers(spec: str) -> dict[str, str]:

