@@ -1,0 +1,4 @@
+"""`python -m kv ...` is the `raftkv` command."""
+from kv.cli import main
+
+raise SystemExit(main())

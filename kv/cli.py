@@ -1,0 +1,331 @@
+"""The `raftkv` command (also `python -m kv`): run a node, talk to a cluster, start a local one."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from kv.client import CONSISTENCY, Client
+from kv.errors import RaftKVError
+from raft.core.config import CoreConfig
+from raft.node.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_NODE_ID, NodeConfig, parse_peers
+
+DEFAULT_ENDPOINTS = DEFAULT_LISTEN
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Exit codes: 1 for a failed request or an absent key, 2 for a bad command line (argparse's own).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_DEFAULT_CORE = CoreConfig()
+_DEFAULT_NODE = NodeConfig()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the examples' line breaks, and show a flag's default unless its help already talks
+    about it or there is nothing worth showing (flags, empty values)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftkv", formatter_class=_Formatter,
+        description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
+        epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
+               "  raftkv cluster up --nodes 3         a local three-node cluster\n"
+               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve(commands)
+    client_options = _client_options()
+    _add_put(commands, client_options)
+    _add_get(commands, client_options)
+    _add_delete(commands, client_options)
+    _add_scan(commands, client_options)
+    _add_status(commands, client_options)
+    _add_cluster(commands)
+    return parser
+
+
+def _client_options() -> argparse.ArgumentParser:
+    """--endpoints / --timeout, shared by every command that talks to a cluster."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
+                         help="comma-separated addresses of cluster members; the client finds the leader")
+    options.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
+                         help="give up (and exit 1) after this long, retries included")
+    return options
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", formatter_class=_Formatter, help="run a node",
+        description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
+                    f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
+        epilog="a three-node cluster, one command per member:\n"
+               "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
+               "               --peers n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003")
+    serve.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="this member's id")
+    serve.add_argument("--listen", default=None, metavar="HOST:PORT",
+                       help=f"where to bind the gRPC server (default: this member's address in --peers, "
+                            f"else {DEFAULT_LISTEN})")
+    serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="where the log, state and snapshots live")
+    serve.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
+                       help="every member (this one included) and where this node reaches it; empty: a single-node cluster")
+    serve.add_argument("--cluster-id", default=None,
+                       help="peers refuse messages from another cluster (default: derived from the member list)")
+    serve.add_argument("--snapshot-threshold", type=_positive_int, default=_DEFAULT_NODE.snapshot_threshold,
+                       metavar="N", help="take a snapshot after this many applied entries")
+    serve.add_argument("--election-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.election_timeout_ms,
+                       metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
+    serve.add_argument("--heartbeat-interval-ms", type=_positive_int, default=_DEFAULT_CORE.heartbeat_interval_ms,
+                       metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
+    serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
+                       metavar="BYTES", help="largest value a client may write")
+    serve.add_argument("--no-fsync", dest="fsync", action="store_false",
+                       help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
+    serve.set_defaults(run=_run_serve, command_parser=serve)
+
+
+def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    put = commands.add_parser("put", parents=[client_options], formatter_class=_Formatter,
+                              help="write a value", description="Write VALUE under KEY; prints the raft index.")
+    put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
+    put.add_argument("value", metavar="VALUE", help="the value (UTF-8)")
+    put.set_defaults(run=_run_put, command_parser=put)
+
+
+def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    get = commands.add_parser("get", parents=[client_options], formatter_class=_Formatter,
+                              help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
+    get.add_argument("key", metavar="KEY", help="the key")
+    _add_consistency(get)
+    get.set_defaults(run=_run_get, command_parser=get)
+
+
+def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    delete = commands.add_parser("delete", parents=[client_options], formatter_class=_Formatter,
+                                 help="delete a key", description="Delete KEY; prints whether it existed.")
+    delete.add_argument("key", metavar="KEY", help="the key")
+    delete.set_defaults(run=_run_delete, command_parser=delete)
+
+
+def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    scan = commands.add_parser("scan", parents=[client_options], formatter_class=_Formatter,
+                               help="list keys in order",
+                               description="Print KEY<TAB>VALUE lines in key order: keys starting with "
+                                           "--prefix, or in [--start, --end).")
+    scan.add_argument("--prefix", default=None, help="only keys starting with this")
+    scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
+    scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
+    scan.add_argument("--limit", type=_positive_int, default=100, help="at most this many pairs")
+    _add_consistency(scan)
+    scan.set_defaults(run=_run_scan, command_parser=scan)
+
+
+def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    status = commands.add_parser("status", parents=[client_options], formatter_class=_Formatter,
+                                 help="show each member's role and indexes",
+                                 description="Ask every endpoint for its status; exit 1 when none answers.")
+    status.add_argument("--json", action="store_true",
+                        help="print a JSON list with one object per endpoint (id, role, term, leader, "
+                             "commit_index, applied_index, snapshot_index, peers on the leader)")
+    status.set_defaults(run=_run_status, command_parser=status)
+
+
+def _add_cluster(commands: Any) -> None:
+    cluster = commands.add_parser("cluster", formatter_class=_Formatter, help="run a local cluster",
+                                  description="Run a local cluster of raftkv nodes for trying raftkv out.")
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("up", formatter_class=_Formatter, help="start a local cluster and wait for Ctrl-C",
+                            description="Start N `raftkv serve` processes on 127.0.0.1 (n1 on --base-port, n2 on "
+                                        "the next port, ...), print their endpoints, stop them all on Ctrl-C.")
+    up.add_argument("--nodes", type=_positive_int, default=3, help="how many members")
+    up.add_argument("--base-port", type=_port, default=7001, help="n1's port; the others follow")
+    up.add_argument("--data-dir", type=Path, default="./raftkv-cluster",
+                    help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
+    up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
+    up.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the members' logging verbosity")
+    up.set_defaults(run=_run_cluster_up, command_parser=up)
+
+
+def _add_consistency(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--consistency", choices=tuple(CONSISTENCY), default="linearizable",
+                        help="linearizable: confirmed by a quorum; lease: the leader's lease; stale: any node's local state")
+
+
+# ---- argument types ------------------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value
+
+
+# ---- serve ---------------------------------------------------------------------------------
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
+    peers = parse_peers(args.peers)
+    listen = args.listen or peers.get(args.node_id) or DEFAULT_LISTEN
+    if ":" not in listen:
+        raise ValueError(f"bad --listen {listen!r}: expected host:port")
+    election, heartbeat = args.election_timeout_ms, args.heartbeat_interval_ms
+    # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
+    lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
+    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease)
+    return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
+                      cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
+                      fsync=args.fsync, snapshot_threshold=args.snapshot_threshold)
+
+
+def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        config = node_config(args)
+    except ValueError as bad:
+        parser.error(str(bad))  # exits 2 with the usage line
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s")
+    try:
+        # Imported here: the client commands do not need the server's dependencies.
+        from kv.server import serve
+    except ImportError as missing:
+        raise ValueError(f"the server cannot start: {missing}") from None
+    serve(config)
+    return 0
+
+
+# ---- client commands -----------------------------------------------------------------------
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.endpoints, timeout=args.timeout)
+
+
+def _write_line(data: bytes, out: TextIO) -> None:
+    """Values are bytes: write them as they are, not as Python's repr."""
+    out.flush()
+    out.buffer.write(data + b"\n")
+    out.buffer.flush()
+
+
+def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        index = client.put(args.key, args.value)
+    print(f"OK index={index}")
+    return 0
+
+
+def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        value = client.get(args.key, consistency=args.consistency)
+    if value is None:
+        print(f"not found: {args.key}", file=sys.stderr)
+        return EXIT_FAILED
+    _write_line(value, sys.stdout)
+    return 0
+
+
+def _run_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        existed = client.delete(args.key)
+    print("deleted" if existed else "not found (nothing to delete)")
+    return 0
+
+
+def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.prefix is not None and (args.start is not None or args.end is not None):
+        parser.error("give either --prefix or --start/--end, not both")
+    with _client(args) as client:
+        items = client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit,
+                            consistency=args.consistency)
+    for key, value in items:
+        _write_line(key + b"\t" + value, sys.stdout)
+    return 0
+
+
+def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        statuses = client.status()
+    print(json.dumps(statuses, indent=2) if args.json else format_status_table(statuses))
+    return EXIT_FAILED if all("error" in s for s in statuses) else 0
+
+
+STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")
+
+
+def format_status_table(statuses: Sequence[dict[str, Any]]) -> str:
+    """One row per endpoint; an unreachable one shows its error instead."""
+    header = [c.upper() for c in STATUS_COLUMNS]
+    rows = [["-" if s.get(c) is None else str(s[c]) for c in STATUS_COLUMNS] for s in statuses if "error" not in s]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(STATUS_COLUMNS))]
+    widths[0] = max([widths[0]] + [len(s["address"]) for s in statuses if "error" in s])
+    lines = []
+    for status in statuses:
+        if "error" in status:
+            lines.append(f"{status['address'].ljust(widths[0])}  error: {status['error']}")
+        else:
+            row = ["-" if status.get(c) is None else str(status[c]) for c in STATUS_COLUMNS]
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return "\n".join(["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), *lines])
+
+
+# ---- cluster up ----------------------------------------------------------------------------
+
+def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kv import cluster_up
+
+    extra = ["--log-level", args.log_level] + ([] if args.fsync else ["--no-fsync"])
+    return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra)
+
+
+# ---- entry point ---------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.run
+    try:
+        return run(args, args.command_parser)
+    except (RaftKVError, ValueError, TypeError) as error:
+        print(f"raftkv {args.command}: error: {_describe(error)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _describe(error: Exception) -> str:
+    kind = getattr(error, "kind", None)
+    return f"{kind}: {error}" if kind else str(error)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,333 @@
+"""The Python client of raftkv: finds the leader, follows "not leader" hints, retries within a
+timeout, and tags every write so that a retry is applied at most once.
+
+    with Client(["127.0.0.1:7001", "127.0.0.1:7002"], timeout=5.0) as c:
+        c.put("user/1", "alice"); c.get("user/1")  # -> b"alice"
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
+
+from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
+from kv.errors import TimeoutError as KVTimeoutError
+from proto import kv_pb2, kv_pb2_grpc
+
+KeyLike = str | bytes | bytearray | memoryview
+Response = TypeVar("Response")
+
+CONSISTENCY = {
+    "linearizable": kv_pb2.LINEARIZABLE,
+    "lease": kv_pb2.LEASE,
+    "stale": kv_pb2.STALE,
+}
+
+# A node that restarts should be reachable again within a few hundred ms, not grpc's default of
+# seconds; values up to the server's maximum times a scan page exceed grpc's 4 MiB default.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 200),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+)
+
+# Backoff between attempts: random exponential from ~15 ms, capped so the client notices a new
+# leader soon after an election.
+BACKOFF_BASE_S = 0.015
+BACKOFF_MAX_S = 0.5
+# Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
+# hiding the more useful error of the attempt before.
+MIN_ATTEMPT_S = 0.01
+# Consecutive "not leader" hints followed without backoff, so two nodes pointing at each other
+# during a leader change do not spin.
+MAX_FREE_HOPS = 3
+
+
+def to_bytes(value: KeyLike, what: str = "key") -> bytes:
+    """Keys and values travel as bytes; str is UTF-8 encoded."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+
+
+def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
+    """"a:1,b:2" or ["a:1", "b:2"] -> ["a:1", "b:2"] (order kept, duplicates dropped)."""
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    cleaned = list(dict.fromkeys(e.strip() for e in items if e and e.strip()))
+    if not cleaned:
+        raise ValueError("at least one endpoint (host:port) is needed")
+    for endpoint in cleaned:
+        if ":" not in endpoint:
+            raise ValueError(f"bad endpoint {endpoint!r}: expected host:port")
+    return cleaned
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with `prefix` (b"" when there is none)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return b""
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+@dataclass(slots=True)
+class _Session:
+    """One thread's write session. The server recognises a retry by (client id, seq) within a
+    window of recent sequences per id; one id per thread keeps each id's writes one at a time and
+    in order, so however many threads write, no retry can fall out of that window."""
+
+    client_id: str
+    # Starting from the clock keeps sequences increasing when a process reuses its client id.
+    seq: Iterator[int] = field(default_factory=lambda: itertools.count(time.time_ns() // 1000))
+
+    def header(self) -> kv_pb2.WriteHeader:
+        return kv_pb2.WriteHeader(client_id=self.client_id, seq=next(self.seq))  # type: ignore[call-overload]
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """Where one call goes next, and how long it has left."""
+
+    deadline: float
+    target: str
+    free_hops: int = 0
+    follow_now: bool = False
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+class Client:
+    """A thread-safe client of a raftkv cluster. See the module docstring.
+
+    endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
+    timeout: seconds each call may take, retries included.
+    client_id: names this client's write sessions (default: random). Two live clients must not
+    share one, or their writes could be taken for retries of each other."""
+
+    def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None):
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.endpoints = parse_endpoints(endpoints)
+        self.timeout = timeout
+        self.client_id = client_id or uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
+        self._preferred = self.endpoints[0]  # the last endpoint that served a request
+        self._local = threading.local()
+        self._sessions = itertools.count()
+        self._closed = False
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            channel.close()
+
+    # ---- the API ---------------------------------------------------------------------------
+
+    def put(self, key: KeyLike, value: KeyLike) -> int:
+        """Write `value` under `key`; returns the raft index the write was committed at."""
+        request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"), header=self._header())
+        return self._call(lambda stub: stub.Put, request).index
+
+    def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
+        """The value under `key`, or None when it is absent."""
+        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=_consistency(consistency))
+        response = self._call(lambda stub: stub.Get, request)
+        return response.value if response.found else None
+
+    def delete(self, key: KeyLike) -> bool:
+        """Delete `key`; True when it existed."""
+        request = kv_pb2.DeleteRequest(key=to_bytes(key), header=self._header())
+        return self._call(lambda stub: stub.Delete, request).existed
+
+    def scan(
+        self,
+        prefix: KeyLike | None = None,
+        start: KeyLike | None = None,
+        end: KeyLike | None = None,
+        limit: int = 100,
+        consistency: str = "linearizable",
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (key, value) pairs in key order: those starting with `prefix`, or those
+        in [start, end) (no end: to the last key). When the server cuts a page short of `limit`
+        the client asks for the rest; each page is consistent on its own."""
+        if prefix is not None and (start is not None or end is not None):
+            raise ValueError("give either prefix or start/end, not both")
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        lo = to_bytes(prefix if prefix is not None else start or b"", "start")
+        hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
+        level = _consistency(consistency)
+        items: list[tuple[bytes, bytes]] = []
+        while len(items) < limit:
+            request = kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level)
+            response = self._call(lambda stub: stub.Scan, request)
+            items.extend((kv.key, kv.value) for kv in response.items)
+            if not response.more or not response.items:
+                break
+            lo = items[-1][0] + b"\x00"  # the smallest key after the last one returned
+        return items[:limit]
+
+    def batch(
+        self,
+        puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
+        deletes: Iterable[KeyLike] = (),
+    ) -> list[bool]:
+        """Apply the puts, then the deletes, atomically in one raft entry. Returns, per op in that
+        order, whether its key existed just before that op."""
+        pairs = puts.items() if isinstance(puts, Mapping) else puts
+        ops = [kv_pb2.Op(put=kv_pb2.KeyValue(key=to_bytes(k), value=to_bytes(v, "value"))) for k, v in pairs]
+        ops += [kv_pb2.Op(delete=to_bytes(k)) for k in deletes]
+        if not ops:
+            return []
+        request = kv_pb2.BatchRequest(ops=ops, header=self._header())
+        return list(self._call(lambda stub: stub.Batch, request).existed)
+
+    def status(self) -> list[dict[str, Any]]:
+        """One dict per configured endpoint (asked in parallel); an endpoint that does not answer
+        gives {"address": ..., "error": ...}."""
+        futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout))
+                   for address in self.endpoints]
+        return [_status_dict(address, future) for address, future in futures]
+
+    # ---- routing and retries ---------------------------------------------------------------
+
+    def _header(self) -> kv_pb2.WriteHeader:
+        session: _Session | None = getattr(self._local, "session", None)
+        if session is None:
+            n = next(self._sessions)
+            session = _Session(self.client_id if n == 0 else f"{self.client_id}#{n}")
+            self._local.session = session
+        return session.header()
+
+    def _stub(self, address: str) -> kv_pb2_grpc.KVStub:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+                stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
+            return stub
+
+    def _next_endpoint(self, after: str) -> str:
+        """The configured endpoint after `after`, round robin."""
+        if after not in self.endpoints:
+            return self.endpoints[0]
+        return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
+
+    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any) -> Any:
+        """Send `request` until one node serves it or the timeout runs out. The request object is
+        the same on every attempt, so a write keeps its (client id, seq)."""
+        attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+        retrying = Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
+            wait=_Wait(attempts),
+            # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
+            stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
+            sleep=time.sleep,
+            reraise=True,
+        )
+        return retrying(self._attempt, method, request, attempts)
+
+    def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, attempts: _Attempts) -> Any:
+        target = attempts.target
+        try:
+            response = method(self._stub(target))(request, timeout=max(attempts.remaining(), MIN_ATTEMPT_S))
+        except grpc.RpcError as rpc_error:
+            error = from_rpc_error(rpc_error)
+            self._reroute(attempts, error)
+            raise error from None
+        with self._lock:
+            self._preferred = target
+        return response
+
+    def _reroute(self, attempts: _Attempts, error: RaftKVError) -> None:
+        """Pick the next target after `error` from attempts.target."""
+        hint = error.leader_address if isinstance(error, NotLeaderError) else None
+        if hint and hint != attempts.target:
+            attempts.follow_now = attempts.free_hops < MAX_FREE_HOPS
+            attempts.free_hops += 1
+            attempts.target = hint
+            with self._lock:
+                self._preferred = hint
+            return
+        attempts.follow_now = False
+        if isinstance(error, (NotLeaderError, UnavailableError, KVTimeoutError)):
+            failed, attempts.target = attempts.target, self._next_endpoint(attempts.target)
+            with self._lock:
+                # Later calls should not start at a node that just failed (it may hang on each).
+                if self._preferred == failed:
+                    self._preferred = attempts.target
+
+
+@dataclass(slots=True)
+class _Wait:
+    """tenacity wait: no pause to follow a fresh leader hint, else random exponential backoff,
+    never past the point where one last attempt still fits before the deadline."""
+
+    attempts: _Attempts
+    backoff: wait_random_exponential = field(
+        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
+
+    def __call__(self, state: RetryCallState) -> float:
+        if self.attempts.follow_now:
+            return 0.0
+        # Keep the last attempt: sleep at most until just before the deadline.
+        return max(0.0, min(self.backoff(state), self.attempts.remaining() - MIN_ATTEMPT_S))
+
+
+def _consistency(name: str) -> int:
+    try:
+        return CONSISTENCY[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY)}, not {name!r}") from None
+
+
+def _status_dict(address: str, future: Future) -> dict[str, Any]:
+    try:
+        s = future.result()
+    except grpc.RpcError as rpc_error:
+        return {"address": address, "error": str(from_rpc_error(rpc_error))}
+    status: dict[str, Any] = {
+        "id": s.id,
+        "role": s.role,
+        "term": s.term,
+        "leader": s.leader or None,
+        "commit_index": s.commit_index,
+        "applied_index": s.applied_index,
+        "snapshot_index": s.snapshot_index,
+        "address": address,
+        "cluster_id": s.cluster_id,
+        "last_index": s.last_index,
+        "leader_address": s.leader_address or None,
+        "log_size_bytes": s.log_size_bytes,
+    }
+    if s.role == "leader":
+        status["peers"] = dict(s.peers)
+    return status

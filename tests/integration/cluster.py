@@ -1,0 +1,285 @@
+"""A cluster of real `python -m kv serve` processes on 127.0.0.1 for the integration tests: free
+ports, a temporary data directory per node, SIGKILL / restart / SIGSTOP / SIGCONT, and a teardown
+that always kills everything it started."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import grpc
+
+from kv import Client
+from kv.cluster_up import NodeSpec, child_env, serve_command
+from kv.client import CHANNEL_OPTIONS
+from proto import kv_pb2_grpc, raft_pb2_grpc
+
+T = TypeVar("T")
+
+# Fast elections keep the tests short; the heartbeat stays well below the timeout so that a
+# loaded machine does not see spurious elections.
+FAST_TIMING = ("--election-timeout-ms", "500", "--heartbeat-interval-ms", "50")
+POLL_S = 0.05
+LOG_TAIL_LINES = 40
+
+# Runs a node so that the kernel SIGKILLs it when the test process dies, however it dies (even
+# SIGKILLed itself, when no teardown runs): prctl(PR_SET_PDEATHSIG), kept across exec; the ppid
+# check covers a parent that died before the prctl.
+_ORPHAN_GUARD = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def guarded_command(spec: NodeSpec) -> list[str]:
+    command = serve_command(spec)
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command[1:]]
+
+
+def free_ports(n: int) -> list[int]:
+    """n ports that were free a moment ago (held open together so they differ)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
+    """Poll `probe` until it returns something truthy. Processes give no events to await, so the
+    tests poll status, briefly, with a deadline and a message saying what never happened."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except AssertionError:
+            raise
+        except Exception as error:  # a probe may fail while nodes come and go
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(POLL_S)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last probe: {last!r}")
+
+
+@dataclass
+class NodeProcess:
+    """One member: its spec and, while it runs, its process (output appended to its log)."""
+
+    spec: NodeSpec
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    _log: IO[bytes] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.node_id
+
+    @property
+    def address(self) -> str:
+        return self.spec.listen
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self) -> None:
+        """Fail at once, with its log, if the process exited although nobody stopped it."""
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"{self.id} exited with code {self.process.returncode}:\n{self.log_tail()}")
+
+    def start(self) -> None:
+        assert not self.running, f"{self.id} is already running"
+        self.spec.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self._log.write(f"---- start: {' '.join(serve_command(self.spec))}\n".encode())
+        self._log.flush()
+        self.process = subprocess.Popen(guarded_command(self.spec), stdout=self._log, stderr=subprocess.STDOUT,
+                                        env=child_env(), start_new_session=True)
+        self.paused = False
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed or closed."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        self._reap()
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        assert self.process is not None
+        self.resume()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout)
+        self._reap()
+        return code
+
+    def pause(self) -> None:
+        assert self.running
+        self.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self.running:
+            self.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        self.paused = False
+
+    def _reap(self) -> None:
+        if self.process is not None:
+            self.process.wait()
+            self.process = None  # stopped on purpose: not a death check_alive should report
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.paused = False
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Cluster:
+    """N members n1..nN, each started with --peers naming all of them."""
+
+    base_dir: Path
+    size: int = 3
+    extra_args: tuple[str, ...] = FAST_TIMING
+    nodes: dict[str, NodeProcess] = field(default_factory=dict)
+    _clients: list[Client] = field(default_factory=list)
+    _channels: list[grpc.Channel] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(self.size)
+        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
+        for name, address in peers.items():
+            spec = NodeSpec(name, address, self.base_dir / name, peers, tuple(self.extra_args))
+            self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    def kill(self, node_id: str) -> None:
+        self.nodes[node_id].kill()
+
+    def terminate(self, node_id: str) -> int:
+        """A clean stop (SIGTERM); returns the exit code."""
+        return self.nodes[node_id].terminate()
+
+    def start_node(self, node_id: str) -> None:
+        """Start a stopped member again, on its data directory."""
+        self.nodes[node_id].start()
+
+    def restart(self, node_id: str) -> None:
+        """Kill (if running) and start again on the same data directory."""
+        node = self.nodes[node_id]
+        node.kill()
+        node.start()
+
+    def pause(self, node_id: str) -> None:
+        self.nodes[node_id].pause()
+
+    def resume(self, node_id: str) -> None:
+        self.nodes[node_id].resume()
+
+    def close(self) -> None:
+        """Kill everything, whatever state it is in. Never raises."""
+        for client in self._clients:
+            client.close()
+        for channel in self._channels:
+            channel.close()
+        for node in self.nodes.values():
+            try:
+                node.resume()
+                node.kill()
+            except Exception:  # noqa: BLE001 - teardown must reach every node
+                pass
+
+    def log_tails(self) -> str:
+        return "\n".join(f"==== {node.id} ({node.log_path})\n{node.log_tail()}" for node in self.nodes.values())
+
+    # ---- talking to it -----------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [node.address for node in self.nodes.values()]
+
+    def client(self, node_ids: Iterable[str] | None = None, timeout: float = 10.0, **kwargs: Any) -> Client:
+        """A Client of the given members (default: all), closed at teardown."""
+        ids = list(node_ids) if node_ids is not None else list(self.nodes)
+        client = Client([self.nodes[i].address for i in ids], timeout=timeout, **kwargs)
+        self._clients.append(client)
+        return client
+
+    def _channel(self, node_id: str) -> grpc.Channel:
+        channel = grpc.insecure_channel(self.nodes[node_id].address, options=CHANNEL_OPTIONS)
+        self._channels.append(channel)
+        return channel
+
+    def kv_stub(self, node_id: str) -> kv_pb2_grpc.KVStub:
+        """A raw stub of one member: no leader following, no retries."""
+        return kv_pb2_grpc.KVStub(self._channel(node_id))
+
+    def peer_stub(self, node_id: str) -> raft_pb2_grpc.RaftPeerStub:
+        return raft_pb2_grpc.RaftPeerStub(self._channel(node_id))
+
+    def status(self, node_id: str, timeout: float = 1.0) -> dict[str, Any]:
+        with Client([self.nodes[node_id].address], timeout=timeout) as client:
+            (status,) = client.status()
+        return status
+
+    def statuses(self, node_ids: Iterable[str] | None = None, timeout: float = 1.0) -> dict[str, dict[str, Any]]:
+        """Status of the given running, unpaused members (default: all of them), by member id."""
+        ids = [i for i in (node_ids if node_ids is not None else self.nodes)
+               if self.nodes[i].running and not self.nodes[i].paused]
+        if not ids:
+            return {}
+        with Client([self.nodes[i].address for i in ids], timeout=timeout) as client:
+            return dict(zip(ids, client.status()))
+
+    def wait_for_leader(self, among: Iterable[str] | None = None, not_in_term: int | None = None,
+                        timeout: float = 30.0) -> str:
+        """The id of a leader that the members in `among` (default: all running ones) agree on,
+        in a term above `not_in_term` when given."""
+        def agreed_leader() -> str | None:
+            for node in self.nodes.values():
+                node.check_alive()
+            statuses = self.statuses(among)
+            if not statuses or any("error" in s for s in statuses.values()):
+                return None
+            leaders = {s["leader"] for s in statuses.values()}
+            leader = leaders.pop() if len(leaders) == 1 else None
+            if leader is None or leader not in statuses or statuses[leader]["role"] != "leader":
+                return None
+            if not_in_term is not None and statuses[leader]["term"] <= not_in_term:
+                return None
+            return leader
+
+        return wait_until("an agreed leader", agreed_leader, timeout)
+
+    def wait_applied(self, node_id: str, index: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until `node_id` has applied `index`; returns its status."""
+        def applied() -> dict[str, Any] | None:
+            status = self.status(node_id)
+            return status if status.get("applied_index", -1) >= index else None
+        return wait_until(f"{node_id} to apply index {index}", applied, timeout)

@@ -1,0 +1,98 @@
+"""Bad input gets its own error, and the node keeps serving."""
+from __future__ import annotations
+
+import re
+
+import grpc
+import pytest
+
+from kv.errors import InvalidArgumentError
+from proto import raft_pb2
+from tests.integration.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+MAX_VALUE = 1024
+UNPARSEABLE_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
+
+@pytest.fixture
+def small_values(make_cluster) -> Cluster:
+    from tests.integration.cluster import FAST_TIMING
+
+    cluster = make_cluster(3, extra_args=(*FAST_TIMING, "--max-value-bytes", str(MAX_VALUE)))
+    cluster.wait_for_leader()
+    return cluster
+
+
+def assert_still_serving(cluster: Cluster, leader: str) -> None:
+    assert all(node.running for node in cluster.nodes.values())
+    client = cluster.client()
+    client.put("alive", "yes")
+    assert client.get("alive") == b"yes"
+    assert cluster.wait_for_leader() == leader
+
+
+def test_bad_keys_and_values(small_values: Cluster):
+    cluster = small_values
+    leader = cluster.wait_for_leader()
+    client = cluster.client()
+    with pytest.raises(InvalidArgumentError, match="(?i)empty"):
+        client.put("", "v")
+    with pytest.raises(InvalidArgumentError):
+        client.get("")
+    with pytest.raises(InvalidArgumentError, match="511"):
+        client.put(b"k" * 512, "v")
+    with pytest.raises(InvalidArgumentError):
+        client.batch(puts={b"ok": b"v", b"k" * 512: b"v"})
+    with pytest.raises(InvalidArgumentError, match=str(MAX_VALUE)):
+        client.put("big", b"x" * (MAX_VALUE + 1))
+    assert client.get("ok") is None  # the refused batch changed nothing
+    # The limits themselves are allowed.
+    client.put(b"k" * 511, b"x" * MAX_VALUE)
+    assert client.get(b"k" * 511) == b"x" * MAX_VALUE
+    assert_still_serving(cluster, leader)
+
+
+def peer_batch(cluster_id: str, from_id: str, to: str, term: int) -> raft_pb2.MessageBatch:
+    # A heartbeat from a far higher term: accepted, it would depose the leader.
+    message = raft_pb2.PeerMessage(src=from_id, dst=to, term=term,
+                                   heartbeat_request=raft_pb2.HeartbeatRequest(commit_index=0, seq=1))
+    return raft_pb2.MessageBatch(cluster_id=cluster_id, from_id=from_id, messages=[message])
+
+
+def test_peer_messages_from_another_cluster_or_an_unknown_member_are_refused(cluster: Cluster):
+    leader = cluster.wait_for_leader()
+    status = cluster.status(leader)
+    follower = next(n for n in cluster.nodes if n != leader)
+    stub = cluster.peer_stub(leader)
+    refused_batches = {
+        "wrong cluster id": peer_batch("not-" + status["cluster_id"], follower, leader, status["term"] + 100),
+        "unknown member": peer_batch(status["cluster_id"], "n99", leader, status["term"] + 100),
+    }
+    for expected, batch in refused_batches.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Send(batch, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert expected in refused.value.details()
+    after = cluster.status(leader)
+    assert after["role"] == "leader" and after["term"] == status["term"]  # the high term was ignored
+    assert_still_serving(cluster, leader)
+
+
+@pytest.mark.parametrize("method", ["/raftkv.raft.RaftPeer/Send", "/raftkv.kv.KV/Put", "/raftkv.kv.KV/Get"])
+def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
+    leader = cluster.wait_for_leader()
+    channel = grpc.insecure_channel(cluster.nodes[leader].address)
+    try:
+        send_raw = channel.unary_unary(method)  # no serializers: the bytes go out as they are
+        for garbage in (b"\xff" * 64, b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256))):
+            with pytest.raises(grpc.RpcError) as refused:
+                send_raw(garbage, timeout=5)
+            # grpc answers a request it cannot parse before the servicer sees it; its code for
+            # that is UNKNOWN (aio) or INTERNAL (sync), and the details say what went wrong.
+            assert refused.value.code() in UNPARSEABLE_CODES
+            assert re.search("pars|corrupt|malformed", refused.value.details() or "", re.I)
+    finally:
+        channel.close()
+    assert_still_serving(cluster, leader)

@@ -1,0 +1,168 @@
+"""The `raftkv` command line: parsing, --help, bad flags, and the client commands against a
+scripted KV server on 127.0.0.1 (the same one tests/unit/test_client.py uses)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kv import cli
+from kv.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
+from raft.node.config import NodeConfig
+from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
+
+COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["cluster"], ["cluster", "up"]]
+
+
+def parse(*argv: str):
+    return cli.build_parser().parse_args(list(argv))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_serve_defaults_are_a_single_node_store_on_7001():
+    config = cli.node_config(parse("serve"))
+    expected = NodeConfig()
+    assert config.node_id == "n1"
+    assert config.listen == "127.0.0.1:7001"
+    assert config.data_dir == Path("./raftkv-data")
+    assert config.peers == {"n1": "127.0.0.1:7001"}
+    assert config.fsync is True
+    assert config.core == expected.core
+    assert (config.max_value_bytes, config.snapshot_threshold) == (expected.max_value_bytes, expected.snapshot_threshold)
+
+
+def test_serve_flags_map_onto_node_config():
+    args = parse("serve", "--id", "n2", "--data-dir", "/tmp/d2", "--peers",
+                 "n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003", "--cluster-id", "c1",
+                 "--snapshot-threshold", "50", "--election-timeout-ms", "300", "--heartbeat-interval-ms", "30",
+                 "--max-value-bytes", "1000", "--no-fsync", "--log-level", "debug")
+    config = cli.node_config(args)
+    assert config.listen == "127.0.0.1:7002"  # from --peers, as --listen was not given
+    assert config.members == ["n1", "n2", "n3"]
+    assert config.data_dir == Path("/tmp/d2")
+    assert config.cluster_id == "c1"
+    assert config.snapshot_threshold == 50
+    assert (config.core.election_timeout_ms, config.core.heartbeat_interval_ms) == (300, 30)
+    assert config.core.lease_ms < 300
+    assert config.max_value_bytes == 1000
+    assert config.fsync is False
+
+
+def test_explicit_listen_wins_over_peers():
+    config = cli.node_config(parse("serve", "--listen", "0.0.0.0:9000", "--peers", "n1=10.0.0.1:7001"))
+    assert config.listen == "0.0.0.0:9000"
+    assert config.peers == {"n1": "10.0.0.1:7001"}
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert out.startswith(f"usage: raftkv {' '.join(command)}")
+    assert len(out.splitlines()) > 4
+
+
+def test_help_shows_useful_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    out = capsys.readouterr().out
+    for text in ("127.0.0.1:7001", "./raftkv-data", "--no-fsync", "--snapshot-threshold", "(default: 1000)"):
+        assert text in out
+    with pytest.raises(SystemExit):
+        cli.main(["get", "--help"])
+    out = capsys.readouterr().out
+    assert "--endpoints" in out and "--consistency" in out and "stale" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve", "--peers", "n2=127.0.0.1:7002"], "must name this node"),
+    (["serve", "--peers", "n1"], "expected id=host:port"),
+    (["serve", "--election-timeout-ms", "100", "--heartbeat-interval-ms", "100"], "heartbeat_interval_ms"),
+    (["serve", "--election-timeout-ms", "abc"], "expected a whole number"),
+    (["serve", "--listen", "nowhere"], "expected host:port"),
+    (["serve", "--frobnicate"], "unrecognized arguments"),
+    (["get", "k", "--consistency", "eventual"], "invalid choice"),
+    (["put", "k"], "required"),
+    (["scan", "--limit", "0"], "at least 1"),
+    (["get", "k", "--timeout", "-1"], "must be positive"),
+    (["cluster", "up", "--base-port", "70000"], "not a port"),
+    (["scan", "--prefix", "a", "--start", "b"], "either --prefix or --start/--end"),
+    ([], "required"),
+])
+def test_bad_flags_exit_2_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_put_get_delete_scan_print_results(start_node, capsys):  # noqa: F811
+    node = start_node()
+    endpoints = ["--endpoints", node.address, "--timeout", "2"]
+    assert run(capsys, "put", "user/1", "alice", *endpoints) == (0, "OK index=1\n", "")
+    assert run(capsys, "put", "user/2", "bob", *endpoints)[0] == 0
+    assert run(capsys, "get", "user/1", *endpoints) == (0, "alice\n", "")
+    assert run(capsys, "get", "user/1", "--consistency", "stale", *endpoints)[1] == "alice\n"
+    assert run(capsys, "scan", "--prefix", "user/", *endpoints)[1] == "user/1\talice\nuser/2\tbob\n"
+    assert run(capsys, "scan", "--start", "user/2", *endpoints)[1] == "user/2\tbob\n"
+    assert run(capsys, "delete", "user/1", *endpoints) == (0, "deleted\n", "")
+    code, out, err = run(capsys, "get", "user/1", *endpoints)
+    assert (code, out) == (1, "") and "not found" in err
+
+
+def test_status_table_and_json(start_node, capsys):  # noqa: F811
+    node = start_node("n9")
+    down = free_address()
+    endpoints = ["--endpoints", f"{node.address},{down}", "--timeout", "0.5"]
+    code, out, _ = run(capsys, "status", *endpoints)
+    header, up_row, down_row = out.splitlines()
+    assert code == 0
+    assert header.split() == ["ADDRESS", "ID", "ROLE", "TERM", "LEADER", "COMMIT_INDEX", "APPLIED_INDEX", "SNAPSHOT_INDEX"]
+    assert up_row.split()[:5] == [node.address, "n9", "leader", "3", "n9"]
+    assert down_row.startswith(down) and "error:" in down_row
+    code, out, _ = run(capsys, "status", "--json", *endpoints)
+    statuses = json.loads(out)
+    assert statuses[0]["id"] == "n9" and statuses[0]["peers"] == {"n9": 0}
+    assert statuses[1]["address"] == down and "error" in statuses[1]
+
+
+def test_unreachable_cluster_is_one_line_on_stderr_and_exit_1(capsys):
+    down = ["--endpoints", free_address(), "--timeout", "0.2"]
+    for argv in (["put", "k", "v"], ["get", "k"], ["delete", "k"], ["scan"], ["status"]):
+        code, out, err = run(capsys, *argv, *down)
+        assert code == 1, argv
+        assert len(err.strip().splitlines()) <= 1 and "Traceback" not in err
+        if argv != ["status"]:
+            assert err.startswith(f"raftkv {argv[0]}: error: UNAVAILABLE"), err
+
+
+def test_python_dash_m_kv_is_the_cli():
+    result = subprocess.run([sys.executable, "-m", "kv", "get", "k", "--endpoints", free_address(), "--timeout", "0.2"],
+                            capture_output=True, text=True, env=child_env(), cwd="/", timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("raftkv get: error:") and "Traceback" not in result.stderr
+
+
+def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
+    specs = local_specs(3, 7101, tmp_path, ["--no-fsync"])
+    assert [s.listen for s in specs] == ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
+    command = serve_command(specs[1])
+    assert command[:4] == [sys.executable, "-m", "kv", "serve"]
+    args = cli.build_parser().parse_args(command[3:])
+    config = cli.node_config(args)
+    assert config.node_id == "n2" and config.listen == "127.0.0.1:7102"
+    assert config.peers == {"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"}
+    assert config.data_dir == tmp_path / "n2" and config.fsync is False
+    assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")

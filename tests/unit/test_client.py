@@ -1,0 +1,355 @@
+"""kv.Client against real gRPC servers on 127.0.0.1 whose KV servicer follows a script."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+
+from kv import Client
+from kv.client import prefix_end
+from kv.errors import (
+    InvalidArgumentError,
+    NotLeaderError,
+    RaftKVError,
+    TimeoutError,
+    UnavailableError,
+)
+from proto import kv_pb2, kv_pb2_grpc
+
+Handler = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def free_address() -> str:
+    """An address nothing listens on (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def refuse(context: grpc.ServicerContext, error: RaftKVError) -> None:
+    """Abort the call the way the real server does (kv.errors.abort, sync flavour)."""
+    context.set_trailing_metadata(error.metadata())
+    context.abort(error.code, str(error))
+
+
+@dataclass
+class ScriptedKV(kv_pb2_grpc.KVServicer):
+    """A KV servicer whose answers are set per method by the test; it records every request.
+    Without a script it behaves as a tiny in-memory store."""
+
+    node_id: str = "n1"
+    script: dict[str, Handler] = field(default_factory=dict)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    data: dict[bytes, bytes] = field(default_factory=dict)
+    index: int = 0
+
+    def _run(self, method: str, request: Any, context: grpc.ServicerContext, default: Handler) -> Any:
+        self.calls.append((method, request))
+        return self.script.get(method, default)(request, context)
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+    def requests(self, method: str) -> list[Any]:
+        return [r for m, r in self.calls if m == method]
+
+    def _commit(self) -> int:
+        self.index += 1
+        return self.index
+
+    def Put(self, request, context):
+        def store(req, ctx):
+            self.data[req.key] = req.value
+            return kv_pb2.PutResponse(index=self._commit())
+        return self._run("Put", request, context, store)
+
+    def Get(self, request, context):
+        def load(req, ctx):
+            found = req.key in self.data
+            return kv_pb2.GetResponse(found=found, value=self.data.get(req.key, b""), index=self.index)
+        return self._run("Get", request, context, load)
+
+    def Delete(self, request, context):
+        def remove(req, ctx):
+            return kv_pb2.DeleteResponse(existed=self.data.pop(req.key, None) is not None, index=self._commit())
+        return self._run("Delete", request, context, remove)
+
+    def Scan(self, request, context):
+        def scan(req, ctx):
+            keys = sorted(k for k in self.data if k >= req.start and (not req.end or k < req.end))
+            page = keys[: min(req.limit or 100, 2)]  # pages of two, so the client must continue
+            items = [kv_pb2.KeyValue(key=k, value=self.data[k]) for k in page]
+            return kv_pb2.ScanResponse(items=items, more=len(keys) > len(page), index=self.index)
+        return self._run("Scan", request, context, scan)
+
+    def Batch(self, request, context):
+        def apply(req, ctx):
+            existed = []
+            for op in req.ops:
+                if op.WhichOneof("op") == "put":
+                    existed.append(op.put.key in self.data)
+                    self.data[op.put.key] = op.put.value
+                else:
+                    existed.append(self.data.pop(op.delete, None) is not None)
+            return kv_pb2.BatchResponse(index=self._commit(), existed=existed)
+        return self._run("Batch", request, context, apply)
+
+    def Status(self, request, context):
+        def status(req, ctx):
+            return kv_pb2.StatusResponse(id=self.node_id, role="leader", term=3, leader=self.node_id,
+                                         commit_index=self.index, applied_index=self.index,
+                                         peers={self.node_id: self.index})
+        return self._run("Status", request, context, status)
+
+
+@dataclass
+class Node:
+    address: str
+    kv: ScriptedKV
+    server: grpc.Server
+
+
+@pytest.fixture
+def start_node() -> Iterator[Callable[..., Node]]:
+    servers: list[grpc.Server] = []
+
+    def start(node_id: str = "n1") -> Node:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        servicer = ScriptedKV(node_id=node_id)
+        kv_pb2_grpc.add_KVServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return Node(f"127.0.0.1:{port}", servicer, server)
+
+    yield start
+    for server in servers:
+        server.stop(grace=None)
+
+
+def not_leader(leader: Node | None) -> Handler:
+    def answer(request, context):
+        if leader is None:
+            refuse(context, NotLeaderError())
+        else:
+            refuse(context, NotLeaderError(leader.kv.node_id, leader.address))
+    return answer
+
+
+def fail_times(n: int, error: RaftKVError, then: Handler) -> Handler:
+    """Refuse the first n calls with `error`, then answer with `then`."""
+    left = [n]
+
+    def answer(request, context):
+        if left[0] > 0:
+            left[0] -= 1
+            refuse(context, error)
+        return then(request, context)
+    return answer
+
+
+def test_follows_not_leader_hint_and_remembers_the_leader(start_node):
+    leader, follower = start_node("n2"), start_node("n1")
+    follower.kv.script["Put"] = not_leader(leader)
+    with Client([follower.address], timeout=2.0) as client:
+        assert client.put(b"k", b"v") == 1
+        assert client.put(b"k", b"w") == 2
+    assert follower.kv.count("Put") == 1  # the second write went straight to the leader
+    assert leader.kv.data == {b"k": b"w"}
+
+
+def test_not_leader_without_hint_tries_the_next_endpoint(start_node):
+    electing, leader = start_node("n1"), start_node("n2")
+    electing.kv.script["Get"] = not_leader(None)
+    leader.kv.data[b"k"] = b"v"
+    with Client([electing.address, leader.address], timeout=2.0) as client:
+        assert client.get("k") == b"v"
+    assert electing.kv.count("Get") == 1
+
+
+def test_skips_an_endpoint_that_is_down(start_node):
+    node = start_node()
+    with Client([free_address(), node.address], timeout=2.0) as client:
+        assert client.put("a", "1") == 1
+        assert client.get("a") == b"1"
+
+
+def test_server_down_gives_unavailable_after_the_timeout():
+    with Client([free_address()], timeout=0.5) as client:
+        started = time.monotonic()
+        with pytest.raises(UnavailableError):
+            client.put("k", "v")
+        elapsed = time.monotonic() - started
+    assert 0.4 <= elapsed < 1.5  # it kept retrying for (about) the whole timeout, and stopped
+
+
+def test_retries_keep_the_write_header(start_node):
+    node = start_node()
+    node.kv.script["Put"] = fail_times(2, UnavailableError("starting"), lambda req, ctx: kv_pb2.PutResponse(index=9))
+    with Client([node.address], timeout=2.0, client_id="me") as client:
+        assert client.put("k", "v") == 9
+        client.delete("k")
+    puts = node.kv.requests("Put")
+    assert len(puts) == 3
+    assert {(p.header.client_id, p.header.seq) for p in puts} == {("me", puts[0].header.seq)}
+    (delete,) = node.kv.requests("Delete")
+    assert delete.header.client_id == "me"
+    assert delete.header.seq == puts[0].header.seq + 1  # a new write, a new sequence
+
+
+def test_follows_a_hint_for_a_write_with_the_same_header(start_node):
+    leader, follower = start_node("n2"), start_node("n1")
+    follower.kv.script["Batch"] = not_leader(leader)
+    with Client([follower.address], timeout=2.0) as client:
+        assert client.batch(puts={"a": "1"}, deletes=["b"]) == [False, False]
+    (refused,), (served,) = follower.kv.requests("Batch"), leader.kv.requests("Batch")
+    assert refused.header == served.header
+
+
+def test_threads_get_separate_write_sessions(start_node):
+    node = start_node()
+    with Client([node.address], timeout=5.0, client_id="app") as client:
+        threads = [threading.Thread(target=lambda: [client.put("k", "v") for _ in range(20)]) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    headers = [(p.header.client_id, p.header.seq) for p in node.kv.requests("Put")]
+    assert len(headers) == 80 and len(set(headers)) == 80
+    by_session: dict[str, list[int]] = {}
+    for client_id, seq in headers:
+        by_session.setdefault(client_id, []).append(seq)
+    assert len(by_session) == 4 and all(cid.startswith("app") for cid in by_session)
+    # Within one session the writes arrive one after another, in increasing order.
+    assert all(seqs == sorted(seqs) for seqs in by_session.values())
+
+
+def test_invalid_argument_is_not_retried(start_node):
+    node = start_node()
+    node.kv.script["Put"] = lambda req, ctx: refuse(ctx, InvalidArgumentError("key is empty"))
+    with Client([node.address], timeout=2.0) as client:
+        with pytest.raises(InvalidArgumentError, match="key is empty"):
+            client.put(b"", b"v")
+    assert node.kv.count("Put") == 1
+
+
+def test_plain_grpc_status_maps_to_a_typed_error(start_node):
+    node = start_node()
+    node.kv.script["Get"] = lambda req, ctx: ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad")
+    with Client([node.address], timeout=1.0) as client, pytest.raises(InvalidArgumentError):
+        client.get("k")
+
+
+def test_slow_server_gives_timeout(start_node):
+    node = start_node()
+    release = threading.Event()
+    node.kv.script["Get"] = lambda req, ctx: (release.wait(5), kv_pb2.GetResponse())[1]
+    try:
+        with Client([node.address], timeout=0.3) as client, pytest.raises(TimeoutError):
+            client.get("k")
+    finally:
+        release.set()
+
+
+def test_after_a_timeout_later_calls_start_elsewhere(start_node):
+    hung, healthy = start_node("n1"), start_node("n2")
+    release = threading.Event()
+    hung.kv.script["Get"] = lambda req, ctx: (release.wait(5), kv_pb2.GetResponse())[1]
+    try:
+        with Client([hung.address, healthy.address], timeout=0.3) as client:
+            with pytest.raises(TimeoutError):
+                client.get("k")  # the whole timeout went to the first endpoint
+            assert client.get("k") is None  # served by the next one, without waiting on the first
+    finally:
+        release.set()
+    assert (hung.kv.count("Get"), healthy.kv.count("Get")) == (1, 1)
+
+
+def test_str_and_bytes_are_accepted(start_node):
+    node = start_node()
+    with Client(node.address, timeout=2.0) as client:
+        client.put("ключ", "значение")
+        client.put(bytearray(b"b"), memoryview(b"\x00\xff"))
+        assert client.get(b"\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87") == "значение".encode()
+        assert client.get("b") == b"\x00\xff"
+        with pytest.raises(TypeError):
+            client.put(1, "v")  # type: ignore[arg-type]
+    assert node.kv.requests("Put")[0].key == "ключ".encode()
+
+
+def test_get_delete_and_consistency(start_node):
+    node = start_node()
+    with Client(node.address, timeout=2.0) as client:
+        assert client.get("missing") is None
+        client.put("k", "v")
+        assert client.get("k", consistency="stale") == b"v"
+        assert client.delete("k") is True
+        assert client.delete("k") is False
+        with pytest.raises(ValueError):
+            client.get("k", consistency="eventual")
+    levels = [r.consistency for r in node.kv.requests("Get")]
+    assert levels == [kv_pb2.LINEARIZABLE, kv_pb2.STALE]
+
+
+def test_scan_follows_pages_and_prefix(start_node):
+    node = start_node()
+    node.kv.data.update({b"a": b"0", b"u/1": b"1", b"u/2": b"2", b"u/3": b"3", b"v": b"4"})
+    with Client(node.address, timeout=2.0) as client:
+        assert client.scan(prefix="u/") == [(b"u/1", b"1"), (b"u/2", b"2"), (b"u/3", b"3")]
+        assert client.scan(start="u/2", end="v") == [(b"u/2", b"2"), (b"u/3", b"3")]
+        assert client.scan(limit=3) == [(b"a", b"0"), (b"u/1", b"1"), (b"u/2", b"2")]
+        assert client.scan(start="u/3") == [(b"u/3", b"3"), (b"v", b"4")]
+        with pytest.raises(ValueError):
+            client.scan(prefix="u/", start="a")
+
+
+def test_prefix_end():
+    assert prefix_end(b"u/") == b"u0"
+    assert prefix_end(b"a\xff") == b"b"
+    assert prefix_end(b"\xff\xff") == b""
+    assert prefix_end(b"") == b""
+
+
+def test_batch_accepts_pairs_and_mappings(start_node):
+    node = start_node()
+    node.kv.data[b"old"] = b"x"
+    with Client(node.address, timeout=2.0) as client:
+        assert client.batch(puts=[("old", "y"), ("new", "z")], deletes=["old", "gone"]) == [True, False, True, False]
+        assert client.batch() == []
+    (request,) = node.kv.requests("Batch")
+    assert [op.WhichOneof("op") for op in request.ops] == ["put", "put", "delete", "delete"]
+    assert node.kv.data == {b"new": b"z"}
+
+
+def test_status_reports_every_endpoint(start_node):
+    node = start_node("n7")
+    down = free_address()
+    with Client([node.address, down], timeout=0.5) as client:
+        up_status, down_status = client.status()
+    assert up_status["id"] == "n7" and up_status["role"] == "leader" and up_status["leader"] == "n7"
+    assert up_status["peers"] == {"n7": 0}
+    assert {"term", "commit_index", "applied_index", "snapshot_index"} <= up_status.keys()
+    assert down_status["address"] == down and down_status["error"]
+
+
+def test_closed_client_refuses_calls(start_node):
+    node = start_node()
+    client = Client(node.address)
+    client.close()
+    with pytest.raises(RuntimeError):
+        client.get("k")
+
+
+def test_endpoints_are_validated():
+    with pytest.raises(ValueError):
+        Client([])
+    with pytest.raises(ValueError):
+        Client("localhost")
+    assert Client("a:1, b:2,a:1").endpoints == ["a:1", "b:2"]
