@@ -7,12 +7,15 @@ timeout, and tags every write so that a retry is applied at most once.
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -20,7 +23,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_e
 
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
+from kv.status import status_dict
 from proto import kv_pb2, kv_pb2_grpc
+from snapshot.transfer import SnapshotReceiver
 
 KeyLike = str | bytes | bytearray | memoryview
 Response = TypeVar("Response")
@@ -214,6 +219,59 @@ class Client:
                    for address in self.endpoints]
         return [_status_dict(address, future) for address, future in futures]
 
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    def save_snapshot(self, path: str | os.PathLike[str], timeout: float = 600.0,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Stream a consistent snapshot from the leader (taken after a ReadIndex round: it holds
+        every write acknowledged before this call) into `path`, verified by size and sha256
+        before it is renamed into place. `progress(received, total)` is called per chunk.
+        Returns the manifest as a dict."""
+        destination = Path(path)
+        target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
+        for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
+            try:
+                return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
+            except grpc.RpcError as rpc_error:
+                last_error = from_rpc_error(rpc_error)
+                if not last_error.retryable or time.monotonic() >= deadline:
+                    raise last_error from None
+                hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
+                target = hint or self._next_endpoint(target)
+        raise last_error or UnavailableError("no node could stream a snapshot")
+
+    def _save_snapshot_from(self, address: str, destination: Path, timeout: float,
+                            progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with SnapshotReceiver(destination.parent, source=f"snapshot from {address}") as receiver:
+            first = None
+            for chunk in chunks:
+                first = first or chunk
+                receiver.feed(chunk.offset, chunk.data)
+                if progress is not None:
+                    progress(receiver.received, first.total_size)
+                if chunk.done:
+                    verified = receiver.finish(first.total_size, first.sha256)
+                    os.replace(verified, destination)
+                    return json.loads(first.manifest_json)
+        raise UnavailableError(f"the snapshot stream from {address} ended before its last chunk")
+
+    @staticmethod
+    def inspect_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The manifest, key count and checksum verdict of a snapshot file."""
+        from snapshot.restore import inspect
+        return inspect(path)
+
+    @staticmethod
+    def restore_snapshot(path: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str = "n1",
+                         peers: Mapping[str, str] | None = None, cluster_id: str | None = None) -> str:
+        """Prepare `data_dir` so that `raftkv serve --data-dir data_dir ...` starts a new cluster
+        holding the snapshot's data; returns the new cluster's id (pass the same --cluster-id to
+        every member restored for a multi-node cluster)."""
+        from snapshot.restore import restore
+        return restore(path, data_dir, node_id, dict(peers or {node_id: "127.0.0.1:7001"}), cluster_id)
+
     # ---- routing and retries ---------------------------------------------------------------
 
     def _header(self) -> kv_pb2.WriteHeader:
@@ -311,23 +369,7 @@ def _consistency(name: str) -> int:
 
 def _status_dict(address: str, future: Future) -> dict[str, Any]:
     try:
-        s = future.result()
+        return status_dict(future.result(), address)
     except grpc.RpcError as rpc_error:
         return {"address": address, "error": str(from_rpc_error(rpc_error))}
-    status: dict[str, Any] = {
-        "id": s.id,
-        "role": s.role,
-        "term": s.term,
-        "leader": s.leader or None,
-        "commit_index": s.commit_index,
-        "applied_index": s.applied_index,
-        "snapshot_index": s.snapshot_index,
-        "address": address,
-        "cluster_id": s.cluster_id,
-        "last_index": s.last_index,
-        "leader_address": s.leader_address or None,
-        "log_size_bytes": s.log_size_bytes,
-    }
-    if s.role == "leader":
-        status["peers"] = dict(s.peers)
-    return status
+

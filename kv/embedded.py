@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from kv import errors
 from kv.client import KeyLike, prefix_end, to_bytes
 from kv.server import RunningServer, start_server
-from kv.service import status_dict
+from kv.status import status_dict
 from proto import kv_pb2
 from raft.node.config import NodeConfig
 

@@ -194,18 +194,3 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             yield kv_pb2.SnapshotFileChunk(manifest_json=manifest_json if chunk.offset == 0 else b"",
                                            total_size=info.file_size, sha256=info.sha256,
                                            offset=chunk.offset, data=chunk.data, done=chunk.done)
-
-
-def status_dict(s: kv_pb2.StatusResponse) -> dict[str, Any]:
-    """The status fields the contract names (DESIGN.md), as kv.Client.status() reports them."""
-    out: dict[str, Any] = {
-        "id": s.id, "role": s.role, "term": s.term, "leader": s.leader or None,
-        "commit_index": s.commit_index, "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
-        "address": s.address, "cluster_id": s.cluster_id, "last_index": s.last_index,
-        "leader_address": s.leader_address or None, "log_size_bytes": s.log_size_bytes,
-        "state_size_bytes": s.state_size_bytes, "log_begin_index": s.log_begin_index,
-        "log_begin_term": s.log_begin_term,
-    }
-    if s.role == "leader":
-        out["peers"] = dict(s.peers)
-    return out
