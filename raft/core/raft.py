@@ -225,7 +225,7 @@ class RaftCore:
             or (not self._installing and self._commit > self._apply_handed)
             or self._failed_proposals or self._failed_reads or self._snapshot_sends
             or (self._role == Role.LEADER and (self._log_grew or self._reads.wants_round()))
-            or self._reads_ready()
+            or self._reads.has_ready(self._applied)
         )
 
     def ready(self) -> Ready:
@@ -278,9 +278,6 @@ class RaftCore:
         if self._role == Role.LEADER:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
-
-    def _reads_ready(self) -> bool:
-        return any(r.index <= self._applied for r in self._reads._confirmed)
 
     def _soft_state(self) -> SoftState:
         return SoftState(self._role, self._leader, self._term)

@@ -54,6 +54,9 @@ class ReadIndexTracker:
             self._in_round = [r for r in self._in_round if r.seq is None or r.seq > seq]
             self._confirmed.extend(done)
 
+    def has_ready(self, applied_index: int) -> bool:
+        return any(r.index <= applied_index for r in self._confirmed)
+
     def take_ready(self, applied_index: int) -> list[ReadState]:
         ready = [ReadState(r.ctx, r.index) for r in self._confirmed if r.index <= applied_index]
         if ready:
