@@ -167,7 +167,12 @@ class Dispatcher:
             return self._change_state(DispatchState.APPEND, now)
         if resp.code != PushCode.INCONSISTENT:
             return []
-        return self._change_state(DispatchState.COMPARE, now, probe=self._backup(resp))
+        probe = max(self._backup(resp), self.match_index)
+        if probe == self._probe:
+            # No progress (a duplicated answer, or a follower that lost entries): ask again only
+            # after a pause, or duplicates would multiply compares.
+            self._idle_until = now + self.leader.config.push_timeout_ms
+        return self._change_state(DispatchState.COMPARE, now, probe=probe)
 
     def _backup(self, resp: PushResponse) -> int:
         """The next index to compare at after an INCONSISTENT answer about resp.pre_index."""
@@ -180,6 +185,10 @@ class Dispatcher:
 
     def _send_truncate(self, now: int) -> list[Outgoing]:
         at = self.match_index + 1
+        if at <= self.leader.log.last_index() and self.leader.log.term(at) is None:
+            # We compacted past the match point since the compare: we can no longer tell the
+            # follower our term there, and "no entry" would be a lie that deletes committed data.
+            return self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
         self._awaiting_since = now
         return [self._push(PushType.TRUNCATE, pre_index=self.match_index,
                            pre_term=self.leader.log.term(self.match_index) or 0,

@@ -88,8 +88,9 @@ class EntryHandler:
         before_index, _ = self.log.before_begin()
         if at <= before_index or ours is None or ours in (req.truncate_term, req.term):
             return self._reply(req, PushCode.SUCCESS)  # nothing there conflicts with the leader
-        if at <= commit_index:
-            # Cannot happen under the protocol's invariants; refuse rather than lose committed data.
+        if at <= commit_index or (req.truncate_term == 0 and at <= req.commit_index):
+            # Cannot happen under the protocol's invariants (the leader holds every committed
+            # entry, so it knows its term there); refuse rather than lose committed data.
             return self._reply(req, PushCode.REFUSED)
         self.log.truncate_from(at)
         self.verified_index = min(self.verified_index, at - 1)

@@ -439,8 +439,10 @@ class RaftCore:
         self._commit = max(self._commit, self._handler.commit_bound(leader_commit))
 
     def _on_heartbeat(self, msg: HeartbeatRequest) -> None:
-        if not self._accept_leader(msg.src):
+        if not self._accept_leader(msg.src) or self._installing:
             return
+        # The leader sends min(its commit, our match index): our log matches its log that far.
+        self._handler.matched_through(min(msg.commit_index, self.log.last_index()))
         self._learn_commit(msg.commit_index)
         self._messages.append(HeartbeatResponse(self.id, msg.src, self._term, success=True, seq=msg.seq,
                                                 end_index=self.log.last_index()))
@@ -490,7 +492,11 @@ class RaftCore:
         self._reads.round_sent(seq)
         self._next_heartbeat = self.now + self.config.heartbeat_interval_ms
         for p in self.peers:
-            self._leader_messages.append(HeartbeatRequest(self.id, p, self._term, commit_index=self._commit, seq=seq))
+            # Each follower gets the commit index only as far as we know its log matches ours,
+            # so it may adopt it without checking (as etcd does): a follower that restarted
+            # learns the commit again from an idle leader.
+            commit = min(self._commit, self._quorum.match[p])
+            self._leader_messages.append(HeartbeatRequest(self.id, p, self._term, commit_index=commit, seq=seq))
         self._check_read_rounds()
 
     def _check_read_rounds(self) -> None:

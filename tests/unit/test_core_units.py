@@ -262,3 +262,24 @@ def test_snapshot_install_resets_log_and_indexes() -> None:
     core.advance(rd)
     st = core.status()
     assert (st.commit_index, st.applied_index, st.snapshot_index, st.last_index) == (50, 50, 50, 50)
+
+
+def test_truncate_after_compaction_past_the_match_goes_to_install_not_a_false_truncate() -> None:
+    """Regression (sim seed 9008): a COMPARE answered after we compacted past the match point
+    must not become TRUNCATE(term 0), which told the follower we hold nothing there."""
+    store = store_with([1] * 30)
+    leader = _Leader([], term=1)
+    leader.log = RaftLog(store)
+    d = Dispatcher("F", leader, 0)
+    d.start(0)
+    d._probe = 20
+    store.compact(25)
+    d.on_push_response(PushResponse("F", "L", 1, type=PushType.COMPARE, code=PushCode.SUCCESS,
+                                    pre_index=20, end_index=28), 0)
+    assert d.state == DispatchState.INSTALL_SNAPSHOT
+
+
+def test_follower_refuses_a_truncate_claiming_no_entry_below_the_leaders_commit() -> None:
+    h, log = handler_for([1, 1, 2, 2])
+    [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=0, commit_index=4), now=0, commit_index=1)
+    assert r.code == PushCode.REFUSED and log.last_index() == 4

@@ -1,0 +1,215 @@
+"""Raft's safety properties, checked incrementally as the simulation runs.
+
+The driver reports every durable write, apply, snapshot and served read; the cluster calls
+`after_step` once per step. Each check is cheap enough to run on every step of thousands of
+schedules; `check_durability` and `check_logs_match` are the O(log) ones, run at crashes and at
+the end of a schedule."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+from raft.core import Entry, EntryType, MemoryLogStore, Ready, Role, SnapshotMeta
+
+if TYPE_CHECKING:
+    from tests.sim.node import ServedRead, SimNode, State
+
+
+class SimViolation(AssertionError):
+    def __init__(self, checker: str, detail: str) -> None:
+        self.checker = checker
+        super().__init__(f"[{checker}] {detail}")
+
+
+@dataclass(frozen=True)
+class _LoggedEntry:
+    type: EntryType
+    payload: bytes
+    prev_term: int | None
+
+
+@dataclass
+class SafetyChecker:
+    # Election safety: term -> the one node that led it.
+    leaders: dict[int, str] = field(default_factory=dict)
+    # Log matching, incrementally: every (index, term) ever written anywhere names one entry and one
+    # predecessor term. By induction two logs agreeing at (i, t) then agree on everything before.
+    logged: dict[tuple[int, int], _LoggedEntry] = field(default_factory=dict)
+    # "Committed" = applied by some node. index -> entry, and the state digest right after it.
+    committed: dict[int, Entry] = field(default_factory=dict)
+    digest_at: dict[int, tuple[int, str]] = field(default_factory=dict)
+    max_committed: int = 0
+    # Per node: (incarnation, applied index) as the checker last saw it; disk hard state.
+    applied: dict[str, tuple[int, int]] = field(default_factory=dict)
+    hard: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    commit_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    leaders_checked: set[tuple[int, str]] = field(default_factory=set)
+    read_bound: dict[object, int] = field(default_factory=dict)
+    reads_served: int = 0
+
+    # --- seeding (scenarios write logs straight into the store) ---
+
+    def register_log(self, node_id: str, log: MemoryLogStore) -> None:
+        lo, hi = log.before_begin()[0] + 1, log.last_index()
+        self._register_entries(node_id, log, log.entries(lo, hi + 1) if hi >= lo else [])
+        hs = log.hard_state()
+        self.hard[node_id] = (hs.term, hs.voted_for)
+
+    def _register_entries(self, node_id: str, log: MemoryLogStore, entries: Iterable[Entry]) -> None:
+        for e in entries:
+            prev = log.term(e.index - 1)
+            if prev is not None and prev > e.term:
+                raise SimViolation("log matching", f"{node_id}: term goes down at {e.index}: {prev} -> {e.term}")
+            rec = _LoggedEntry(e.type, e.payload, prev)
+            old = self.logged.setdefault((e.index, e.term), rec)
+            if old != rec:
+                raise SimViolation("log matching", f"{node_id}: two different entries at (index {e.index}, term "
+                                   f"{e.term}): {old} vs {rec}")
+
+    # --- driver hooks ---
+
+    def on_start(self, node: "SimNode") -> None:
+        self.applied[node.id] = (node.incarnation, node.applied)
+        self.commit_seen.pop(node.id, None)
+
+    def before_persist(self, node: "SimNode", rd: Ready) -> None:
+        """A truncation must never remove a committed entry from a disk (unless the same Ready
+        writes it back unchanged)."""
+        if rd.truncate_from is None:
+            return
+        rewritten = {(e.index, e.term) for e in rd.entries}
+        for i in range(rd.truncate_from, min(node.log.last_index(), self.max_committed) + 1):
+            c = self.committed.get(i)
+            if c is not None and node.log.term(i) == c.term and (i, c.term) not in rewritten:
+                raise SimViolation("durability", f"{node.id}: truncates committed entry {i} (term {c.term})")
+
+    def on_persist(self, node: "SimNode", rd: Ready) -> None:
+        if rd.hard_state is not None:
+            term, vote = self.hard.get(node.id, (0, None))
+            hs = rd.hard_state
+            if hs.term < term:
+                raise SimViolation("hard state", f"{node.id}: term on disk went back {term} -> {hs.term}")
+            if hs.term == term and vote is not None and hs.voted_for != vote:
+                raise SimViolation("election safety", f"{node.id}: voted twice in term {term}: {vote}, {hs.voted_for}")
+            self.hard[node.id] = (hs.term, hs.voted_for)
+        self._register_entries(node.id, node.log, rd.entries)
+
+    def on_apply(self, node: "SimNode", e: Entry, state: "State") -> None:
+        inc, last = self.applied.get(node.id, (node.incarnation, 0))
+        if inc == node.incarnation and e.index != last + 1:
+            raise SimViolation("state machine safety", f"{node.id}: applied {e.index} right after {last}")
+        self.applied[node.id] = (node.incarnation, e.index)
+        c = self.committed.get(e.index)
+        digest = (int(state["_n"]), str(state["_digest"]))  # type: ignore[call-overload]
+        if c is None:
+            self.committed[e.index] = e
+            self.digest_at[e.index] = digest
+            self.max_committed = max(self.max_committed, e.index)
+            return
+        if (c.term, c.type, c.payload) != (e.term, e.type, e.payload):
+            raise SimViolation("state machine safety", f"{node.id} applied {e} at {e.index}, another node {c}")
+        if self.digest_at.get(e.index) != digest:
+            raise SimViolation("state machine safety", f"{node.id}: state after {e.index} differs from other nodes'")
+
+    def on_install(self, node: "SimNode", meta: SnapshotMeta, data: "State") -> None:
+        inc, last = self.applied.get(node.id, (node.incarnation, 0))
+        if inc == node.incarnation and meta.index < last:
+            raise SimViolation("state machine safety", f"{node.id}: snapshot {meta.index} would take applied back from {last}")
+        self.on_snapshot(node, meta, data)
+        self.applied[node.id] = (node.incarnation, meta.index)
+
+    def on_snapshot(self, node: "SimNode", meta: SnapshotMeta, state: "State") -> None:
+        c = self.committed.get(meta.index)
+        if c is not None and c.term != meta.term:
+            raise SimViolation("state machine safety", f"{node.id}: snapshot at {meta.index} has term {meta.term}, "
+                               f"committed entry has {c.term}")
+        want = self.digest_at.get(meta.index)
+        got = (int(state["_n"]), str(state["_digest"]))  # type: ignore[call-overload]
+        if want is not None and want != got:
+            raise SimViolation("state machine safety", f"{node.id}: snapshot at {meta.index} holds another state")
+
+    def on_read_registered(self, ctx: object, nodes: Iterable["SimNode"]) -> None:
+        """A linearizable read must reflect everything committed before it was asked."""
+        bound = self.max_committed
+        for n in nodes:
+            if n.core is not None:
+                bound = max(bound, n.core.commit_index)
+        self.read_bound[ctx] = bound
+
+    def on_read_served(self, r: "ServedRead") -> None:
+        self.reads_served += 1
+        if r.applied < r.index:
+            raise SimViolation("read index", f"{r.node} served read {r.ctx!r} at applied {r.applied} < index {r.index}")
+        bound = self.read_bound.get(r.ctx, 0)
+        if r.index < bound:
+            raise SimViolation("read index", f"{r.node} served read {r.ctx!r} at index {r.index}, but {bound} "
+                               "was committed before it was asked (stale leader?)")
+
+    # --- per step ---
+
+    def after_step(self, nodes: Iterable["SimNode"]) -> None:
+        for n in nodes:
+            core = n.core
+            if core is None:
+                continue
+            commit = core.commit_index
+            inc, seen = self.commit_seen.get(n.id, (n.incarnation, 0))
+            if inc == n.incarnation and commit < seen:
+                raise SimViolation("commit index", f"{n.id}: commit index went back {seen} -> {commit}")
+            self.commit_seen[n.id] = (n.incarnation, commit)
+            if core.role != Role.LEADER:
+                continue
+            term = core.term
+            who = self.leaders.setdefault(term, n.id)
+            if who != n.id:
+                raise SimViolation("election safety", f"two leaders in term {term}: {who} and {n.id}")
+            if (term, n.id) not in self.leaders_checked:
+                self.leaders_checked.add((term, n.id))
+                self._check_leader_complete(n, term)
+
+    def _check_leader_complete(self, n: "SimNode", term: int) -> None:
+        log = n.log
+        begin, last = log.before_begin()[0], log.last_index()
+        if self.max_committed > last:
+            raise SimViolation("leader completeness", f"{n.id} leads term {term} with log end {last}, "
+                               f"but {self.max_committed} is committed")
+        for i in range(begin + 1, self.max_committed + 1):
+            c = self.committed.get(i)
+            if c is not None and log.term(i) != c.term:
+                raise SimViolation("leader completeness", f"{n.id} leads term {term} without committed entry {i}")
+
+    # --- whole-cluster checks (O(log)) ---
+
+    def check_durability(self, nodes: list["SimNode"]) -> None:
+        """Every committed entry is on a quorum of disks (log or snapshot), so no election can lose it."""
+        quorum = len(nodes) // 2 + 1
+        for i, c in self.committed.items():
+            holders = 0
+            for n in nodes:
+                snap = n.snapshot.meta.index if n.snapshot else 0
+                if snap >= i or n.log.term(i) == c.term:
+                    holders += 1
+            if holders < quorum:
+                raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")
+
+    def check_logs_match(self, nodes: list["SimNode"]) -> None:
+        """The full log matching property, pairwise."""
+        for a_idx, a in enumerate(nodes):
+            for b in nodes[a_idx + 1:]:
+                _check_pair(a, b)
+
+
+def _check_pair(a: "SimNode", b: "SimNode") -> None:
+    lo = max(a.log.before_begin()[0], b.log.before_begin()[0]) + 1
+    hi = min(a.log.last_index(), b.log.last_index())
+    if hi < lo:
+        return
+    ea, eb = a.log.entries(lo, hi + 1), b.log.entries(lo, hi + 1)
+    top = -1
+    for k in range(len(ea)):
+        if ea[k].term == eb[k].term:
+            top = k
+    for k in range(top + 1):
+        if ea[k] != eb[k]:
+            raise SimViolation("log matching", f"{a.id} and {b.id} agree at index {ea[top].index} "
+                               f"(term {ea[top].term}) but differ at {ea[k].index}: {ea[k]} vs {eb[k]}")

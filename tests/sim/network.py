@@ -1,0 +1,127 @@
+"""The simulated network: every message sent by a sim node goes through here, and the network
+decides whether, when and how often it arrives (drop, duplicate, delay, reorder, partition).
+
+Everything is driven by one seeded `random.Random`, and nothing iterates a set of strings (whose
+order depends on PYTHONHASHSEED), so a seed fixes the whole delivery order."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from raft.core import Message
+
+
+@dataclass
+class NetConfig:
+    """Fault rates. Reordering needs no knob of its own: independent random delays reorder."""
+
+    drop_rate: float = 0.0
+    dup_rate: float = 0.0
+    min_delay_ms: int = 1
+    max_delay_ms: int = 10
+    # With this probability a message is a straggler, delayed up to `long_delay_ms`.
+    long_delay_rate: float = 0.0
+    long_delay_ms: int = 200
+
+
+@dataclass(order=True)
+class _InFlight:
+    at: int
+    seq: int
+    msg: Message = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    at: int
+    msg: Message
+
+
+class SimNetwork:
+    def __init__(self, rng: random.Random, config: NetConfig | None = None, record: bool = False) -> None:
+        self.rng = rng
+        self.config = config or NetConfig()
+        self._queue: list[_InFlight] = []
+        self._seq = 0
+        # Directed links that lose everything: (src, dst). A symmetric partition blocks both ways.
+        self.blocked: set[tuple[str, str]] = set()
+        # Scenario hook: a message for which this returns True is dropped at send time.
+        self.drop_if: Callable[[Message], bool] | None = None
+        self._trace = hashlib.sha256()
+        self.delivered_count = 0
+        # Scenarios that inspect traffic set record=True; random schedules only keep the hash.
+        self.record = record
+        self.sent: list[Delivered] = []
+        self.delivered: list[Delivered] = []
+
+    # --- faults ---
+
+    def partition(self, *groups: list[str]) -> None:
+        """Symmetric partition: nodes talk only inside their group."""
+        self.blocked.clear()
+        for g in groups:
+            for h in groups:
+                if g is h:
+                    continue
+                for a in g:
+                    for b in h:
+                        self.blocked.add((a, b))
+
+    def block(self, src: str, dst: str) -> None:
+        """One-way: messages from src to dst are lost, the other direction still works."""
+        self.blocked.add((src, dst))
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    # --- traffic ---
+
+    def send(self, now: int, msg: Message) -> None:
+        if self.record:
+            self.sent.append(Delivered(now, msg))
+        if self.drop_if is not None and self.drop_if(msg):
+            return
+        cfg = self.config
+        if cfg.drop_rate and self.rng.random() < cfg.drop_rate:
+            return
+        copies = 2 if cfg.dup_rate and self.rng.random() < cfg.dup_rate else 1
+        for k in range(copies):
+            # A duplicate is a separate object so that nothing one delivery does can leak into the other.
+            self._enqueue(now + self._delay(), msg if k == 0 else copy.copy(msg))
+
+    def _delay(self) -> int:
+        cfg = self.config
+        if cfg.long_delay_rate and self.rng.random() < cfg.long_delay_rate:
+            return self.rng.randint(cfg.max_delay_ms, cfg.long_delay_ms)
+        return self.rng.randint(cfg.min_delay_ms, cfg.max_delay_ms)
+
+    def _enqueue(self, at: int, msg: Message) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, _InFlight(at, self._seq, msg))
+
+    def next_time(self) -> int | None:
+        return self._queue[0].at if self._queue else None
+
+    def pop_due(self, now: int) -> list[Message]:
+        """Messages due at or before `now` that the current partition lets through, in order."""
+        out: list[Message] = []
+        while self._queue and self._queue[0].at <= now:
+            m = heapq.heappop(self._queue).msg
+            if (m.src, m.dst) in self.blocked:
+                continue
+            out.append(m)
+        return out
+
+    def note_delivered(self, now: int, msg: Message) -> None:
+        """Called by the cluster for each message a live node actually received."""
+        self.delivered_count += 1
+        self._trace.update(f"{now} {msg!r}\n".encode())
+        if self.record:
+            self.delivered.append(Delivered(now, msg))
+
+    def trace_hash(self) -> str:
+        return self._trace.hexdigest()

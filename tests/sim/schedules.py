@@ -1,0 +1,246 @@
+"""Random fault schedules: everything (cluster size, fault rates, snapshot interval, batching) is
+drawn from one seed, so `run_schedule(seed)` replays a schedule exactly.
+
+A schedule has a fault phase (clients propose and read while nodes crash and restart, the network
+drops, duplicates, delays and partitions) and then a recovery phase (faults stop, every node comes
+back): within a bounded virtual time a leader must be elected, every proposal that was not failed
+must commit, and every node must apply everything committed."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+
+from raft.core import CoreConfig, Role
+from tests.sim.checkers import SimViolation
+from tests.sim.cluster import SIM_CONFIG, Cluster
+from tests.sim.network import NetConfig
+from tests.sim.node import SnapshotPolicy
+
+ACTION_MS = 10  # clients and faults act on this grid
+# Clients stop proposing while this many proposals are unanswered (a leader's bounded pending queue),
+# so the backlog left when faults stop, and with it the recovery time, is bounded.
+MAX_PENDING = 32
+
+
+@dataclass
+class ScheduleParams:
+    seed: int
+    n: int
+    fault_ms: int
+    recovery_bound_ms: int
+    net: NetConfig
+    policy: SnapshotPolicy
+    config: CoreConfig
+    propose_rate: float  # chance per 10 ms that a client proposes
+    read_rate: float
+    fault_rate: float  # chance per 10 ms that a new fault starts
+    max_down_ms: int
+
+    @staticmethod
+    def from_seed(seed: int, n: int | None = None) -> "ScheduleParams":
+        r = random.Random(f"params/{seed}")
+        n = n or (3 if seed % 2 == 0 else 5)
+        net = NetConfig(drop_rate=r.choice([0.0, 0.02, 0.1]), dup_rate=r.choice([0.0, 0.05, 0.2]),
+                        min_delay_ms=1, max_delay_ms=r.choice([5, 15, 40]),
+                        long_delay_rate=r.choice([0.0, 0.02]), long_delay_ms=r.choice([100, 300]))
+        config = dataclasses.replace(SIM_CONFIG, max_batch_entries=r.choice([1, 4, 16]),
+                                     max_inflight_batches=r.choice([1, 2, 4]))
+        t = config.election_timeout_ms
+        return ScheduleParams(
+            seed=seed, n=n, fault_ms=r.randint(8, 16) * t, recovery_bound_ms=20 * t, net=net,
+            policy=SnapshotPolicy(every=r.choice([None, 5, 10, 25, 50]), keep=r.randint(0, 4)),
+            config=config, propose_rate=r.choice([0.1, 0.3, 0.6]), read_rate=r.choice([0.0, 0.05, 0.2]),
+            fault_rate=r.choice([0.01, 0.03, 0.06]), max_down_ms=r.choice([2, 5, 10]) * t,
+        )
+
+
+@dataclass
+class ScheduleResult:
+    seed: int
+    n: int
+    virtual_ms: int
+    steps: int
+    delivered: int
+    trace_hash: str
+    committed: int
+    proposals: dict[str, int] = field(default_factory=dict)
+    reads_served: int = 0
+    terms: int = 0
+    faults: int = 0
+
+
+class ScheduleFailure(AssertionError):
+    def __init__(self, seed: int, n: int, now: int, cause: BaseException) -> None:
+        checker = getattr(cause, "checker", type(cause).__name__)
+        super().__init__(f"schedule seed={seed} (n={n}) failed at virtual {now} ms [{checker}]: {cause}\n"
+                         f"replay: RAFTKV_SEED={seed} python -m pytest tests/sim/test_random_schedules.py -q")
+
+
+class _Driver:
+    """Runs one schedule's clients and faults on the 10 ms grid."""
+
+    def __init__(self, p: ScheduleParams) -> None:
+        self.p = p
+        self.r = random.Random(f"schedule/{p.seed}")
+        self.c = Cluster(p.n, seed=p.seed, config=p.config, net=dataclasses.replace(p.net), policy=p.policy)
+        self.ids = list(self.c.nodes)
+        self.timers: list[tuple[int, str, str]] = []  # (at, action, node) to undo a fault later
+        self.faults = 0
+        self.next_payload = 0
+        self.next_read = 0
+
+    def run(self) -> ScheduleResult:
+        c, p = self.c, self.p
+        t = 0
+        while t < p.fault_ms:
+            if t > c.now:
+                c.run_for(t - c.now)
+            self._act(t)
+            t += ACTION_MS
+        self._stop_faults()
+        deadline = c.now + p.recovery_bound_ms
+        # Raft's liveness: a leader, and every proposal that was not failed committed...
+        if not c.run_until(self._live, p.recovery_bound_ms):
+            raise SimViolation("liveness", self._why_not("a leader and every proposal resolved"))
+        # ...and then every node catches up: applies all that is committed, holds the same log.
+        if not c.run_until(self._converged, max(0, deadline - c.now)):
+            raise SimViolation("catch-up", self._why_not("every node applying everything committed"))
+        c.check_all()
+        self._check_states_equal()
+        counts: dict[str, int] = {}
+        for pr in c.clients.proposals:
+            counts[pr.status] = counts.get(pr.status, 0) + 1
+        counts["not_leader"] = c.clients.not_leader
+        return ScheduleResult(p.seed, p.n, c.now, c.steps, c.net.delivered_count, c.net.trace_hash(),
+                              len(c.checker.committed), counts, c.checker.reads_served, len(c.checker.leaders),
+                              self.faults)
+
+    # --- fault phase ---
+
+    def _act(self, t: int) -> None:
+        c, r, p = self.c, self.r, self.p
+        for at, action, nid in [x for x in self.timers if x[0] <= t]:
+            self.timers.remove((at, action, nid))
+            self._undo(action, nid)
+        if r.random() < p.propose_rate and len(c.pending()) < MAX_PENDING:
+            leaders = c.leaders()
+            target = r.choice(leaders).id if leaders else r.choice(self.ids)
+            payloads = []
+            for _ in range(r.randint(1, 3)):
+                self.next_payload += 1
+                payloads.append(f"s{p.seed}-c{self.next_payload}".encode())
+            c.propose(target, payloads)
+        if r.random() < p.read_rate:
+            leaders = c.leaders()
+            if leaders:
+                self.next_read += 1
+                c.read(r.choice(leaders).id, f"r{self.next_read}")
+        if r.random() < p.fault_rate:
+            self._fault(t)
+
+    def _fault(self, t: int) -> None:
+        c, r, p = self.c, self.r, self.p
+        self.faults += 1
+        kind = r.choice(["crash", "crash", "crash_mid", "partition", "partition", "one_way", "isolate_leader",
+                         "crash_all", "freeze_clock"])
+        until = t + r.randint(1, max(1, p.max_down_ms // ACTION_MS)) * ACTION_MS
+        victim = r.choice(self.ids)
+        if kind == "crash":
+            c.crash(victim)
+            self.timers.append((until, "restart", victim))
+        elif kind == "crash_mid":
+            # Crash inside its next Ready that writes: after the leader's messages left, before the write.
+            c.nodes[victim].crash_mid_ready = True
+            self.timers.append((until, "restart", victim))
+        elif kind == "crash_all":
+            for nid in self.ids:
+                c.crash(nid)
+            for nid in self.ids:
+                self.timers.append((t + r.randint(1, 20) * ACTION_MS, "restart", nid))
+        elif kind == "partition":
+            shuffled = self.ids[:]
+            r.shuffle(shuffled)
+            cut = r.randint(1, len(shuffled) - 1)
+            c.net.partition(shuffled[:cut], shuffled[cut:])
+            self.timers.append((until, "heal", ""))
+        elif kind == "one_way":
+            for _ in range(r.randint(1, len(self.ids))):
+                a, b = r.sample(self.ids, 2)
+                c.net.block(a, b)
+            self.timers.append((until, "heal", ""))
+        elif kind == "freeze_clock":
+            # Its clock stops (it still answers messages): timers, check-quorum and leases stall.
+            c.pause(victim)
+            self.timers.append((until, "resume", victim))
+        elif kind == "isolate_leader":
+            lead = c.leader()
+            target = lead.id if lead else victim
+            c.net.partition([target], [x for x in self.ids if x != target])
+            self.timers.append((until, "heal", ""))
+
+    def _undo(self, action: str, nid: str) -> None:
+        if action == "restart":
+            node = self.c.nodes[nid]
+            node.crash_mid_ready = False
+            self.c.restart(nid)
+        elif action == "heal":
+            self.c.net.heal()
+        elif action == "resume":
+            self.c.resume(nid)
+
+    def _stop_faults(self) -> None:
+        c = self.c
+        c.net.heal()
+        c.net.config = NetConfig(min_delay_ms=c.net.config.min_delay_ms, max_delay_ms=c.net.config.max_delay_ms)
+        self.timers.clear()
+        for nid in self.ids:
+            c.nodes[nid].crash_mid_ready = False
+            c.restart(nid)
+            c.resume(nid)
+
+    # --- recovery phase ---
+
+    def _live(self) -> bool:
+        return self.c.leader() is not None and not self.c.pending()
+
+    def _converged(self) -> bool:
+        c = self.c
+        lead = c.leader()
+        if lead is None or lead.core is None or c.pending():
+            return False
+        commit = lead.core.commit_index
+        if commit < lead.log.last_index():
+            return False
+        return all(n.core is not None and n.applied == commit and n.log.last_index() == commit
+                   and n.core.role in (Role.LEADER, Role.FOLLOWER) for n in c.nodes.values())
+
+    def _why_not(self, goal: str) -> str:
+        c = self.c
+        lines = [f"not {goal} within {self.p.recovery_bound_ms} ms after faults stopped at {self.p.fault_ms} ms"]
+        for n in c.nodes.values():
+            core = n.core
+            lines.append(f"  {n.id}: role={core.role.value if core else 'down'} term={core.term if core else '-'} "
+                         f"commit={core.commit_index if core else '-'} applied={n.applied} "
+                         f"log=({n.log.before_begin()[0]}, {n.log.last_index()}]")
+        pend = c.pending()
+        if pend:
+            lines.append(f"  {len(pend)} proposals neither committed nor failed, e.g. {pend[0]}")
+        return "\n".join(lines)
+
+    def _check_states_equal(self) -> None:
+        states = {n.id: n.state for n in self.c.nodes.values()}
+        first = next(iter(states.values()))
+        for nid, s in states.items():
+            if s != first:
+                raise SimViolation("state machine safety", f"final state of {nid} differs: {s} vs {first}")
+
+
+def run_schedule(seed: int, n: int | None = None) -> ScheduleResult:
+    """Run one random schedule; raise ScheduleFailure (naming the seed and the checker) on a violation."""
+    p = ScheduleParams.from_seed(seed, n)
+    d = _Driver(p)
+    try:
+        return d.run()
+    except Exception as e:  # any core exception is a failure of this seed too
+        raise ScheduleFailure(seed, p.n, d.c.now, e) from e
