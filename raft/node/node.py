@@ -100,6 +100,7 @@ class RaftNode:
         self._snapshot_info: SnapshotInfo | None = snapshots.newest() if snapshots else None
         self._snapshot_task: asyncio.Task[SnapshotInfo] | None = None
         self._snapshot_streams: dict[str, asyncio.Task[None]] = {}
+        self._snapshot_wanted: dict[str, int] = {}  # peer -> term of a send asked for mid-stream
         self._received_snapshot: tuple[SnapshotMeta, Path] | None = None
         self._bytes_since_snapshot = 0
 
@@ -372,9 +373,13 @@ class RaftNode:
         if self._snapshots is None:
             log.error("peer %s needs a snapshot, but this node keeps none", peer)
             return
-        if peer not in self._snapshot_streams:
-            self._snapshot_streams[peer] = asyncio.create_task(self._stream_snapshot(peer, term),
-                                                               name=f"raft-snapshot-to-{peer}")
+        if peer in self._snapshot_streams:
+            # The follower may already have answered the running stream (its reply travels on
+            # its own link) and need a newer snapshot: send again as soon as this one ends.
+            self._snapshot_wanted[peer] = term
+            return
+        self._snapshot_streams[peer] = asyncio.create_task(self._stream_snapshot(peer, term),
+                                                           name=f"raft-snapshot-to-{peer}")
 
     async def _stream_snapshot(self, peer: str, term: int) -> None:
         """Stream the newest snapshot to `peer`. The follower's core answers through the normal
@@ -395,6 +400,9 @@ class RaftNode:
             why = str(e)
         finally:
             self._snapshot_streams.pop(peer, None)
+            wanted = self._snapshot_wanted.pop(peer, None)
+            if wanted is not None and self._stopped is None:
+                self._start_snapshot_stream(peer, wanted)
         if not ok:
             log.warning("node %s could not send a snapshot to %s: %s", self.id, peer, why)
             self.step([InstallSnapshotResponse(peer, self.id, term, success=False)])

@@ -1,0 +1,97 @@
+"""A cluster of real node processes whose peer links all go through the fault proxies.
+
+It is the integration harness's `Cluster` (processes, SIGKILL / restart / SIGSTOP, status
+polling) with one difference: node i's --peers names every other member by the proxy of link
+(i, j). Members thus know each other by different addresses, so they are all given one explicit
+--cluster-id (the derived one hashes the addresses)."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kv import Client
+from kv.cluster_up import NodeSpec
+from kv.errors import NotLeaderError, RaftKVError
+from tests.faults.proxy import ProxyNetwork, link_count
+from tests.integration.cluster import Cluster, NodeProcess, free_ports
+
+
+# The source name of client links.
+CLIENTS = "clients"
+
+
+class RoutedClient(Client):
+    """A kv.Client that follows "not leader" hints to the leader's client endpoint.
+
+    A node's hint is the leader's address from that node's --peers, which here is a fault proxy
+    meant for peer traffic: following it would send client requests through a peer link's faults
+    (and a proxy of a blackholed link would swallow them)."""
+
+    def __init__(self, endpoints: list[str], route: Callable[[str], str], **kwargs: Any) -> None:
+        super().__init__(endpoints, **kwargs)
+        self._route = route
+
+    def _reroute(self, attempts: Any, error: RaftKVError) -> None:
+        if isinstance(error, NotLeaderError) and error.leader_address:
+            error.leader_address = self._route(error.leader_address)
+        super()._reroute(attempts, error)
+
+
+@dataclass
+class FaultCluster(Cluster):
+    """`size` members n1..nN behind a ProxyNetwork (`self.network`); `seed` seeds the proxies'
+    random choices (jitter, resets). With `client_proxies`, clients from `client()` reach each
+    member through a proxy too (links ("clients", nI)), so client connections can be faulted."""
+
+    seed: int = 0
+    client_proxies: bool = False
+
+    def __post_init__(self) -> None:
+        sources = [CLIENTS] if self.client_proxies else []
+        # One call for the members' and the proxies' ports: separate calls could repeat a port.
+        ports = free_ports(self.size + link_count(self.size, len(sources)))
+        targets = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports[:self.size])}
+        self.network = ProxyNetwork(targets, self.seed, ports[self.size:], sources).start()
+        cluster_id = f"faults-{uuid.uuid4().hex[:12]}"
+        for name, address in targets.items():
+            args = (*self.extra_args, "--cluster-id", cluster_id)
+            spec = NodeSpec(name, address, self.base_dir / name, self.network.peers_for(name), args)
+            self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
+
+    def client(self, node_ids: Iterable[str] | None = None, timeout: float = 10.0, **kwargs: Any) -> Client:
+        ids = list(node_ids) if node_ids is not None else list(self.nodes)
+        client = RoutedClient([self.client_endpoint(i) for i in ids], self._route, timeout=timeout, **kwargs)
+        self._clients.append(client)
+        return client
+
+    def client_endpoint(self, node_id: str) -> str:
+        """Where clients reach `node_id`: its client proxy, or its own address."""
+        return self.network.client_address(CLIENTS, node_id) if self.client_proxies else self.nodes[node_id].address
+
+    def _route(self, address: str) -> str:
+        member = self.network.member_behind(address)
+        return self.client_endpoint(member) if member is not None else address
+
+    def close(self) -> None:
+        super().close()
+        self.network.close()
+
+    # ---- recovery ------------------------------------------------------------------------------
+
+    def heal_all(self) -> None:
+        """Every link healthy, every paused node continued, every dead node started again."""
+        self.network.heal()
+        for node in self.nodes.values():
+            node.resume()
+            if not node.running:
+                node.start()
+
+    def leader(self) -> str | None:
+        """The member that calls itself leader in the highest term, among those answering."""
+        statuses = [s for s in self.statuses().values() if "error" not in s and s["role"] == "leader"]
+        return max(statuses, key=lambda s: s["term"])["id"] if statuses else None
+
+    def running_ids(self) -> list[str]:
+        return [n for n, node in self.nodes.items() if node.running]

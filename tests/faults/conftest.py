@@ -1,0 +1,61 @@
+"""Fixtures of the fault suite: `scenario(size=..., extra_args=..., client_proxies=...)` makes a proxied
+cluster, starts it and waits for a leader; teardown kills everything, and when the test failed
+prints the seed, the nodes' log tails and where the full logs are."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.cluster import FaultCluster
+from tests.faults.scenario import Scenario, seeds
+from tests.integration.cluster import FAST_TIMING
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "faults: process-level fault scenarios with a linearizability check")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    # Keep each phase's report on the item, so that teardown knows whether the test failed.
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"faults_report_{report.when}", report)
+
+
+@pytest.fixture(params=seeds(), ids=lambda seed: f"seed={seed}")
+def seed(request: pytest.FixtureRequest) -> int:
+    return request.param
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, seed: int, request: pytest.FixtureRequest) -> Iterator[Callable[..., Scenario]]:
+    made: list[Scenario] = []
+
+    def make(size: int = 5, extra_args: tuple[str, ...] = FAST_TIMING, wait_leader: bool = True,
+             client_proxies: bool = False) -> Scenario:
+        name = request.node.name
+        print(f"{name}: seed {seed} (replay: RAFTKV_SEED={seed})")
+        cluster = FaultCluster(tmp_path / f"cluster{len(made)}", size, tuple(extra_args), seed=seed,
+                               client_proxies=client_proxies)
+        run = Scenario(name, seed, cluster, random.Random(seed))
+        made.append(run)
+        cluster.start()
+        if wait_leader:
+            cluster.wait_for_leader()
+        return run
+
+    yield make
+    report = getattr(request.node, "faults_report_call", None)
+    for run in made:
+        try:
+            for workload in run.workloads:
+                workload.stop_event.set()
+            if report is not None and report.failed:
+                print(f"{run.tag()} logs in {run.cluster.base_dir}\n{run.cluster.log_tails()}")
+        finally:
+            run.cluster.close()

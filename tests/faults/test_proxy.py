@@ -1,0 +1,161 @@
+"""The fault proxies on their own, against a local echo server: each mode does what it says."""
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.faults.proxy import BLACKHOLE, HEALTHY, REJECT, LinkFault, ProxyNetwork, flaky
+
+SHORT_S = 0.3
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        try:
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+        except OSError:
+            pass  # the proxy reset us: that is what some tests do
+
+
+@pytest.fixture
+def network() -> Iterator[ProxyNetwork]:
+    """Members a and b, both "listening" on one echo server: link (a, b) reaches it."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    net = ProxyNetwork({"a": address, "b": address}, seed=1).start()
+    yield net
+    net.close()
+    server.shutdown()
+    server.server_close()
+
+
+def connect(net: ProxyNetwork, src: str = "a", dst: str = "b") -> socket.socket:
+    host, port = net.peers_for(src)[dst].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=2)
+    sock.settimeout(SHORT_S)
+    return sock
+
+
+def echo(sock: socket.socket, payload: bytes = b"ping") -> bytes:
+    sock.sendall(payload)
+    received = b""
+    while len(received) < len(payload):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def test_peers_name_the_node_itself_directly_and_others_by_proxy(network: ProxyNetwork) -> None:
+    peers = network.peers_for("a")
+    assert peers["a"] == network.targets["a"]
+    assert peers["b"] == network.links[("a", "b")].address != network.targets["b"]
+    assert network.real_address(peers["b"]) == network.targets["b"]
+
+
+def test_pass_forwards_both_ways(network: ProxyNetwork) -> None:
+    with connect(network) as sock:
+        assert echo(sock, b"hello" * 1000) == b"hello" * 1000
+
+
+def test_blackhole_swallows_bytes_and_resets_its_connections_when_it_ends(network: ProxyNetwork) -> None:
+    with connect(network) as sock:
+        assert echo(sock) == b"ping"
+        network.cut(["a"], ["b"])
+        with pytest.raises(socket.timeout):
+            echo(sock)
+        with connect(network) as fresh, pytest.raises(socket.timeout):  # new connections hang too
+            echo(fresh)
+        network.heal()
+        with pytest.raises((ConnectionResetError, BrokenPipeError, socket.timeout)):
+            assert echo(sock) == b""  # a tainted connection must not resume
+    with connect(network) as sock:
+        assert echo(sock) == b"ping"
+
+
+def test_cut_is_one_way(network: ProxyNetwork) -> None:
+    network.cut(["a"], ["b"])
+    assert network.fault_of("a", "b") == BLACKHOLE
+    assert network.fault_of("b", "a") == HEALTHY
+    with connect(network, "b", "a") as sock:
+        assert echo(sock) == b"ping"
+
+
+def test_reject_resets_existing_and_new_connections(network: ProxyNetwork) -> None:
+    with connect(network) as sock:
+        assert echo(sock) == b"ping"
+        network.set_all(REJECT)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            echo(sock)
+            echo(sock)
+    with pytest.raises((ConnectionResetError, BrokenPipeError)):
+        with connect(network) as sock:  # the reset may come before or after connect returns
+            echo(sock)
+            echo(sock)
+
+
+def test_delay_holds_bytes_back_and_keeps_their_order(network: ProxyNetwork) -> None:
+    network.set_all(LinkFault(delay_s=0.1, jitter_s=0.02))
+    with connect(network) as sock:
+        sock.settimeout(2)
+        started = time.monotonic()
+        for i in range(20):
+            sock.sendall(f"{i:03d}".encode())
+        received = b""
+        while len(received) < 60:
+            received += sock.recv(65536)
+        # Each direction holds a chunk back by at least 80 ms.
+        assert time.monotonic() - started >= 0.16
+        assert received == b"".join(f"{i:03d}".encode() for i in range(20))
+
+
+def test_flaky_links_reset_some_connections(network: ProxyNetwork) -> None:
+    network.set_all(flaky(0.0, 0.0, reset_prob=0.5))
+    outcomes = []
+    for _ in range(10):
+        with connect(network) as sock:
+            try:
+                outcomes.append(echo(sock) == b"ping" and echo(sock) == b"ping")
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                outcomes.append(False)
+    assert False in outcomes
+    assert network.links[("a", "b")].resets > 0
+
+
+def test_client_links_are_faulted_apart_from_peer_links() -> None:
+    net = ProxyNetwork({"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, client_sources=["c"]).start()
+    try:
+        assert net.member_behind(net.client_address("c", "b")) == "b"
+        net.set_all(REJECT)
+        assert all(net.fault_of("c", m) == HEALTHY for m in "ab")
+        net.partition(["a"])
+        net.set_clients(BLACKHOLE)
+        assert net.fault_of("c", "a") == BLACKHOLE and net.fault_of("a", "b") == BLACKHOLE
+        net.heal()
+        assert all(link.fault == HEALTHY for link in net.links.values())
+    finally:
+        net.close()
+
+
+def test_partition_cuts_every_link_between_groups_both_ways() -> None:
+    net = ProxyNetwork({m: "127.0.0.1:1" for m in ("a", "b", "c", "d", "e")}).start()  # no traffic needed
+    try:
+        net.partition(["a", "b"], ["c"])  # d and e form the third group
+        cut = {pair for pair, link in net.links.items() if link.fault == BLACKHOLE}
+        groups = [{"a", "b"}, {"c"}, {"d", "e"}]
+        expected = {(s, d) for s in "abcde" for d in "abcde"
+                    if s != d and not any(s in g and d in g for g in groups)}
+        assert cut == expected
+        net.heal()
+        assert all(link.fault == HEALTHY for link in net.links.values())
+    finally:
+        net.close()

@@ -1,0 +1,337 @@
+"""Fault scenarios on real node processes: each runs a recorded load through faults, heals, reads
+every key once more and checks the whole history for linearizability (Scenario.finish).
+
+Short forms by default (the suite fits in a few minutes on two cores); RAFTKV_FAULTS_LONG=1 runs
+long forms, RAFTKV_SEED=N replays a seed, RAFTKV_FAULTS_SEEDS=K runs K fresh seeds."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from proto import kv_pb2
+from tests.faults.history import Kind, Outcome, now_ns
+from tests.faults.linearizability import Verdict, check
+from tests.faults.proxy import LinkFault, flaky
+from tests.faults.scenario import Scenario, span
+from tests.faults.workload import PinnedTarget, perform
+from tests.integration.cluster import FAST_TIMING, wait_until
+
+pytestmark = pytest.mark.faults
+
+MakeScenario = Callable[..., Scenario]
+# FAST_TIMING's election timeout T; a pause "longer than the election timeout" exceeds 2T.
+ELECTION_TIMEOUT_S = 0.5
+
+
+def test_isolated_leader_completes_nothing_while_the_majority_moves_on(scenario: MakeScenario) -> None:
+    run = scenario(5)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    old = cluster.wait_for_leader()
+    term = cluster.status(old)["term"]
+    run.probe(old)  # ops sent to the old leader alone, whatever it answers
+
+    cluster.network.isolate(old)
+    isolated_at = now_ns()
+    majority = [n for n in cluster.nodes if n != old]
+    new = cluster.wait_for_leader(among=majority, not_in_term=term)
+    assert new != old, run.tag()
+    run.wait_progress(isolated_at)
+    run.run_for(span(2.0, 15.0))
+    healed_at = now_ns()
+
+    tried = [op for op in run.history.ops() if op.client.startswith(f"probe-{old}") and op.call_ns >= isolated_at]
+    assert tried, f"{run.tag()} the probe of {old} tried nothing while it was isolated"
+    completed = run.completed_between(isolated_at, healed_at, client_prefix="probe-")
+    assert not completed, (f"{run.tag()} isolated {old} completed: "
+                           + "; ".join(op.describe() for op in completed[:5]))
+    run.finish()
+
+
+def test_the_suite_catches_a_stale_read_on_a_real_cluster(scenario: MakeScenario) -> None:
+    """The harness end to end on a history known to be wrong: a "stale" read (opt-in, not
+    linearizable by design) at an isolated old leader, after the majority overwrote the key."""
+    run = scenario(3)
+    cluster = run.cluster
+    client = cluster.client(timeout=10.0)
+    old = cluster.wait_for_leader()
+    term = cluster.status(old)["term"]
+    run.history.append(perform(client, "writer", Kind.PUT, b"k", b"before"))
+    cluster.wait_applied(old, cluster.status(old)["commit_index"])
+    cluster.network.isolate(old)
+    cluster.wait_for_leader(among=[n for n in cluster.nodes if n != old], not_in_term=term)
+    run.history.append(perform(client, "writer", Kind.PUT, b"k", b"after"))
+    stale = PinnedTarget(cluster.kv_stub(old), timeout_s=5.0, consistency=kv_pb2.STALE)
+    read = perform(stale, "stale-reader", Kind.GET, b"k")
+    run.history.append(read)
+    assert [op.outcome for op in run.history.ops()] == [Outcome.OK] * 3, run.history.ops()
+    assert read.value == b"before", f"{run.tag()} the isolated node read {read.value!r}"
+    result = check(run.history.ops())
+    assert result.verdict is Verdict.NOT_LINEARIZABLE, result.report()
+    assert "stale-reader" in result.report()
+
+
+def test_one_way_cut_from_the_leader(scenario: MakeScenario) -> None:
+    """The leader can hear everyone but reach no one: the others elect a new leader, whose
+    messages reach the old one and depose it."""
+    run = scenario(5)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    old = cluster.wait_for_leader()
+    term = cluster.status(old)["term"]
+    cluster.network.cut([old], [n for n in cluster.nodes if n != old])
+    cut_at = now_ns()
+    new = cluster.wait_for_leader(not_in_term=term)  # all five agree, the old leader too
+    assert new != old, run.tag()
+    run.wait_progress(cut_at)
+    run.run_for(span(2.0, 10.0))
+    run.finish()
+
+
+def test_no_quorum_completes_nothing_then_everything_resumes(scenario: MakeScenario) -> None:
+    run = scenario(3)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    run.assert_progress()
+
+    cluster.network.partition(*([n] for n in cluster.nodes))
+    cut_at = now_ns()
+    run.run_for(span(3.0, 10.0))
+    healed_at = now_ns()
+    completed = run.completed_between(cut_at, healed_at)
+    assert not completed, f"{run.tag()} completed without a quorum: " + "; ".join(op.describe() for op in completed[:5])
+
+    cluster.network.heal()
+    cluster.wait_for_leader()
+    run.wait_progress(healed_at)
+    run.run_for(1.0)
+    run.finish()
+
+
+def test_sigkill_a_follower_then_the_leader(scenario: MakeScenario) -> None:
+    run = scenario(5)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    leader = cluster.wait_for_leader()
+    follower = run.rng.choice([n for n in cluster.nodes if n != leader])
+    cluster.kill(follower)
+    killed_at = now_ns()
+    run.wait_progress(killed_at)
+    run.run_for(span(1.0, 5.0))
+
+    leader = cluster.wait_for_leader(among=cluster.running_ids())
+    term = cluster.status(leader)["term"]
+    cluster.kill(leader)
+    killed_at = now_ns()
+    cluster.wait_for_leader(among=cluster.running_ids(), not_in_term=term)
+    run.wait_progress(killed_at)
+    run.run_for(span(1.0, 5.0))
+
+    cluster.restart(follower)
+    cluster.restart(leader)
+    run.run_for(1.0)
+    run.finish()
+
+
+def test_full_cluster_sigkill_three_times(scenario: MakeScenario) -> None:
+    run = scenario(3)
+    cluster = run.cluster
+    run.load(clients=4)
+    for _ in range(3):
+        run.run_for(span(1.0, 5.0))
+        order = list(cluster.nodes)
+        run.rng.shuffle(order)
+        for node in order:
+            cluster.kill(node)
+        for node in order:
+            cluster.nodes[node].start()
+        restarted_at = now_ns()
+        cluster.wait_for_leader()
+        run.wait_progress(restarted_at)
+    run.finish()
+
+
+# Long enough that requests sent to a paused node are still wanted when it resumes.
+PROBE_ACROSS_PAUSE_TIMEOUT_S = 15.0
+PROBES_ACROSS_PAUSE = 4
+
+
+def probe_old_leader_across_a_pause(run: Scenario, leader: str, consistency: int) -> None:
+    """Clients pinned to `leader`, with a timeout longer than the pause, connected already."""
+    run.probe(leader, PROBE_ACROSS_PAUSE_TIMEOUT_S, consistency, clients=PROBES_ACROSS_PAUSE)
+    wait_until(f"a probe of {leader} to complete an op {run.tag()}",
+               lambda: run.completed_between(0, now_ns(), client_prefix=f"probe-{leader}"), 10.0)
+
+
+def assert_probe_spanned(run: Scenario, leader: str, paused_at: int, resumed_at: int) -> None:
+    """Some probe request was in flight through the whole pause, so the leader had something
+    to answer, rightly or wrongly, when it resumed. Call it once the load has stopped: ops
+    enter the history when they return."""
+    spanning = [op for op in run.history.ops() if op.client.startswith(f"probe-{leader}") and op.call_ns < paused_at
+                and (op.ended_ns or op.return_ns or 0) > resumed_at]
+    assert spanning, f"{run.tag()} no probe request was in flight across the pause"
+
+
+def test_leader_paused_past_the_election_timeout(scenario: MakeScenario) -> None:
+    run = scenario(3)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    old = cluster.wait_for_leader()
+    term = cluster.status(old)["term"]
+    # Requests queue up at the paused leader and reach it when it resumes.
+    probe_old_leader_across_a_pause(run, old, kv_pb2.LINEARIZABLE)
+
+    cluster.pause(old)
+    paused_at = now_ns()
+    others = [n for n in cluster.nodes if n != old]
+    cluster.wait_for_leader(among=others, not_in_term=term)
+    run.wait_progress(paused_at)
+    run.run_for(max(0.0, 3 * ELECTION_TIMEOUT_S - (now_ns() - paused_at) / 1e9) + span(0.5, 5.0))
+    cluster.resume(old)
+    resumed_at = now_ns()
+    cluster.wait_for_leader()
+    run.wait_progress(resumed_at)
+    run.run_for(1.0)
+    run.finish()
+    assert_probe_spanned(run, old, paused_at, resumed_at)
+
+
+def test_lease_reads_at_a_leader_resumed_after_a_pause(scenario: MakeScenario) -> None:
+    """Lease reads (opt-in) skip the confirmation round while the leader's lease holds. A leader
+    stopped past its lease and continued must not trust a lease that ran out while it slept:
+    reads queued at it during the pause are served only after it knows it still leads."""
+    run = scenario(3)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(1.0)
+    old = cluster.wait_for_leader()
+    term = cluster.status(old)["term"]
+    probe_old_leader_across_a_pause(run, old, kv_pb2.LEASE)
+
+    cluster.pause(old)
+    paused_at = now_ns()
+    cluster.wait_for_leader(among=[n for n in cluster.nodes if n != old], not_in_term=term)
+    run.wait_progress(paused_at)
+    run.run_for(span(1.0, 5.0))  # the majority overwrites keys the paused leader still holds
+    cluster.resume(old)
+    resumed_at = now_ns()
+    cluster.wait_for_leader()
+    run.run_for(1.0)
+    run.finish()
+    assert_probe_spanned(run, old, paused_at, resumed_at)
+
+
+def test_random_two_way_partitions_every_second(scenario: MakeScenario) -> None:
+    run = scenario(5)
+    cluster = run.cluster
+    run.load(clients=8)
+    members = list(cluster.nodes)
+    for _ in range(int(span(10, 30))):
+        shuffled = members[:]
+        run.rng.shuffle(shuffled)
+        cut = run.rng.randrange(1, len(members))
+        cluster.network.partition(shuffled[:cut], shuffled[cut:])
+        run.run_for(1.0)
+    cluster.network.heal()
+    healed_at = now_ns()
+    cluster.wait_for_leader()
+    run.wait_progress(healed_at)
+    run.assert_progress(minimum=20)
+    run.finish()
+
+
+def test_flaky_links_everywhere(scenario: MakeScenario) -> None:
+    run = scenario(3)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(0.5)
+    cluster.network.flaky_everywhere(delay_s=0.005, jitter_s=0.005, reset_prob=0.02)
+    flaky_at = now_ns()
+    run.run_for(span(10.0, 30.0))
+    resets = sum(link.resets for link in cluster.network.links.values())
+    assert resets > 0, f"{run.tag()} no connection was reset: the fault did not happen"
+    assert run.ok_after(flaky_at), f"{run.tag()} nothing completed over flaky links: {run.history.summary()}"
+    run.finish()
+
+
+def test_flaky_client_connections(scenario: MakeScenario) -> None:
+    """Client connections (not peer links) delayed and reset: replies lost after the server
+    applied a write make the client retry it with the same (client id, seq), which the session
+    table must apply at most once; a duplicate would show up as a write applied twice."""
+    run = scenario(3, client_proxies=True)
+    network = run.cluster.network
+    run.load(clients=4)
+    run.run_for(0.5)
+    network.set_clients(flaky(delay_s=0.002, jitter_s=0.002, reset_prob=0.05))
+    flaky_at = now_ns()
+    run.run_for(span(8.0, 30.0))
+    resets = sum(network.links[pair].resets for pair in network.client_links)
+    assert resets > 0, f"{run.tag()} no client connection was reset: the fault did not happen"
+    assert run.ok_after(flaky_at), f"{run.tag()} nothing completed over flaky client links: {run.history.summary()}"
+    run.finish()
+
+
+def test_leader_churn_keeping_a_majority(scenario: MakeScenario) -> None:
+    run = scenario(5)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(0.5)
+    dead: list[str] = []
+    kills = 0
+    deadline = now_ns() + int(span(6.0, 30.0) * 1e9)
+    while now_ns() < deadline:
+        leader = cluster.wait_for_leader(among=cluster.running_ids())
+        run.run_for(run.rng.uniform(0.2, 0.5))
+        while len(dead) >= 2:  # at most two of five down after the next kill
+            cluster.nodes[dead.pop(0)].start()
+        cluster.kill(leader)
+        dead.append(leader)
+        kills += 1
+    assert kills >= 3, f"{run.tag()} only {kills} leaders killed"
+    run.finish()
+
+
+SNAPSHOT_THRESHOLD = 200
+SNAPSHOT_CATCH_UP_S = 30.0
+SNAPSHOT_ARGS = (*FAST_TIMING, "--snapshot-threshold", str(SNAPSHOT_THRESHOLD))
+
+
+def test_follower_paused_past_the_snapshot_threshold(scenario: MakeScenario) -> None:
+    follower_paused_past_the_snapshot_threshold(scenario(3, extra_args=SNAPSHOT_ARGS))
+
+
+def test_snapshot_install_over_a_slow_link(scenario: MakeScenario) -> None:
+    """As above, with the leader -> follower link slow on resume: the snapshot stream's end
+    reaches the leader after the follower's own answer (sent on its fast link) does."""
+    follower_paused_past_the_snapshot_threshold(scenario(3, extra_args=SNAPSHOT_ARGS), slow_link_s=0.3)
+
+
+def follower_paused_past_the_snapshot_threshold(run: Scenario, slow_link_s: float = 0.0) -> None:
+    cluster = run.cluster
+    leader = cluster.wait_for_leader()
+    follower = run.rng.choice([n for n in cluster.nodes if n != leader])
+    cluster.pause(follower)
+    behind = cluster.status(leader)["commit_index"]
+    run.load(clients=4)
+    try:
+        # Far enough past the paused follower that the leader's log no longer holds its next entry.
+        wait_until("the leader to snapshot past the paused follower",
+                   lambda: cluster.status(leader)["snapshot_index"] > behind + 2 * SNAPSHOT_THRESHOLD, 30.0)
+    except AssertionError:
+        if cluster.status(leader)["snapshot_index"] == 0:
+            pytest.skip("`raftkv serve --snapshot-threshold` does not trigger snapshots yet")
+        raise
+    if slow_link_s:
+        cluster.network.set_links([(leader, follower)], LinkFault(delay_s=slow_link_s))
+    cluster.resume(follower)
+    target = cluster.status(leader)["commit_index"]
+    # Seconds are plenty for a few hundred kB; the leader's snapshot_timeout_ms (60 s) is not.
+    caught_up = cluster.wait_applied(follower, target, timeout=SNAPSHOT_CATCH_UP_S)
+    assert caught_up["snapshot_index"] > behind, f"{run.tag()} {follower} caught up without a snapshot: {caught_up}"
+    run.finish()
