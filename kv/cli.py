@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from kv.client import CONSISTENCY, Client
 from kv.errors import RaftKVError
+from kv.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
 from raft.core.config import CoreConfig
 from raft.node.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_NODE_ID, NodeConfig, parse_peers
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands, client_options)
     _add_cluster(commands)
     _add_snapshot(commands, client_options)
+    spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
     return parser
 
 

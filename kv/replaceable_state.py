@@ -116,6 +116,11 @@ class ReplaceableStateMachine:
     def copy_to(self, directory: str) -> tuple[int, int]:
         return self._call("copy_to", directory)
 
+    def read_view(self) -> Any:
+        """A pinned read transaction for exports. It does not hold off a snapshot install (which
+        only a follower does; exports run on the leader): after a swap its reads fail cleanly."""
+        return self._call("read_view")
+
     @contextmanager
     def pinned(self) -> Iterator[KVStateMachine]:
         """The current machine, not replaced while the caller holds it (for long reads)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from kv.export_service import ExportHandler, add_export_service
 from kv.node_snapshots import NodeSnapshots
 from kv.replaceable_state import ReplaceableStateMachine
 from kv.service import KVHandler, KVServicer
@@ -41,6 +42,7 @@ class RunningServer:
     fsm: ReplaceableStateMachine
     server: grpc.aio.Server
     port: int  # the bound port (the one asked for, or the one chosen for port 0)
+    exports: ExportHandler
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -51,6 +53,7 @@ class RunningServer:
         self._stopped = True
         await self.server.stop(grace)
         await self.node.stop()
+        self.exports.close()  # release pinned read transactions before the environment closes
         self.fsm.close()
         self.log_store.close()
         log.info("node %s stopped", self.config.node_id)
@@ -77,6 +80,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         server = grpc.aio.server(options=SERVER_OPTIONS)
         raft_pb2_grpc.add_RaftPeerServicer_to_server(node.peer_service(), server)
         kv_pb2_grpc.add_KVServicer_to_server(KVServicer(handler), server)
+        exports = add_export_service(server, node, fsm)
         port = _bind(server, config.listen)
         await node.start()
         await server.start()
@@ -87,7 +91,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         raise
     log.info("node %s serving on %s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
              node.cluster_id, ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, server, port)
+    return RunningServer(config, node, handler, log_store, fsm, server, port, exports)
 
 
 def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:

@@ -69,8 +69,37 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         kind = op.WhichOneof("op")
         if kind is None:
             raise InvalidCommandError(f"op {position} is neither a put nor a delete")
-        validate_key(op.put.key if kind == "put" else op.delete)
+        if kind in _PREFIX_OPS:
+            validate_prefix_op(op)
+        else:
+            validate_key(op.put.key if kind == "put" else op.delete)
     return command
+
+
+# Ops that act on every key under a prefix (atomic publish of staged rows, see kv/spark).
+_PREFIX_OPS = ("delete_prefix", "move_prefix")
+
+
+def validate_prefix_op(op: kv_pb2.Op) -> None:
+    """Rules for delete_prefix / move_prefix that make their apply deterministic and total: a
+    non-empty source (an empty one would mean "every key"), prefixes LMDB can hold, and a target
+    no longer than the source, so every renamed key still fits LMDB's key limit."""
+    if op.WhichOneof("op") == "delete_prefix":
+        _validate_prefix(op.delete_prefix, "delete_prefix")
+        return
+    source, target = op.move_prefix.source, op.move_prefix.target
+    _validate_prefix(source, "move_prefix source")
+    if len(target) > len(source):
+        raise InvalidCommandError(
+            f"move_prefix target ({len(target)} bytes) is longer than its source ({len(source)} bytes); "
+            "renamed keys could exceed the key limit")
+
+
+def _validate_prefix(prefix: bytes, what: str) -> None:
+    if not prefix:
+        raise InvalidCommandError(f"{what} is empty: it would match every key")
+    if len(prefix) > LMDB_MAX_KEY_BYTES:
+        raise InvalidCommandError(f"{what} is {len(prefix)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
 
 
 def validate_key(key: bytes, max_key_bytes: int = LMDB_MAX_KEY_BYTES) -> None:
@@ -127,6 +156,9 @@ def _validate_op(position: int, op: kv_pb2.Op, limits: CommandLimits) -> int:
         if kind == "delete":
             validate_key(op.delete, limits.max_key_bytes)
             return len(op.delete)
+        if kind in _PREFIX_OPS:
+            validate_prefix_op(op)
+            return op.ByteSize()
     except InvalidCommandError as exc:
         raise InvalidCommandError(f"op {position}: {exc}") from None
     raise InvalidCommandError(f"op {position} is neither a put nor a delete")

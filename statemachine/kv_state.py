@@ -268,6 +268,10 @@ class KVStateMachine:
         info = self._env.info()
         return (int(info["last_pgno"]) + 1) * int(self._env.stat()["psize"])
 
+    def read_view(self) -> ReadView:
+        """Pin the current applied state in one read transaction (for point-in-time exports)."""
+        return ReadView(self)
+
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
         """Write a compacted copy of the whole state (data, sessions, applied index) to
         `directory`/data.mdb from one read transaction, without stopping `apply`. Returns the
@@ -277,6 +281,42 @@ class KVStateMachine:
             raw = txn.get(_APPLIED_KEY, db=self._meta)
             self._env.copy(str(directory), compact=True, txn=txn)
         return _APPLIED.unpack(raw) if raw is not None else (0, 0)
+
+
+class ReadView:
+    """One LMDB read transaction of the state machine, pinned: every read through it sees the
+    state exactly as of `index`, however far `apply` moves on. While it is open LMDB cannot reuse
+    the pages it sees, so the file grows under writes: close it promptly. py-lmdb transactions
+    may move between threads but must not be used by two at once; the caller serialises."""
+
+    def __init__(self, machine: KVStateMachine) -> None:
+        self._txn = machine._env.begin()
+        self._data = machine._data
+        raw = self._txn.get(_APPLIED_KEY, db=machine._meta)
+        self.index, self.term = _APPLIED.unpack(raw) if raw is not None else (0, 0)
+        self.closed = False
+
+    def scan(self, start: bytes, end: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Like KVStateMachine.scan, at this view's index."""
+        return _take(_range(self._txn.cursor(db=self._data), start, end or None), limit)
+
+    def keys(self, start: bytes, end: bytes | None) -> Iterator[bytes]:
+        """Keys in [start, end) in order, without copying values (for split points)."""
+        cursor = self._txn.cursor(db=self._data)
+        if not (cursor.set_range(start) if start else cursor.first()):
+            return
+        for key in cursor.iternext(keys=True, values=False):
+            if end and key >= end:
+                return
+            yield key
+
+    def count(self) -> int:
+        return int(self._txn.stat(self._data)["entries"])
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._txn.abort()
 
 
 class _Batch:
@@ -337,9 +377,45 @@ class _Batch:
                 if not inserted:
                     data.put(key, value)
                 existed.append(not inserted)
+            elif op.HasField("delete_prefix"):
+                existed.append(self._delete_prefix(op.delete_prefix))
+            elif op.HasField("move_prefix"):
+                existed.append(self._move_prefix(op.move_prefix.source, op.move_prefix.target))
             else:
                 existed.append(self.txn.delete(op.delete, db=self.data_db))
         return kv_pb2.CommandResult(existed=existed)
+
+    def _delete_prefix(self, prefix: bytes) -> bool:
+        """Delete every key starting with `prefix`; True when there was one."""
+        cursor = self.txn.cursor(db=self.data_db)
+        found = cursor.set_range(prefix)
+        deleted = False
+        while found and cursor.key().startswith(prefix):
+            found = cursor.delete()  # moves to the next key
+            deleted = True
+        return deleted
+
+    def _move_prefix(self, source: bytes, target: bytes) -> bool:
+        """Rename every key under `source` to `target` + rest, overwriting; True when one moved.
+        The keys renamed are those under `source` before the op: a new key that falls under
+        `source` again (when target is a prefix of source) is written only after the walk, so the
+        walk never meets it. commands.validate_prefix_op keeps renamed keys within the key limit."""
+        cursor = self.txn.cursor(db=self.data_db)
+        found = cursor.set_range(source)
+        landing_inside: list[tuple[bytes, bytes]] = []
+        moved = False
+        while found and cursor.key().startswith(source):
+            new_key = target + cursor.key()[len(source):]
+            value = cursor.value()
+            found = cursor.delete()
+            moved = True
+            if new_key.startswith(source):
+                landing_inside.append((new_key, value))
+            else:
+                self.txn.put(new_key, value, db=self.data_db)
+        for new_key, value in landing_inside:
+            self.txn.put(new_key, value, db=self.data_db)
+        return moved
 
     # ---- sessions ----------------------------------------------------------------------------
 

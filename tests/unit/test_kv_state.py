@@ -313,3 +313,67 @@ def test_apply_throughput_100k_puts(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert machine.count() == 100_000
     with capsys.disabled():
         print(f"\napply: 100k tracked puts in batches of 1000: {elapsed:.2f}s, {100_000 / elapsed:,.0f} entries/s")
+
+
+# ---- prefix ops (atomic publish of staged rows) ---------------------------------------------
+
+def _move(source: bytes, target: bytes) -> kv_pb2.Op:
+    return kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=source, target=target))
+
+
+def _delete_prefix(prefix: bytes) -> kv_pb2.Op:
+    return kv_pb2.Op(delete_prefix=prefix)
+
+
+def test_delete_prefix_removes_only_that_prefix(sm: KVStateMachine) -> None:
+    log = Log()
+    sm.apply([log.entry([put_op(k, b"v") for k in (b"s/1", b"s/2", b"s", b"t/1", b"r")])])
+    results = sm.apply([log.entry([_delete_prefix(b"s/"), _delete_prefix(b"s/")])])
+    assert list(outcome(results[0]).result.existed) == [True, False]
+    assert [k for k, _ in sm.scan(limit=10)[0]] == [b"r", b"s", b"t/1"]
+
+
+def test_move_prefix_renames_and_overwrites_in_one_entry(sm: KVStateMachine) -> None:
+    log = Log()
+    staged = [put_op(b"~stage/job1/k%05d" % i, b"new%d" % i) for i in range(3000)]  # many pages
+    sm.apply([log.entry([put_op(b"k00001", b"old"), put_op(b"z", b"keep")]), log.entry(staged)])
+    results = sm.apply([log.entry([_move(b"~stage/job1/", b"")])])
+    assert list(outcome(results[0]).result.existed) == [True]
+    assert sm.get(b"k00001") == b"new1"  # overwritten
+    assert sm.get(b"k02999") == b"new2999" and sm.get(b"z") == b"keep"
+    assert sm.scan_prefix(b"~stage/")[0] == []
+    assert sm.count() == 3001
+
+
+def test_move_prefix_whose_keys_land_under_the_source_again(sm: KVStateMachine) -> None:
+    # target is a prefix of source: "a/b/b/x" -> "a/b/x", which is under the source; it must be
+    # renamed once (as the state before the op says), not walked and renamed again.
+    log = Log()
+    sm.apply([log.entry([put_op(b"a/b/b/x", b"1"), put_op(b"a/b/y", b"2")])])
+    sm.apply([log.entry([_move(b"a/b/", b"a/")])])
+    assert sm.scan(limit=10)[0] == [(b"a/b/x", b"1"), (b"a/y", b"2")]
+
+
+def test_prefix_ops_that_cannot_apply_deterministically_are_refused(sm: KVStateMachine) -> None:
+    log = Log()
+    sm.apply([log.put(b"k", b"v")])
+    for bad, message in ((_delete_prefix(b""), "empty"), (_move(b"", b"x"), "empty"),
+                         (_move(b"ab", b"abc"), "longer than its source")):
+        result = outcome(sm.apply([log.entry([bad])])[0])
+        assert result.error is not None and message in result.error
+    assert sm.get(b"k") == b"v"
+
+
+def test_read_view_stays_at_its_index_while_apply_moves_on(sm: KVStateMachine) -> None:
+    log = Log(term=3)
+    sm.apply([log.put(b"a", b"1"), log.put(b"b", b"1")])
+    view = sm.read_view()
+    try:
+        sm.apply([log.put(b"a", b"2"), log.entry([delete_op(b"b")]), log.put(b"c", b"2")])
+        assert (view.index, view.term) == (2, 3)
+        assert view.scan(b"", None, 10) == ([(b"a", b"1"), (b"b", b"1")], False)
+        assert list(view.keys(b"b", None)) == [b"b"] and view.count() == 2
+        assert sm.scan(limit=10)[0] == [(b"a", b"2"), (b"c", b"2")]
+    finally:
+        view.close()
+    assert view.closed

@@ -1,0 +1,45 @@
+"""The one table shape of raftkv data in Arrow, Parquet and Spark: key and value as bytes, plus a
+string view of each, null where the bytes are not UTF-8."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+KEY, VALUE, KEY_STR, VALUE_STR = "key", "value", "key_str", "value_str"
+
+ARROW_SCHEMA = pa.schema([
+    pa.field(KEY, pa.binary(), nullable=False),
+    pa.field(VALUE, pa.binary(), nullable=False),
+    pa.field(KEY_STR, pa.string()),
+    pa.field(VALUE_STR, pa.string()),
+])
+
+# The same as a Spark DDL string (kept here so the data source and docs agree).
+SPARK_DDL = f"{KEY} binary NOT NULL, {VALUE} binary NOT NULL, {KEY_STR} string, {VALUE_STR} string"
+
+# Metadata keys in each Parquet file's schema and in the export manifest.
+META_INDEX, META_TERM, META_CLUSTER = b"raftkv.index", b"raftkv.term", b"raftkv.cluster_id"
+META_RANGE_START, META_RANGE_END = b"raftkv.range_start", b"raftkv.range_end"
+
+
+def _utf8_or_none(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def string_view(column: pa.Array) -> pa.Array:
+    """The binary column as strings, null where not UTF-8. Arrow validates a whole column in C++;
+    only a column with some non-UTF-8 value is decoded value by value."""
+    try:
+        return column.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([_utf8_or_none(raw) for raw in column.to_pylist()], pa.string())
+
+
+def record_batch(items: Sequence[tuple[bytes, bytes]]) -> pa.RecordBatch:
+    keys = pa.array([k for k, _ in items], pa.binary())
+    values = pa.array([v for _, v in items], pa.binary())
+    return pa.RecordBatch.from_arrays([keys, values, string_view(keys), string_view(values)], schema=ARROW_SCHEMA)

@@ -1,0 +1,67 @@
+"""A three-node cluster inside the test process (kv.server.start_server, which carries the Export
+service), on one background event loop; the tests also reach a node's state machine directly (to
+write a snapshot file at a known index)."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from kv.export_service import ExportHandler
+from kv.server import RunningServer, start_server
+from raft.core.config import CoreConfig
+from raft.node.config import NodeConfig
+
+
+def free_ports(n: int) -> list[int]:
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+@dataclass
+class ExportNode:
+    running: RunningServer
+    exports: ExportHandler
+
+
+async def start_node(config: NodeConfig) -> ExportNode:
+    running = await start_server(config)
+    return ExportNode(running, running.exports)
+
+
+class InProcessCluster:
+    def __init__(self, base: Path, size: int = 3) -> None:
+        ports = free_ports(size)
+        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
+        self.endpoints = ",".join(peers.values())
+        core = CoreConfig()
+        self.configs = [NodeConfig(node_id=nid, listen=addr, peers=dict(peers), data_dir=base / nid, core=core,
+                                   fsync=False, state_map_size=1 << 30, log_map_size=1 << 30)
+                        for nid, addr in peers.items()]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="raftkv-test-cluster", daemon=True)
+        self._thread.start()
+        self.nodes: list[ExportNode] = []
+        for config in self.configs:
+            self.nodes.append(self.run(start_node(config)))
+        self.run(asyncio.wait_for(self.nodes[0].running.node.wait_for_leader(), 20))
+
+    def run(self, coro, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def leader(self) -> ExportNode:
+        leader_id = self.run(asyncio.wait_for(self.nodes[0].running.node.wait_for_leader(), 20))
+        return next(n for n in self.nodes if n.running.node.id == leader_id)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            self.run(node.running.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
