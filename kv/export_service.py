@@ -27,6 +27,7 @@ from kv import errors
 from proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
+from raft.transport.input_checks import add_servicer
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.kv_state import KVStateMachine, ReadView
 
@@ -264,5 +265,5 @@ def add_export_service(server: grpc.aio.Server, node: RaftNode, fsm: KVStateMach
     """Register the Export service on a node's server (before it starts); returns the handler
     (call its close() before closing the state machine)."""
     handler = ExportHandler(node, fsm)
-    export_pb2_grpc.add_ExportServicer_to_server(ExportServicer(handler), server)
+    add_servicer(server, export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(handler))
     return handler

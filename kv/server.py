@@ -22,6 +22,7 @@ from raft.log import LmdbLogStore
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.node import RaftNode
+from raft.transport.input_checks import add_servicer
 from raft.transport.peer_transport import SERVER_OPTIONS
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
@@ -78,8 +79,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots)
         handler = KVHandler(node, fsm)
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        raft_pb2_grpc.add_RaftPeerServicer_to_server(node.peer_service(), server)
-        kv_pb2_grpc.add_KVServicer_to_server(KVServicer(handler), server)
+        add_servicer(server, raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service())
+        add_servicer(server, kv_pb2_grpc.add_KVServicer_to_server, KVServicer(handler))
         exports = add_export_service(server, node, fsm)
         port = _bind(server, config.listen)
         await node.start()

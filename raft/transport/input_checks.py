@@ -1,0 +1,81 @@
+"""Register a grpc.aio servicer so that a request whose bytes do not parse is refused with
+INVALID_ARGUMENT and a message saying so. Left to itself, gRPC answers such garbage with UNKNOWN
+and logs a traceback per request; a node must give a clear error and keep serving.
+
+Unary-request methods get the check. Streaming-request methods keep gRPC's own parsing (their
+handlers already turn a failed stream into a refusal)."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+
+class _Malformed:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse_or_mark(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except (DecodeError, ValueError) as e:
+            return _Malformed(e)
+    return parse_or_mark
+
+
+async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"malformed request: the bytes do not parse as this call's message ({request.error})")
+
+
+def _checked_unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Malformed):
+            await _refuse(request, context)
+        return await behaviour(request, context)
+    return call
+
+
+def _checked_unary_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if isinstance(request, _Malformed):
+            await _refuse(request, context)
+        async for item in behaviour(request, context):
+            yield item
+    return call
+
+
+class _Capture:
+    """Stands in for the server while a generated add_*_to_server function registers handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self.service = ""
+
+    def add_generic_rpc_handlers(self, _handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, handlers
+
+
+def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: Any) -> None:
+    """Like `add_FooServicer_to_server(servicer, server)`, with malformed requests refused."""
+    capture = _Capture()
+    add_to_server(servicer, capture)
+    checked: dict[str, grpc.RpcMethodHandler] = {}
+    for name, h in capture.handlers.items():
+        if h.request_streaming:
+            checked[name] = h
+        elif h.response_streaming:
+            checked[name] = h._replace(request_deserializer=_lenient(h.request_deserializer),
+                                       unary_stream=_checked_unary_stream(h.unary_stream))
+        else:
+            checked[name] = h._replace(request_deserializer=_lenient(h.request_deserializer),
+                                       unary_unary=_checked_unary(h.unary_unary))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, checked),))
+    server.add_registered_method_handlers(capture.service, checked)
