@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster(commands)
     _add_snapshot(commands, client_options)
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
+    _add_bench(commands)
     return parser
 
 
@@ -195,6 +196,22 @@ def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> Non
                          help="the new cluster's members (default: this one alone on 127.0.0.1:7001)")
     restore.add_argument("--cluster-id", default=None, help="the new cluster's id (default: a new random one)")
     restore.set_defaults(run=_run_snapshot_restore, command_parser=restore)
+
+
+def _add_bench(commands: Any) -> None:
+    from kv.bench.cli import add_arguments
+    bench = commands.add_parser("bench", formatter_class=_Formatter,
+                                help="benchmark a local cluster, optionally against etcd",
+                                description="Start a local three-node raftkv cluster (fsync on) and run the standard "
+                                            "workloads W1..W9; --compare etcd runs a three-member etcd cluster side "
+                                            "by side and prints raftkv / etcd ratios.")
+    add_arguments(bench)
+    bench.set_defaults(run=_run_bench, command_parser=bench)
+
+
+def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kv.bench.cli import run
+    return run(args, parser)
 
 
 def _add_consistency(parser: argparse.ArgumentParser) -> None:

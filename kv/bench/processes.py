@@ -1,0 +1,134 @@
+"""Child processes of the bench: each in its own process group (so Ctrl-C in the terminal reaches
+only the bench, which then stops them in order; see stopping.py), all tracked in one registry so
+that every exit path - normal end, error, Ctrl-C, SIGTERM - stops every one of them."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+STOP_GRACE_S = 10.0
+
+
+def free_ports(n: int) -> list[int]:
+    """n loopback ports that were free a moment ago (held open together so that they differ)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of a running process (Linux /proc), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+@dataclass
+class Child:
+    """One started process, its output appended to `log_path`."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"{self.name} was never started"
+        return self.process.pid
+
+    def start(self) -> None:
+        assert not self.running, f"{self.name} is already running"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self._log.write(f"---- start: {' '.join(self.command)}\n".encode())
+        self._log.flush()
+        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group: a crash, and nothing left behind."""
+        if self.running:
+            _signal_group(self.pid, signal.SIGKILL)
+        self._reap(timeout=None)
+
+    def terminate(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`."""
+        if self.running:
+            _signal_group(self.pid, signal.SIGTERM)
+            _signal_group(self.pid, signal.SIGCONT)
+        self._reap(timeout=grace_s)
+
+    def _reap(self, timeout: float | None) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.pid, signal.SIGKILL)
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # start_new_session made the child its group's leader: pgid == pid
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class Registry:
+    """Every child the bench starts; `stop_all` is safe to call from any exit path, repeatedly."""
+
+    children: list[Child] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spawn(self, child: Child) -> Child:
+        with self._lock:
+            self.children.append(child)
+        child.start()
+        return child
+
+    def stop_all(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM to every running child at once (they shut down in parallel), then SIGKILL the
+        ones still running after `grace_s`."""
+        with self._lock:
+            children = list(self.children)
+        running = [c for c in children if c.running]
+        for child in running:
+            _signal_group(child.pid, signal.SIGTERM)
+            _signal_group(child.pid, signal.SIGCONT)
+        for child in children:
+            child.terminate(grace_s)
+
+    def forget(self, stopped: Sequence[Child]) -> None:
+        with self._lock:
+            self.children = [c for c in self.children if c not in stopped]

@@ -1,0 +1,33 @@
+"""The sizes of one bench run. The defaults are the issue's; QUICK only checks that the bench works."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    duration_s: float = 5.0         # measured window of each load (W1..W5)
+    warmup_s: float = 1.0           # unmeasured lead-in of each load
+    clients: int = 16               # W2, W4, W5
+    key_bytes: int = 16
+    value_bytes: int = 256
+    read_keys: int = 1_000          # keys written before W3..W5 read them
+    bulk_keys: int = 1_000_000      # W6
+    bulk_value_bytes: int = 16      # W6: 1M keys of 16 + 16 bytes, a store of about 36 MB
+    bulk_batch: int = 1_000         # keys per batch request (etcd: capped at its 128 txn ops)
+    bulk_clients: int = 4           # batches in flight at once
+    failover_trials: int = 10       # W7
+    failover_clients: int = 4       # writers keeping the cluster loaded in W7
+    request_timeout_s: float = 10.0  # a client's deadline for one request, retries included
+    healthy_timeout_s: float = 60.0  # how long a cluster may take to elect and catch up
+
+
+QUICK = Sizes(duration_s=0.3, warmup_s=0.1, clients=4, read_keys=50, bulk_keys=2_000, bulk_batch=500,
+              bulk_clients=2, failover_trials=1, failover_clients=2)
+
+
+def with_overrides(base: Sizes, **overrides: float | int | None) -> Sizes:
+    """`base` with every override that is not None."""
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

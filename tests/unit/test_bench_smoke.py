@@ -1,0 +1,129 @@
+"""`raftkv bench` (python -m kv.bench) keeps working: a --quick run end to end against a real
+three-node cluster, its JSON, its cleanup on Ctrl-C; and the report arithmetic. No timed
+assertions: the figures of a quick run mean nothing."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kv.bench.etcd import etcd_version
+from kv.bench.measure import percentile
+from kv.bench.report import RoundResult, format_table, summarize
+from kv.bench.runner import round_order
+from kv.bench.settings import WORKLOADS
+from kv.bench.workloads import Metric, key
+from kv.cluster_up import SOURCE_ROOT, child_env
+
+BENCH = [sys.executable, "-m", "kv.bench", "--quick"]
+RUN_TIMEOUT_S = 120
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (how the bench's members name their data dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def run_bench(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "bench.json"
+    work = tmp_path / "work"
+    result = subprocess.run([*BENCH, "--json", str(out), "--work-dir", str(work), *extra], cwd=SOURCE_ROOT,
+                            env=child_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 0, f"bench failed:\n{result.stdout}\n{result.stderr}"
+    assert processes_mentioning(str(work)) == [], "the bench left processes running"
+    return result, json.loads(out.read_text())
+
+
+def test_quick_run_measures_every_workload_and_cleans_up(tmp_path: Path) -> None:
+    result, report = run_bench(tmp_path)
+    assert [r["error"] for r in report["rounds"]] == [None]
+    measured = {(row["workload"], row["metric"]): row["raftkv"] for row in report["summary"]}
+    assert {w for w, _ in measured} == set(WORKLOADS)
+    for slot in [("W1", "ops/s"), ("W2", "ops/s"), ("W3", "ops/s"), ("W4", "ops/s"), ("W5", "lease ops/s"),
+                 ("W5", "stale ops/s"), ("W6", "keys/s"), ("W7", "p50 s"), ("W8", "save s"), ("W8", "restore s"),
+                 ("W9", "max MB")]:
+        assert measured[slot] is not None and measured[slot] > 0, slot
+    assert report["settings"]["bulk_keys"] == 2_000
+    assert report["machine"]["fdatasync_ms"]["p50"] > 0
+    assert "W1" in result.stdout and "ops/s" in result.stdout  # the table
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir()), "data left behind"
+
+
+@pytest.mark.skipif(etcd_version() is None, reason="etcd-server is not installed")
+def test_quick_comparison_with_etcd(tmp_path: Path) -> None:
+    _, report = run_bench(tmp_path, "--compare", "etcd", "--workloads", "W1,W3")
+    assert sorted(r["system"] for r in report["rounds"]) == ["etcd", "raftkv"]
+    assert all(r["error"] is None for r in report["rounds"])
+    w1 = next(row for row in report["summary"] if (row["workload"], row["metric"]) == ("W1", "ops/s"))
+    assert w1["etcd"] > 0 and w1["ratio"] == pytest.approx(w1["raftkv"] / w1["etcd"])
+
+
+def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    bench = subprocess.Popen([*BENCH, "--json", str(tmp_path / "b.json"), "--work-dir", str(work),
+                              "--workloads", "W7", "--failover-trials", "50"],
+                             cwd=SOURCE_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        # The bench's own command line names the work dir too; wait for its three members.
+        while len(set(processes_mentioning(str(work))) - {bench.pid}) < 3:  # no event to await: poll
+            assert bench.poll() is None, bench.communicate()[0]
+            assert time.monotonic() < deadline, "the bench never started its cluster"
+            time.sleep(0.05)
+        bench.send_signal(signal.SIGINT)
+        output = bench.communicate(timeout=60)[0].decode()
+    finally:
+        if bench.poll() is None:
+            bench.terminate()
+            bench.wait(30)
+        leaked = processes_mentioning(str(work))
+        for pid in leaked:  # started by this test; do not leave them to the next one
+            os.kill(pid, signal.SIGKILL)
+    assert bench.returncode == 130, output
+    assert leaked == []
+
+
+def test_summary_takes_medians_and_ratios() -> None:
+    rounds = [RoundResult(i + 1, system, [Metric("W1", "ops/s", value, True)])
+              for i, (system, value) in enumerate([("raftkv", 100.0), ("etcd", 50.0), ("raftkv", 300.0),
+                                                   ("etcd", 100.0), ("raftkv", 200.0), ("etcd", 80.0)])]
+    (row,) = summarize(rounds)
+    assert (row.raftkv, row.etcd) == (200.0, 80.0)
+    assert row.ratio == pytest.approx(2.5) and row.met is True  # goal: >= 1.0x etcd
+    table = format_table([row], with_etcd=True)
+    assert "2.50x" in table and "ok" in table
+
+
+def test_rounds_alternate_and_helpers() -> None:
+    assert [round_order(["raftkv", "etcd"], i) for i in range(3)] == [
+        ["raftkv", "etcd"], ["etcd", "raftkv"], ["raftkv", "etcd"]]
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert len(key("W1", 15, 123456)) == 16 and key("W1", 1, 2) != key("W1", 2, 1)
+
+
+def test_profile_summary_counts_self_and_inclusive(tmp_path: Path) -> None:
+    from kv.bench.profile import summarize_collapsed
+
+    stacks = tmp_path / "leader.txt"
+    stacks.write_text("main (a.py:1);apply (b.py:2) 3\nmain (a.py:1);send (c.py:3) 1\n")
+    summary = summarize_collapsed(stacks)
+    assert "4 samples" in summary
+    assert " 75.0  apply (b.py:2)" in summary and "100.0  main (a.py:1)" in summary
