@@ -19,16 +19,18 @@ from kv.bench.raftkv_cluster import RaftkvCluster
 from kv.bench.report import ETCD, RAFTKV, RoundResult
 from kv.bench.settings import Sizes
 from kv.bench.snapshots import w8_snapshot
+from kv.bench.spark_workloads import w10_dataframe_bulk_load, w11_parquet_export
 from kv.bench.systems import Cluster
 
 # W7 kills and restarts members, so it runs before W6 loads the store whose memory W9 measures.
-ORDER = ("W1", "W2", "W3", "W4", "W5", "W7", "W6", "W8", "W9")
+ORDER = ("W1", "W2", "W3", "W4", "W5", "W7", "W6", "W8", "W9", "W10", "W11")
 READS = {"W3", "W4", "W5"}
 
 PLANS: dict[str, dict[str, w.Workload]] = {
     RAFTKV: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
              "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
-             "W8": w8_snapshot, "W9": w.w9_memory},  # type: ignore[dict-item]
+             "W8": w8_snapshot, "W9": w.w9_memory,
+             "W10": w10_dataframe_bulk_load, "W11": w11_parquet_export},  # type: ignore[dict-item]
     # etcd: W8 is not compared; W5 runs its serializable reads, W6 its Txn, for W9's like-for-like.
     ETCD: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
            "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,

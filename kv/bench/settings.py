@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
+# Run only when named: they need the spark extra and Java (raftkv only; W10 loads bulk_keys rows).
+OPTIONAL_WORKLOADS = ("W10", "W11")
 
 
 @dataclass(frozen=True, slots=True)
