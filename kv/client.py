@@ -180,22 +180,8 @@ class Client:
         """Up to `limit` (key, value) pairs in key order: those starting with `prefix`, or those
         in [start, end) (no end: to the last key). When the server cuts a page short of `limit`
         the client asks for the rest; each page is consistent on its own."""
-        if prefix is not None and (start is not None or end is not None):
-            raise ValueError("give either prefix or start/end, not both")
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        lo = to_bytes(prefix if prefix is not None else start or b"", "start")
-        hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
-        level = _consistency(consistency)
-        items: list[tuple[bytes, bytes]] = []
-        while len(items) < limit:
-            request = kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level)
-            response = self._call(lambda stub: stub.Scan, request)
-            items.extend((kv.key, kv.value) for kv in response.items)
-            if not response.more or not response.items:
-                break
-            lo = items[-1][0] + b"\x00"  # the smallest key after the last one returned
-        return items[:limit]
+        return paged_scan(lambda request: self._call(lambda stub: stub.Scan, request),
+                          prefix, start, end, limit, consistency)
 
     def batch(
         self,
@@ -358,6 +344,27 @@ class _Wait:
             return 0.0
         # Keep the last attempt: sleep at most until just before the deadline.
         return max(0.0, min(self.backoff(state), self.attempts.remaining() - MIN_ATTEMPT_S))
+
+
+def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefix: KeyLike | None,
+               start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str) -> list[tuple[bytes, bytes]]:
+    """A scan of up to `limit` pairs through `fetch`, asking for further pages when the server
+    cuts one short (shared by the Client and the embedded node)."""
+    if prefix is not None and (start is not None or end is not None):
+        raise ValueError("give either prefix or start/end, not both")
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    lo = to_bytes(prefix if prefix is not None else start or b"", "start")
+    hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
+    level = _consistency(consistency)
+    items: list[tuple[bytes, bytes]] = []
+    while len(items) < limit:
+        response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level))
+        items.extend((kv.key, kv.value) for kv in response.items)
+        if not response.more or not response.items:
+            break
+        lo = items[-1][0] + b"\x00"  # the smallest key after the last one returned
+    return items[:limit]
 
 
 def _consistency(name: str) -> int:

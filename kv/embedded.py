@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kv import errors
-from kv.client import KeyLike, prefix_end, to_bytes
+from kv.client import KeyLike, paged_scan, to_bytes
 from kv.server import RunningServer, start_server
 from kv.status import status_dict
 from proto import kv_pb2
@@ -64,22 +64,8 @@ class EmbeddedNode:
     def scan(self, prefix: KeyLike | None = None, start: KeyLike | None = None, end: KeyLike | None = None,
              limit: int = 100, consistency: str = "linearizable") -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end)."""
-        if prefix is not None and (start is not None or end is not None):
-            raise ValueError("give either prefix or start/end, not both")
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        lo = to_bytes(prefix if prefix is not None else start or b"", "start")
-        hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
-        level = _consistency(consistency)
-        items: list[tuple[bytes, bytes]] = []
-        while len(items) < limit:  # pages, as the client does, when the server caps a page
-            request = kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level)
-            response = self._call(lambda t: self._handler.scan(request, t))
-            items.extend((kv.key, kv.value) for kv in response.items)
-            if not response.more or not response.items:
-                break
-            lo = items[-1][0] + b"\x00"
-        return items[:limit]
+        return paged_scan(lambda request: self._call(lambda t: self._handler.scan(request, t)),
+                          prefix, start, end, limit, consistency)
 
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
               deletes: Iterable[KeyLike] = ()) -> list[bool]:

@@ -4,9 +4,7 @@ write a snapshot file at a known index)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,14 +12,7 @@ from kv.export_service import ExportHandler
 from kv.server import RunningServer, start_server
 from raft.core.config import CoreConfig
 from raft.node.config import NodeConfig
-
-
-def free_ports(n: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+from tests.integration.cluster import free_ports
 
 
 @dataclass
