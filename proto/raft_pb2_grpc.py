@@ -39,6 +39,11 @@ class RaftPeerStub:
                 request_serializer=proto_dot_raft__pb2.MessageBatch.SerializeToString,
                 response_deserializer=proto_dot_raft__pb2.SendAck.FromString,
                 _registered_method=True)
+        self.Stream = channel.stream_unary(
+                '/raftkv.raft.RaftPeer/Stream',
+                request_serializer=proto_dot_raft__pb2.MessageBatch.SerializeToString,
+                response_deserializer=proto_dot_raft__pb2.SendAck.FromString,
+                _registered_method=True)
         self.InstallSnapshot = channel.stream_unary(
                 '/raftkv.raft.RaftPeer/InstallSnapshot',
                 request_serializer=proto_dot_raft__pb2.SnapshotChunk.SerializeToString,
@@ -55,6 +60,14 @@ class RaftPeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stream(self, request_iterator, context):
+        """The same batches on one long-lived stream per directed link (what nodes use): no call setup
+        per batch, delivered in order. The sender ends and reopens it on a deadline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InstallSnapshot(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -66,6 +79,11 @@ def add_RaftPeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
+                    request_deserializer=proto_dot_raft__pb2.MessageBatch.FromString,
+                    response_serializer=proto_dot_raft__pb2.SendAck.SerializeToString,
+            ),
+            'Stream': grpc.stream_unary_rpc_method_handler(
+                    servicer.Stream,
                     request_deserializer=proto_dot_raft__pb2.MessageBatch.FromString,
                     response_serializer=proto_dot_raft__pb2.SendAck.SerializeToString,
             ),
@@ -100,6 +118,33 @@ class RaftPeer:
             request,
             target,
             '/raftkv.raft.RaftPeer/Send',
+            proto_dot_raft__pb2.MessageBatch.SerializeToString,
+            proto_dot_raft__pb2.SendAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/raftkv.raft.RaftPeer/Stream',
             proto_dot_raft__pb2.MessageBatch.SerializeToString,
             proto_dot_raft__pb2.SendAck.FromString,
             options,

@@ -1,13 +1,16 @@
-"""Client side of the peer transport: one grpc.aio channel per peer, fire-and-forget sends.
+"""Client side of the peer transport: one grpc.aio channel per peer, and on it one long-lived
+client stream (RaftPeer.Stream) that carries every batch of messages to that peer, in order.
 
-The driver loop must never wait on a peer, so `send` only starts calls. Each call carries a
-deadline; at most `max_inflight` calls per peer are outstanding and messages beyond that are
-dropped - Raft retransmits (heartbeats, push timeouts), so a drop costs latency, never safety.
-Reconnect backoff is short so a healed link carries traffic again within ~100 ms."""
+The driver loop must never wait on a peer, so `send` only queues. A pump task per peer feeds the
+stream; at most `max_inflight` batches wait per peer and messages beyond that are dropped, as are
+the queued ones when the stream fails - Raft retransmits (heartbeats, push timeouts), so a drop
+costs latency, never safety. Every stream carries a deadline and is ended and reopened before it
+expires. Reconnect backoff is short so a healed link carries traffic again within ~100 ms."""
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
 
@@ -40,6 +43,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 # A peer is "unreachable" for these codes; others (refusals) mean it is up but disagrees with us.
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
+# A stream is ended cleanly after this long and a new one opened; its deadline is a little longer.
+STREAM_LIFETIME_S = 30.0
+STREAM_DEADLINE_S = STREAM_LIFETIME_S + 10.0
+# Pause before reopening a stream that failed (gRPC's own reconnect backoff comes on top).
+REOPEN_PAUSE_S = 0.05
+
 
 @dataclass(slots=True)
 class PeerLink:
@@ -53,6 +62,11 @@ class PeerLink:
     sent: int = 0
     last_refusal: str | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    queue: deque[raft_pb2.MessageBatch] = field(default_factory=deque)
+    queued: asyncio.Event = field(default_factory=asyncio.Event)
+    pump: asyncio.Task[None] | None = None
+    # Set each time the pump learns whether the peer is reachable (tests and tools await it).
+    checked: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PeerClient:
@@ -89,35 +103,74 @@ class PeerClient:
             self._start(link, batch)
 
     def _start(self, link: PeerLink, messages: list[Message]) -> None:
-        if link.inflight >= self._max_inflight:
+        if link.pump is None:
+            link.pump = asyncio.get_running_loop().create_task(self._pump(link), name=f"raft-stream-{link.peer_id}")
+        if len(link.queue) >= self._max_inflight:
             link.dropped += len(messages)
             return
-        request = raft_pb2.MessageBatch(cluster_id=self._cluster_id, from_id=self._node_id,
-                                        messages=[to_proto(m) for m in messages])
-        link.inflight += 1
-        task = asyncio.get_running_loop().create_task(self._call(link, request))
-        link.tasks.add(task)
-        task.add_done_callback(link.tasks.discard)
+        link.queue.append(raft_pb2.MessageBatch(cluster_id=self._cluster_id, from_id=self._node_id,
+                                                messages=[to_proto(m) for m in messages]))
+        link.queued.set()
 
-    async def _call(self, link: PeerLink, request: raft_pb2.MessageBatch) -> None:
-        try:
-            await link.stub.Send(request, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as e:
-            self._failed(link, e)
-        else:
+    async def _pump(self, link: PeerLink) -> None:
+        """Keep one stream open to the peer and feed it what is queued."""
+        loop = asyncio.get_running_loop()
+        while True:
+            opened = loop.time()
+            call = link.stub.Stream(self._batches(link), timeout=STREAM_DEADLINE_S)
+            try:
+                # A peer that accepts TCP but never speaks (stopped, hung) must not hold us for
+                # the stream's whole deadline: give connecting the deadline of one call.
+                await asyncio.wait_for(call.wait_for_connection(), self._timeout_s)
+                self._reachable(link)
+                await call
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+                call.cancel()
+                if (isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                        and loop.time() - opened >= STREAM_LIFETIME_S):
+                    continue  # an idle stream outlived its lifetime: open the next one, nothing lost
+                if isinstance(e, grpc.aio.AioRpcError):
+                    self._failed(link, e)
+                else:
+                    self._unreachable(link, "no answer within the call deadline")
+                self._drop_queued(link)  # stale by the time the link heals; Raft resends
+                link.checked.set()
+                await asyncio.sleep(REOPEN_PAUSE_S)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+
+    async def _batches(self, link: PeerLink) -> AsyncIterator[raft_pb2.MessageBatch]:
+        """What the stream carries. It ends itself (cleanly, nothing in flight is lost) once it is
+        STREAM_LIFETIME_S old; heartbeats keep it from idling long past that."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + STREAM_LIFETIME_S
+        while loop.time() < ends:
+            while not link.queue:
+                link.queued.clear()
+                await link.queued.wait()
+            yield link.queue.popleft()
             link.sent += 1
-            if link.reachable is False:
-                log.info("peer %s at %s reachable again", link.peer_id, link.address)
-            link.reachable = True
-            link.last_refusal = None
-        finally:
-            link.inflight -= 1
+
+    def _drop_queued(self, link: PeerLink) -> None:
+        link.dropped += sum(len(batch.messages) for batch in link.queue)
+        link.queue.clear()
+
+    def _reachable(self, link: PeerLink) -> None:
+        if link.reachable is False:
+            log.info("peer %s at %s reachable again", link.peer_id, link.address)
+        link.reachable = True
+        link.last_refusal = None
+        link.checked.set()
+
+    def _unreachable(self, link: PeerLink, why: str) -> None:
+        if link.reachable is not False:
+            log.warning("peer %s at %s unreachable: %s", link.peer_id, link.address, why)
+        link.reachable = False
 
     def _failed(self, link: PeerLink, e: grpc.aio.AioRpcError) -> None:
         if e.code() in _UNREACHABLE:
-            if link.reachable is not False:
-                log.warning("peer %s at %s unreachable: %s", link.peer_id, link.address, e.code().name)
-            link.reachable = False
+            self._unreachable(link, e.code().name)
             return
         # The peer answered but refused (wrong cluster id, misaddressed): a configuration problem.
         # Log each distinct refusal once, not once per heartbeat.
@@ -145,7 +198,10 @@ class PeerClient:
         return ack.success, ack.message
 
     async def close(self) -> None:
+        pending = [t for link in self._links.values() for t in [*link.tasks, *([link.pump] if link.pump else [])]]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         for link in self._links.values():
-            for t in list(link.tasks):
-                t.cancel()
             await link.channel.close()
+        await asyncio.sleep(0)  # let the cancelled streams' request generators finish on this loop

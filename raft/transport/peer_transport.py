@@ -86,6 +86,20 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
         self._deliver(messages)
         return raft_pb2.SendAck()
 
+    async def Stream(self, request_iterator: AsyncIterator[raft_pb2.MessageBatch],
+                     context: grpc.aio.ServicerContext) -> raft_pb2.SendAck:
+        """Batches on a long-lived stream from one peer, checked and delivered as Send does."""
+        async for batch in request_iterator:
+            try:
+                messages = self.check(batch)
+            except PeerRefused as e:
+                log.warning("refused peer stream from %r: %s", batch.from_id, e)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            except CodecError as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed peer message: {e}")
+            self._deliver(messages)
+        return raft_pb2.SendAck()
+
     async def InstallSnapshot(self, request_iterator: AsyncIterator[raft_pb2.SnapshotChunk],
                               context: grpc.aio.ServicerContext) -> raft_pb2.SnapshotAck:
         """Receive a snapshot file streamed by the leader into a temporary file, verify its size

@@ -164,11 +164,12 @@ def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture)
 
 
 async def _send_and_settle(client: PeerClient, msg: Message) -> None:
-    """Send and wait for the call to finish (the client is fire-and-forget; its tasks are awaited
-    here through the link's task set)."""
-    client.send([msg])
+    """Send and wait until the link's stream pump has next learned whether the peer is reachable
+    (the client is fire-and-forget; the pump works in the background)."""
     link = client._links[msg.dst]
-    await asyncio.gather(*list(link.tasks), return_exceptions=True)
+    link.checked.clear()
+    client.send([msg])
+    await asyncio.wait_for(link.checked.wait(), 5)
 
 
 def test_client_drops_beyond_inflight_bound() -> None:
@@ -183,7 +184,7 @@ def test_client_drops_beyond_inflight_bound() -> None:
             for _ in range(10):
                 client.send([HeartbeatRequest(src="n1", dst="n2", term=1)])
             assert client.dropped("n2") == 6
-            await asyncio.gather(*list(client._links["n2"].tasks), return_exceptions=True)
+            await asyncio.wait_for(client._links["n2"].checked.wait(), 5)
             assert client.reachable("n2") is False
         finally:
             await client.close()
