@@ -76,29 +76,26 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
         return out
 
     async def Send(self, request: raft_pb2.MessageBatch, context: grpc.aio.ServicerContext) -> raft_pb2.SendAck:
-        try:
-            messages = self.check(request)
-        except PeerRefused as e:
-            log.warning("refused peer batch from %r: %s", request.from_id, e)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except CodecError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed peer message: {e}")
-        self._deliver(messages)
+        await self._accept(request, context)
         return raft_pb2.SendAck()
 
     async def Stream(self, request_iterator: AsyncIterator[raft_pb2.MessageBatch],
                      context: grpc.aio.ServicerContext) -> raft_pb2.SendAck:
-        """Batches on a long-lived stream from one peer, checked and delivered as Send does."""
+        """Batches on a long-lived stream from one peer, each checked and delivered as Send does."""
         async for batch in request_iterator:
-            try:
-                messages = self.check(batch)
-            except PeerRefused as e:
-                log.warning("refused peer stream from %r: %s", batch.from_id, e)
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-            except CodecError as e:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed peer message: {e}")
-            self._deliver(messages)
+            await self._accept(batch, context)
         return raft_pb2.SendAck()
+
+    async def _accept(self, batch: raft_pb2.MessageBatch, context: grpc.aio.ServicerContext) -> None:
+        """Deliver the batch's messages, or end the call with the reason it is refused."""
+        try:
+            messages = self.check(batch)
+        except PeerRefused as e:
+            log.warning("refused peer batch from %r: %s", batch.from_id, e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except CodecError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed peer message: {e}")
+        self._deliver(messages)
 
     async def InstallSnapshot(self, request_iterator: AsyncIterator[raft_pb2.SnapshotChunk],
                               context: grpc.aio.ServicerContext) -> raft_pb2.SnapshotAck:
