@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -32,6 +34,15 @@ class NodeSpec:
         peers = ",".join(f"{name}={addr}" for name, addr in sorted(self.peers.items()))
         return ["--id", self.node_id, "--listen", self.listen, "--data-dir", str(self.data_dir),
                 "--peers", peers, *self.extra_args]
+
+
+def free_ports(n: int) -> list[int]:
+    """n loopback ports that were free a moment ago (held open together so that they differ)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def serve_command(spec: NodeSpec) -> list[str]:

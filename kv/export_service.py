@@ -24,8 +24,8 @@ from typing import TypeVar
 import grpc
 
 from kv import errors
+from kv.service import node_call
 from proto import export_pb2, export_pb2_grpc, kv_pb2
-from raft.node import errors as node_errors
 from raft.node.node import RaftNode
 from raft.transport.input_checks import add_servicer
 from statemachine.commands import LMDB_MAX_KEY_BYTES
@@ -172,16 +172,7 @@ class ExportHandler:
         return export.release()
 
     async def _node_call(self, call: Awaitable[T], timeout: float | None) -> T:
-        try:
-            return await asyncio.wait_for(call, timeout)
-        except asyncio.TimeoutError:
-            raise errors.TimeoutError(f"no read index confirmed within {timeout:.3f}s") from None
-        except node_errors.NotLeaderError as e:
-            raise errors.NotLeaderError(e.leader, self._node.config.peers.get(e.leader) if e.leader else None) from None
-        except node_errors.QueueFullError as e:
-            raise errors.QueueFullError(str(e)) from None
-        except node_errors.NodeStoppedError as e:
-            raise errors.UnavailableError(str(e)) from None
+        return await node_call(self._node, call, timeout, "no read index confirmed within {:.3f}s")
 
 
 def _expired(export_id: str) -> errors.InvalidArgumentError:

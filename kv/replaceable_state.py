@@ -101,12 +101,6 @@ class ReplaceableStateMachine:
     def scan_prefix(self, prefix: bytes, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
         return self._call("scan_prefix", prefix, limit)
 
-    def count(self) -> int:
-        return self._call("count")
-
-    def state_hash(self) -> str:
-        return self._call("state_hash")
-
     def size_bytes(self) -> int:
         return self._call("size_bytes")
 
@@ -120,12 +114,6 @@ class ReplaceableStateMachine:
         """A pinned read transaction for exports. It does not hold off a snapshot install (which
         only a follower does; exports run on the leader): after a swap its reads fail cleanly."""
         return self._call("read_view")
-
-    @contextmanager
-    def pinned(self) -> Iterator[KVStateMachine]:
-        """The current machine, not replaced while the caller holds it (for long reads)."""
-        with self._lock.shared():
-            yield self._machine
 
     def close(self) -> None:
         with self._lock.exclusive():

@@ -128,22 +128,27 @@ class KVHandler:
             state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id],
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
 
-    # ---- node errors -> client errors --------------------------------------------------------
-
     async def _node_call(self, call: Awaitable[T], timeout: float | None) -> T:
-        try:
-            return await asyncio.wait_for(call, timeout)
-        except asyncio.TimeoutError:
-            raise errors.TimeoutError(
-                f"not done within {timeout:.3f}s; a write may still be applied later, at most once") from None
-        except node_errors.NotLeaderError as e:
-            raise errors.NotLeaderError(e.leader, self._node.config.peers.get(e.leader) if e.leader else None) from None
-        except node_errors.QueueFullError as e:
-            raise errors.QueueFullError(str(e)) from None
-        except node_errors.DiskFullError as e:
-            raise errors.DiskFullError(str(e)) from None
-        except node_errors.NodeStoppedError as e:
-            raise errors.UnavailableError(str(e)) from None
+        return await node_call(self._node, call, timeout,
+                               "not done within {:.3f}s; a write may still be applied later, at most once")
+
+
+async def node_call(node: RaftNode, call: Awaitable[T], timeout: float | None, timeout_message: str) -> T:
+    """Await a node operation within `timeout`, turning the node's errors into the client API's
+    (kv.errors): NOT_LEADER with the leader's address, QUEUE_FULL, DISK_FULL, UNAVAILABLE.
+    `timeout_message` is formatted with the timeout in seconds."""
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except asyncio.TimeoutError:
+        raise errors.TimeoutError(timeout_message.format(timeout)) from None
+    except node_errors.NotLeaderError as e:
+        raise errors.NotLeaderError(e.leader, node.config.peers.get(e.leader) if e.leader else None) from None
+    except node_errors.QueueFullError as e:
+        raise errors.QueueFullError(str(e)) from None
+    except node_errors.DiskFullError as e:
+        raise errors.DiskFullError(str(e)) from None
+    except node_errors.NodeStoppedError as e:
+        raise errors.UnavailableError(str(e)) from None
 
 
 @contextmanager

@@ -13,7 +13,8 @@ import grpc
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from kv.bench import stopping
-from kv.bench.processes import Child, Registry, free_ports
+from kv.bench.processes import Child, Registry
+from kv.cluster_up import free_ports
 from kv.bench.systems import LINEARIZABLE, STALE
 from kv.client import BACKOFF_BASE_S, BACKOFF_MAX_S, CHANNEL_OPTIONS
 from proto import etcd_kv_pb2 as pb

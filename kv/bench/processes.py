@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 STOP_GRACE_S = 10.0
-
-
-def free_ports(n: int) -> list[int]:
-    """n loopback ports that were free a moment ago (held open together so that they differ)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def rss_bytes(pid: int) -> int | None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kv.bench import stopping
-from kv.bench.processes import Child, Registry, free_ports
+from kv.bench.processes import Child, Registry
+from kv.cluster_up import free_ports
 from kv.bench.systems import LEASE, LINEARIZABLE, STALE
 from kv.client import Client
 from kv.cluster_up import NodeSpec, child_env, serve_command

@@ -542,9 +542,6 @@ class RaftNode:
         leader = self._core.leader
         return self.config.peers.get(leader) if leader else None
 
-    def peer_reachable(self, peer_id: str) -> bool | None:
-        return self._transport.reachable(peer_id) if self._transport else None
-
     def status(self) -> dict[str, Any]:
         s = self._core.status()
         size_bytes = getattr(self._log, "size_bytes", None)

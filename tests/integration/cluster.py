@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -18,7 +16,7 @@ from typing import IO, Any, TypeVar
 import grpc
 
 from kv import Client
-from kv.cluster_up import NodeSpec, child_env, serve_command
+from kv.cluster_up import NodeSpec, child_env, free_ports, serve_command
 from kv.client import CHANNEL_OPTIONS
 from proto import kv_pb2_grpc, raft_pb2_grpc
 
@@ -47,15 +45,6 @@ def guarded_command(spec: NodeSpec) -> list[str]:
     if not sys.platform.startswith("linux"):
         return command
     return [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command[1:]]
-
-
-def free_ports(n: int) -> list[int]:
-    """n ports that were free a moment ago (held open together so they differ)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
