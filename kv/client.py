@@ -289,6 +289,21 @@ class Client:
         """Send `request` until one node serves it or the timeout runs out. The request object is
         the same on every attempt, so a write keeps its (client id, seq)."""
         attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+        try:
+            return self._attempt(method, request, attempts)
+        except RaftKVError as error:
+            if not error.retryable:
+                raise
+            first_failure = error
+        # Most calls succeed at once; only a failed one pays for building the retry machinery,
+        # which then starts from that first failure (so its pacing is exactly tenacity's).
+        failures = [first_failure]
+
+        def attempt() -> Any:
+            if failures:
+                raise failures.pop()
+            return self._attempt(method, request, attempts)
+
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
             wait=_Wait(attempts),
@@ -297,7 +312,7 @@ class Client:
             sleep=time.sleep,
             reraise=True,
         )
-        return retrying(self._attempt, method, request, attempts)
+        return retrying(attempt)
 
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, attempts: _Attempts) -> Any:
         target = attempts.target

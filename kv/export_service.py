@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -95,7 +95,7 @@ class ExportHandler:
             raise errors.QueueFullError(
                 f"{len(self._exports)} exports are open on node {self._node.id} (the maximum); "
                 "end one (EndExport) or wait for one to expire")
-        await self._node_call(self._node.read_barrier("linearizable"), timeout)
+        await self._node_call(lambda: self._node.read_barrier("linearizable"), timeout)
         view = self._fsm.read_view()  # at an applied index >= the confirmed read index
         export = PinnedExport(uuid.uuid4().hex, view, start, end, ttl_ms / 1000,
                               time.monotonic() + self._max_lifetime_s)
@@ -171,8 +171,8 @@ class ExportHandler:
             export.timer.cancel()
         return export.release()
 
-    async def _node_call(self, call: Awaitable[T], timeout: float | None) -> T:
-        return await node_call(self._node, call, timeout, "no read index confirmed within {:.3f}s")
+    async def _node_call(self, start: Callable[[], Awaitable[T]], timeout: float | None) -> T:
+        return await node_call(self._node, start, timeout, "no read index confirmed within {:.3f}s")
 
 
 def _expired(export_id: str) -> errors.InvalidArgumentError:

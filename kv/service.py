@@ -5,7 +5,7 @@ caller gets the same semantics without a gRPC hop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -70,7 +70,7 @@ class KVHandler:
     async def _write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None) -> ApplyOutcome:
         """Propose already validated ops as one Command and wait for its outcome."""
         payload = encode_command(ops, header.client_id, header.seq)
-        outcome = await self._node_call(self._node.propose(payload), timeout)
+        outcome = await self._node_call(lambda: self._node.propose(payload), timeout)
         if outcome.expired:
             raise errors.InvalidArgumentError(
                 f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
@@ -106,15 +106,15 @@ class KVHandler:
         level = _CONSISTENCY.get(consistency)
         if level is None:
             raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
-        await self._node_call(self._node.read_barrier(level), timeout)
+        await self._node_call(lambda: self._node.read_barrier(level), timeout)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
     async def save_snapshot(self, timeout: float | None = None) -> SnapshotInfo:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
         ReadIndex round on the leader), taken now if the newest one is older."""
-        index = await self._node_call(self._node.read_barrier("linearizable"), timeout)
-        return await self._node_call(self._node.take_snapshot(at_least=index), timeout)
+        index = await self._node_call(lambda: self._node.read_barrier("linearizable"), timeout)
+        return await self._node_call(lambda: self._node.take_snapshot(at_least=index), timeout)
 
     # ---- status ------------------------------------------------------------------------------
 
@@ -128,17 +128,20 @@ class KVHandler:
             state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id],
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
 
-    async def _node_call(self, call: Awaitable[T], timeout: float | None) -> T:
-        return await node_call(self._node, call, timeout,
+    async def _node_call(self, start: Callable[[], Awaitable[T]], timeout: float | None) -> T:
+        return await node_call(self._node, start, timeout,
                                "not done within {:.3f}s; a write may still be applied later, at most once")
 
 
-async def node_call(node: RaftNode, call: Awaitable[T], timeout: float | None, timeout_message: str) -> T:
-    """Await a node operation within `timeout`, turning the node's errors into the client API's
-    (kv.errors): NOT_LEADER with the leader's address, QUEUE_FULL, DISK_FULL, UNAVAILABLE.
-    `timeout_message` is formatted with the timeout in seconds."""
+async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: float | None,
+                    timeout_message: str) -> T:
+    """Start a node operation and await it within `timeout`, turning the node's errors (raised
+    when it starts or when it ends) into the client API's (kv.errors): NOT_LEADER with the
+    leader's address, QUEUE_FULL, DISK_FULL, UNAVAILABLE. `timeout_message` is formatted with the
+    timeout in seconds."""
     try:
-        return await asyncio.wait_for(call, timeout)
+        call = start()
+        return await (call if timeout is None else asyncio.wait_for(call, timeout))
     except asyncio.TimeoutError:
         raise errors.TimeoutError(timeout_message.format(timeout)) from None
     except node_errors.NotLeaderError as e:

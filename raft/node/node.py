@@ -155,43 +155,46 @@ class RaftNode:
                 log.exception("core refused message %r", m)
         self._poke()
 
-    async def propose(self, payload: bytes) -> Any:
-        """Replicate one command; returns the state machine's result for it once applied.
-        Raises NotLeaderError, QueueFullError, DiskFullError, NodeStoppedError."""
+    def propose(self, payload: bytes) -> asyncio.Future[Any]:
+        """Replicate one command; the future resolves to the state machine's result for it once
+        applied. Raises (at once) NotLeaderError, QueueFullError, DiskFullError, NodeStoppedError;
+        the future may fail with NotLeaderError or NodeStoppedError. A plain future rather than a
+        coroutine: awaiting it under a timeout then costs no task (this is the hot path)."""
         self._check_running()
         if self._disk_full is not None:
             raise DiskFullError(self._disk_full)
         self._check_queue()
         index, term = self._core.propose([payload])
-        proposal = _Proposal(term, asyncio.get_running_loop().create_future())
-        self._proposals[index] = proposal
+        # A caller that gives up (cancels) leaves the entry here until it is applied or dropped;
+        # _settle and _fail_dropped skip futures that are done.
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._proposals[index] = _Proposal(term, future)
         self._poke()
-        try:
-            return await proposal.future
-        finally:
-            if self._proposals.get(index) is proposal:
-                del self._proposals[index]
+        return future
 
-    async def read_barrier(self, consistency: str = "linearizable") -> int:
-        """Wait until a read of the local state machine is as fresh as `consistency` promises;
-        returns the index it is safe to read at. Raises NotLeaderError (not for "stale")."""
+    def read_barrier(self, consistency: str = "linearizable") -> asyncio.Future[int]:
+        """A future that resolves once a read of the local state machine is as fresh as
+        `consistency` promises, to the index it is safe to read at. Raises NotLeaderError (not
+        for "stale"), at once or through the future."""
         if consistency not in CONSISTENCIES:
             raise ValueError(f"consistency must be one of {CONSISTENCIES}, not {consistency!r}")
         self._check_running()
+        loop = asyncio.get_running_loop()
         if consistency == "stale":
-            return self._applied
+            done = loop.create_future()
+            done.set_result(self._applied)
+            return done
         self._check_queue()
         if consistency == "lease" and self._core.role is Role.LEADER and self._core.lease_valid():
-            return await self.wait_applied(self._core.commit_index)
+            return self.wait_applied(self._core.commit_index)
         ctx = next(self._read_ctx)
         self._core.read_index(ctx)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = loop.create_future()
+        # A caller that gives up leaves its entry until the core serves or fails the read (it
+        # always does one or the other); _serve_read and _fail_read skip futures that are done.
         self._reads[ctx] = future
         self._poke()
-        try:
-            return await future
-        finally:
-            self._reads.pop(ctx, None)
+        return future
 
     async def wait_for_leader(self, other_than: str | None = None) -> str:
         """Wait until a leader (other than `other_than`) is known; returns its id. Wrap in
@@ -213,13 +216,15 @@ class RaftNode:
                 f"{pending} requests are already waiting on node {self.id} "
                 f"(max_pending_requests={self.config.max_pending_requests}); back off and retry")
 
-    async def wait_applied(self, index: int) -> int:
-        """Wait until the state machine has applied `index`; returns the applied index then."""
-        if self._applied >= index:
-            return self._applied
+    def wait_applied(self, index: int) -> asyncio.Future[int]:
+        """A future that resolves once the state machine has applied `index`, to the applied
+        index then."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
-        return await future
+        if self._applied >= index:
+            future.set_result(self._applied)
+        else:
+            heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
+        return future
 
     def _poke(self) -> None:
         if self._wake is not None:
