@@ -97,6 +97,8 @@ def _add_serve(commands: Any) -> None:
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
                        help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
+    serve.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                       help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
     serve.set_defaults(run=_run_serve, command_parser=serve)
 
@@ -277,7 +279,7 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         from kv.server import serve
     except ImportError as missing:
         raise ValueError(f"the server cannot start: {missing}") from None
-    serve(config)
+    serve(config, args.event_loop)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -129,12 +130,34 @@ def _bind(server: grpc.aio.Server, listen: str) -> int:
     return port
 
 
-def serve(config: NodeConfig) -> None:
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop a node runs on: uvloop when installed ("auto"), which takes about 15% more
+    requests per second through the same node than asyncio's own loop (README, Performance)."""
+    if choice not in EVENT_LOOPS:
+        raise ValueError(f"event loop must be one of {EVENT_LOOPS}, not {choice!r}")
+    if choice != "asyncio":
+        try:
+            import uvloop
+            return uvloop.new_event_loop
+        except ImportError:
+            if choice == "uvloop":
+                raise ValueError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
+    return asyncio.new_event_loop
+
+
+def serve(config: NodeConfig, event_loop: str = "auto") -> None:
     """Run a node until SIGINT or SIGTERM, then stop cleanly."""
-    asyncio.run(_serve(config))
+    factory = event_loop_factory(event_loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(config))
 
 
 async def _serve(config: NodeConfig) -> None:
+    loop_module = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    log.info("node %s runs on the %s event loop", config.node_id, loop_module)
     running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
