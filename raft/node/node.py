@@ -42,6 +42,12 @@ log = logging.getLogger(__name__)
 CONSISTENCIES = ("linearizable", "lease", "stale")
 # A follower this far behind its commit index is "catching up"; it logs once when it has caught up.
 CATCH_UP_LAG = 1000
+# Committed batches this small are applied on the loop: an LMDB write without fsync costs less
+# than the hop to the apply thread and back, which sits on every write's path (one client's puts:
+# 298 -> 352/s). Larger batches (or a few bulk commands) go to the apply thread so the loop keeps
+# serving meanwhile.
+INLINE_APPLY_ENTRIES = 4
+INLINE_APPLY_BYTES = 16 << 10
 
 
 def now_ms() -> int:
@@ -297,15 +303,20 @@ class RaftNode:
     # ---- apply -------------------------------------------------------------------------------
 
     async def _apply(self, entries: list[Entry]) -> bool:
-        """Apply in the apply thread, then settle each entry's proposal. False when the state
-        machine is full (nothing applied; the core was rebuilt to hand the entries out again)."""
+        """Apply (small batches on the loop, others in the apply thread), then settle each entry's
+        proposal. False when the state machine is full (nothing applied; the core was rebuilt to
+        hand the entries out again)."""
+        payload_bytes = sum(len(e.payload) for e in entries)
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._apply_pool, self._fsm.apply, entries)
+            if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
+                results = self._fsm.apply(entries)
+            else:
+                results = await asyncio.get_running_loop().run_in_executor(self._apply_pool, self._fsm.apply, entries)
         except self._fsm_full_errors as e:
             self._on_store_full(e)
             return False
         self._applied = self._fsm.applied_index
-        self._bytes_since_snapshot += sum(len(e.payload) for e in entries)
+        self._bytes_since_snapshot += payload_bytes
         for entry, result in zip(entries, results):
             self._settle(entry, result)
         self._wake_applied_waiters()
