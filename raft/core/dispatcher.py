@@ -12,7 +12,10 @@ States (each transition happens here and nowhere else, in `_change_state`):
                    sent again from match + 1; INCONSISTENT goes back to COMPARE.
   INSTALL_SNAPSHOT the follower needs entries we compacted: the driver streams the newest snapshot.
 The commit index rides on every push; when there is nothing to append and the follower's commit
-is behind, a COMMIT push carries it."""
+is behind, a COMMIT push carries it at the next tick. Not at once: under load the next APPEND
+carries it anyway, and for a lone write an immediate COMMIT push would cost every node a message
+on that write's path (the leader answers its client once it has applied; followers only need
+the commit index for their own apply)."""
 from __future__ import annotations
 
 import enum
@@ -115,12 +118,12 @@ class Dispatcher:
                 if self.state == DispatchState.INSTALL_SNAPSHOT:
                     return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
                 self._awaiting_since = None  # ask again
-        return self.poll(now)
+        return self.poll(now, commit_push=True)
 
-    def poll(self, now: int) -> list[Outgoing]:
-        """Send whatever the current state allows now."""
+    def poll(self, now: int, commit_push: bool = False) -> list[Outgoing]:
+        """Send whatever the current state allows now (a COMMIT push only if `commit_push`)."""
         if self.state == DispatchState.APPEND:
-            return self._send_appends(now)
+            return self._send_appends(now, commit_push)
         if self._awaiting_since is not None or now < self._idle_until:
             return []
         if self.state == DispatchState.COMPARE:
@@ -194,7 +197,7 @@ class Dispatcher:
                            pre_term=self.leader.log.term(self.match_index) or 0,
                            truncate_index=at, truncate_term=self.leader.log.term(at) or 0)]
 
-    def _send_appends(self, now: int) -> list[Outgoing]:
+    def _send_appends(self, now: int, commit_push: bool = False) -> list[Outgoing]:
         cfg, log = self.leader.config, self.leader.log
         out: list[Outgoing] = []
         last = log.last_index()
@@ -214,7 +217,7 @@ class Dispatcher:
         commit = self.leader.commit_index
         if out:
             self._commit_sent = commit
-        elif not self._inflight and commit > self._commit_sent and self.match_index > 0:
+        elif commit_push and not self._inflight and commit > self._commit_sent and self.match_index > 0:
             self._commit_sent = commit
             out.append(self._push(PushType.COMMIT))
         return out
