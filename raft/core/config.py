@@ -16,7 +16,7 @@ class CoreConfig:
     max_batch_entries: int = 512
     max_batch_bytes: int = 1 << 20
     # How many APPEND batches may be in flight to one follower at once (pipelining).
-    max_inflight_batches: int = 8
+    max_inflight_batches: int = 2
     # An APPEND or COMPARE not answered within this time is sent again (from match + 1).
     push_timeout_ms: int = 1000
     # A follower holds an APPEND that starts past its end this long, waiting for the gap to fill,
