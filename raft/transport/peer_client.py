@@ -55,6 +55,16 @@ REOPEN_PAUSE_S = 0.05
 
 
 @dataclass(slots=True)
+class _Feed:
+    """One stream's claim on its link's queue. gRPC keeps pulling from a call's request iterator
+    after the call has failed (cancel() is a no-op on a finished call, so its consumer task lives
+    on) and drops what it pulls: a failed stream's feed must be closed, or every failed reconnect
+    attempt leaves a consumer that swallows one later batch (during a 2 s outage, about 40)."""
+
+    closed: bool = False
+
+
+@dataclass(slots=True)
 class PeerLink:
     peer_id: str
     address: str
@@ -120,13 +130,18 @@ class PeerClient:
         loop = asyncio.get_running_loop()
         while True:
             opened = loop.time()
-            call = link.stub.Stream(self._batches(link), timeout=STREAM_DEADLINE_S)
+            feed = _Feed()
+            call = link.stub.Stream(self._batches(link, feed), timeout=STREAM_DEADLINE_S)
             try:
-                # A peer that accepts TCP but never speaks (stopped, hung) must not hold us for
-                # the stream's whole deadline: give connecting the deadline of one call.
-                await asyncio.wait_for(call.wait_for_connection(), self._timeout_s)
-                self._reachable(link)
-                await call
+                try:
+                    # A peer that accepts TCP but never speaks (stopped, hung) must not hold us
+                    # for the stream's whole deadline: give connecting the deadline of one call.
+                    await asyncio.wait_for(call.wait_for_connection(), self._timeout_s)
+                    self._reachable(link)
+                    await call
+                finally:
+                    feed.closed = True
+                    link.queued.set()  # wake a stale consumer so it sees its feed closed and ends
             except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
                 call.cancel()
                 if (isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -143,15 +158,20 @@ class PeerClient:
                 call.cancel()
                 raise
 
-    async def _batches(self, link: PeerLink) -> AsyncIterator[raft_pb2.MessageBatch]:
-        """What the stream carries. It ends itself (cleanly, nothing in flight is lost) once it is
-        STREAM_LIFETIME_S old; heartbeats keep it from idling long past that."""
+    async def _batches(self, link: PeerLink, feed: _Feed) -> AsyncIterator[raft_pb2.MessageBatch]:
+        """What the stream carries, while its feed is open. It ends itself (cleanly, nothing in
+        flight is lost) once it is STREAM_LIFETIME_S old; heartbeats keep it from idling long past
+        that."""
         loop = asyncio.get_running_loop()
         ends = loop.time() + STREAM_LIFETIME_S
         while loop.time() < ends:
             while not link.queue:
+                if feed.closed:
+                    return
                 link.queued.clear()
                 await link.queued.wait()
+            if feed.closed:
+                return
             # Each queued send holds at most max_batch_bytes of entries, so a write stays far
             # below MAX_MESSAGE_BYTES.
             sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]

@@ -191,3 +191,35 @@ def test_client_drops_beyond_inflight_bound() -> None:
             server.close()
 
     _run(main())
+
+
+def test_no_batch_is_lost_after_an_outage() -> None:
+    """Every failed reconnect attempt leaves gRPC's consumer of that call's request iterator
+    alive; it must not take (and drop) batches meant for the stream that finally connects. The
+    regression: after a peer's restart its pre-votes and votes vanished for up to 40 s, one per
+    failed attempt, so a cluster of two live nodes could not elect a leader."""
+
+    async def main() -> None:
+        peer = Peer()
+        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
+        link = client._links["n2"]
+        try:
+            # The peer is down: the pump's reconnect attempts fail one after another.
+            await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n2", term=1))
+            for _ in range(10):
+                link.checked.clear()
+                await asyncio.wait_for(link.checked.wait(), 5)
+            assert client.reachable("n2") is False
+            await peer.server.start()
+            while client.reachable("n2") is not True:
+                link.checked.clear()
+                await asyncio.wait_for(link.checked.wait(), 5)
+            # One message, sent once, as a pre-vote is: it must arrive.
+            client.send([HeartbeatRequest(src="n1", dst="n2", term=7)])
+            await asyncio.wait_for(peer.arrived.wait(), 5)
+            assert [m.term for m in peer.delivered] == [7]
+        finally:
+            await client.close()
+            await peer.server.stop(None)
+
+    _run(main())
