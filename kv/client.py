@@ -50,6 +50,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 # leader soon after an election.
 BACKOFF_BASE_S = 0.015
 BACKOFF_MAX_S = 0.5
+# While no node knows a leader (an election is under way) the cap is lower: an election is over
+# in well under a second and the cluster is idle meanwhile, so waiting up to BACKOFF_MAX_S after
+# it would only add to the failover time (W7, 10 trials: p50 1.64 -> 1.48 s).
+ELECTION_BACKOFF_MAX_S = 0.1
 # Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
 # hiding the more useful error of the attempt before.
 MIN_ATTEMPT_S = 0.01
@@ -357,8 +361,12 @@ class _Wait:
     def __call__(self, state: RetryCallState) -> float:
         if self.attempts.follow_now:
             return 0.0
+        pause = self.backoff(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, NotLeaderError) and error.leader_address is None:
+            pause = min(pause, ELECTION_BACKOFF_MAX_S)
         # Keep the last attempt: sleep at most until just before the deadline.
-        return max(0.0, min(self.backoff(state), self.attempts.remaining() - MIN_ATTEMPT_S))
+        return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
 
 
 def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefix: KeyLike | None,
