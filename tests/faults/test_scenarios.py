@@ -169,12 +169,16 @@ def probe_old_leader_across_a_pause(run: Scenario, leader: str, consistency: int
 
 
 def assert_probe_spanned(run: Scenario, leader: str, paused_at: int, resumed_at: int) -> None:
-    """Some probe request was in flight through the whole pause, so the leader had something
-    to answer, rightly or wrongly, when it resumed. Call it once the load has stopped: ops
-    enter the history when they return."""
-    spanning = [op for op in run.history.ops() if op.client.startswith(f"probe-{leader}") and op.call_ns < paused_at
+    """Some probe request reached the leader before it resumed and was answered only after, so the
+    leader had something to answer, rightly or wrongly, when it resumed. A request sent while it
+    was stopped counts: a stopped process answers nothing, so the request waits in its socket.
+    (Requiring one sent before the pause made the test flaky once reads got fast: four pinned
+    clients could all be between requests at the instant of SIGSTOP.) Call it once the load has
+    stopped: ops enter the history when they return."""
+    assert paused_at < resumed_at
+    spanning = [op for op in run.history.ops() if op.client.startswith(f"probe-{leader}") and op.call_ns < resumed_at
                 and (op.ended_ns or op.return_ns or 0) > resumed_at]
-    assert spanning, f"{run.tag()} no probe request was in flight across the pause"
+    assert spanning, f"{run.tag()} no probe request was waiting at the leader when it resumed"
 
 
 def test_leader_paused_past_the_election_timeout(scenario: MakeScenario) -> None:
