@@ -51,7 +51,8 @@ class CoreStatus:
 
 
 class RaftCore:
-    """Inputs: tick(now), step(message), propose(payloads), read_index(ctx), applied_to(index).
+    """Inputs: tick(now), step(message), propose(payloads), read_index(ctx), applied_to(index),
+    peer_unreachable(peer).
     Outputs: ready() -> Ready, handled by the driver, then advance(ready).
 
     `members` includes this node. `log` is read, never written, by the core. `applied_index` is
@@ -180,6 +181,19 @@ class RaftCore:
         if self._role != Role.LEADER:
             raise NotLeaderError(self._leader, self._term)
         self._reads.add(ctx, self._commit if self._committed_in_term() else None)
+
+    def peer_unreachable(self, peer: str) -> None:
+        """The transport lost its connection to `peer`: refused or reset, so the process is gone,
+        not merely slow. A follower whose leader that is need not wait a random [T, 2T) after the
+        leader's last message: it stands (pre-vote) as soon as a pre-vote can succeed, when no
+        follower can have heard from the leader for T, plus up to T/4 of jitter so two followers
+        seldom stand together (two at once split the vote and wait another [T, 2T)). Only a timer
+        moves, so a wrong report costs nothing: the leader's next message resets it."""
+        if self._role != Role.FOLLOWER or peer != self._leader:
+            return
+        t = self.config.election_timeout_ms
+        soon = self._leader_contact + t + self._rng.randrange(max(1, t // 4))
+        self._election_deadline = min(self._election_deadline, soon)
 
     def applied_to(self, index: int) -> None:
         self._applied = max(self._applied, index)

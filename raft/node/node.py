@@ -124,7 +124,8 @@ class RaftNode:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         self._soft_changed = asyncio.Event()
-        self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms)
+        self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms,
+                                     on_gone=self._peer_gone)
         self._stopped = None
         self._tasks = [asyncio.create_task(self._tick_loop(), name=f"raft-tick-{self.id}"),
                        asyncio.create_task(self._ready_loop(), name=f"raft-ready-{self.id}")]
@@ -201,6 +202,12 @@ class RaftNode:
         self._reads[ctx] = future
         self._poke()
         return future
+
+    def _peer_gone(self, peer: str) -> None:
+        """The transport's word that `peer`'s process is gone (connection refused or reset)."""
+        if self._stopped is None:
+            self._core.peer_unreachable(peer)
+            self._poke()
 
     async def wait_for_leader(self, other_than: str | None = None) -> str:
         """Wait until a leader (other than `other_than`) is known; returns its id. Wrap in

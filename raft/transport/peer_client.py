@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 import grpc
 
@@ -87,8 +87,11 @@ class PeerClient:
     """Sends core messages to peers. Create and use it on the event loop that runs the node."""
 
     def __init__(self, node_id: str, cluster_id: str, peers: dict[str, str], rpc_timeout_ms: int,
-                 max_inflight: int = 64) -> None:
+                 max_inflight: int = 64, on_gone: Callable[[str], None] | None = None) -> None:
+        """`on_gone(peer)` is called each time a stream to `peer` fails because the connection was
+        refused or reset (UNAVAILABLE): the peer's process is most likely gone."""
         self._node_id = node_id
+        self._on_gone = on_gone
         self._cluster_id = cluster_id
         self._timeout_s = rpc_timeout_ms / 1000
         self._max_inflight = max_inflight
@@ -196,6 +199,8 @@ class PeerClient:
         link.reachable = False
 
     def _failed(self, link: PeerLink, e: grpc.aio.AioRpcError) -> None:
+        if e.code() == grpc.StatusCode.UNAVAILABLE and self._on_gone is not None:
+            self._on_gone(link.peer_id)
         if e.code() in _UNREACHABLE:
             self._unreachable(link, e.code().name)
             return
