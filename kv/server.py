@@ -77,7 +77,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
                                   keep=config.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)
-        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots)
+        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots,
+                        cluster_id=cluster_id)
         handler = KVHandler(node, fsm)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         add_servicer(server, raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service())

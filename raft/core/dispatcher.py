@@ -60,7 +60,7 @@ Outgoing = Message | SnapshotSend
 
 
 class Dispatcher:
-    def __init__(self, peer: str, leader: LeaderView, now: int) -> None:
+    def __init__(self, peer: str, leader: LeaderView) -> None:
         self.peer = peer
         self.leader = leader
         self.match_index = 0
@@ -71,7 +71,7 @@ class Dispatcher:
         self._awaiting_since: int | None = None  # a COMPARE / TRUNCATE / snapshot unanswered since
         self._inflight: deque[Inflight] = deque()
         self._commit_sent = -1
-        self._idle_until = 0  # after a failed snapshot stream: wait before trying again
+        self._idle_until = 0  # after a failed snapshot stream or a compare without progress: pause
 
     def start(self, now: int) -> list[Outgoing]:
         """A new leader begins by finding where the follower's log matches its own."""
@@ -97,7 +97,7 @@ class Dispatcher:
         self.follower_end = resp.end_index
         if resp.success:
             self.match_index = max(self.match_index, resp.index)
-            return self._change_state(DispatchState.COMPARE, now, probe=max(resp.index, self.match_index))
+            return self._change_state(DispatchState.COMPARE, now, probe=self.match_index)
         # The stream failed (peer down, link cut): do not hammer it; compare again a little later.
         self._idle_until = now + self.leader.config.push_timeout_ms
         return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
@@ -118,12 +118,12 @@ class Dispatcher:
                 if self.state == DispatchState.INSTALL_SNAPSHOT:
                     return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
                 self._awaiting_since = None  # ask again
-        return self.poll(now, commit_push=True)
+        return self.poll(now) or self._commit_push()
 
-    def poll(self, now: int, commit_push: bool = False) -> list[Outgoing]:
-        """Send whatever the current state allows now (a COMMIT push only if `commit_push`)."""
+    def poll(self, now: int) -> list[Outgoing]:
+        """Send whatever the current state allows now."""
         if self.state == DispatchState.APPEND:
-            return self._send_appends(now, commit_push)
+            return self._send_appends(now)
         if self._awaiting_since is not None or now < self._idle_until:
             return []
         if self.state == DispatchState.COMPARE:
@@ -197,7 +197,7 @@ class Dispatcher:
                            pre_term=self.leader.log.term(self.match_index) or 0,
                            truncate_index=at, truncate_term=self.leader.log.term(at) or 0)]
 
-    def _send_appends(self, now: int, commit_push: bool = False) -> list[Outgoing]:
+    def _send_appends(self, now: int) -> list[Outgoing]:
         cfg, log = self.leader.config, self.leader.log
         out: list[Outgoing] = []
         last = log.last_index()
@@ -214,13 +214,19 @@ class Dispatcher:
             out.append(self._push(PushType.APPEND, pre_index=pre, pre_term=pre_term, entries=batch))
             self._inflight.append(Inflight(pre, batch[-1].index, now))
             self.next_index = batch[-1].index + 1
-        commit = self.leader.commit_index
         if out:
-            self._commit_sent = commit
-        elif commit_push and not self._inflight and commit > self._commit_sent and self.match_index > 0:
-            self._commit_sent = commit
-            out.append(self._push(PushType.COMMIT))
+            self._commit_sent = self.leader.commit_index
         return out
+
+    def _commit_push(self) -> list[Outgoing]:
+        """(At a tick) a COMMIT push for a follower whose commit index is behind while nothing is
+        in flight to it."""
+        commit = self.leader.commit_index
+        if (self.state != DispatchState.APPEND or self._inflight or commit <= self._commit_sent
+                or self.match_index == 0):
+            return []
+        self._commit_sent = commit
+        return [self._push(PushType.COMMIT)]
 
     def _on_append_response(self, resp: PushResponse, now: int) -> list[Outgoing]:
         if self.state != DispatchState.APPEND:

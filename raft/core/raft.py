@@ -384,7 +384,7 @@ class RaftCore:
         self._proposed = None
         # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
         self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
-        self._dispatchers = {p: Dispatcher(p, self, self.now) for p in self.peers}
+        self._dispatchers = {p: Dispatcher(p, self) for p in self.peers}
         for d in self._dispatchers.values():
             self._send(d.start(self.now))
         self._broadcast_heartbeat()
@@ -565,4 +565,6 @@ class RaftCore:
         if first_in_term:
             self._reads.committed_in_term(n)
         for d in self._dispatchers.values():
-            self._send(d.poll(self.now))  # followers learn the new commit index promptly
+            # Entries waiting to go carry the new commit index now; a COMMIT push on its own waits
+            # for the next tick (see the Dispatcher).
+            self._send(d.poll(self.now))

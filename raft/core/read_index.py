@@ -16,7 +16,7 @@ from raft.core.ready import FailedRead, ReadState
 class _PendingRead:
     ctx: object
     index: int
-    seq: int | None = None  # the heartbeat round that confirms it
+    seq: int = 0  # the heartbeat round that confirms it (set when the round is sent)
 
 
 class ReadIndexTracker:
@@ -49,9 +49,9 @@ class ReadIndexTracker:
 
     def round_confirmed(self, seq: int) -> None:
         """Every round up to seq has been acknowledged by a majority."""
-        done = [r for r in self._in_round if r.seq is not None and r.seq <= seq]
+        done = [r for r in self._in_round if r.seq <= seq]
         if done:
-            self._in_round = [r for r in self._in_round if r.seq is None or r.seq > seq]
+            self._in_round = [r for r in self._in_round if r.seq > seq]
             self._confirmed.extend(done)
 
     def has_ready(self, applied_index: int) -> bool:

@@ -79,10 +79,3 @@ class Ready:
 
     def must_persist(self) -> bool:
         return self.hard_state is not None or self.truncate_from is not None or bool(self.entries)
-
-    def is_empty(self) -> bool:
-        return not (
-            self.soft_state or self.must_persist() or self.snapshot or self.leader_messages or self.messages
-            or self.committed_entries or self.reads or self.failed_reads or self.failed_proposals
-            or self.snapshot_sends
-        )

@@ -12,6 +12,10 @@ class EntryType(enum.IntEnum):
     NOOP = 1
 
 
+# What an entry costs beyond its payload in batch-size limits (index, term, type, framing).
+ENTRY_OVERHEAD = 24
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     index: int
@@ -21,7 +25,7 @@ class Entry:
 
     def size(self) -> int:
         """Approximate bytes on the wire, used for batch limits."""
-        return len(self.payload) + 24
+        return len(self.payload) + ENTRY_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Sequence, TypeVar
 
 import lmdb
 
-from raft.core.types import Entry, HardState
+from raft.core.types import ENTRY_OVERHEAD, Entry, HardState
 from raft.log.errors import LogCorruptionError, LogFullError
 from raft.log.records import (
     ENTRY_HEADER_SIZE,
@@ -163,7 +163,7 @@ class LmdbLogStore:
                     break
                 if index != expected:
                     raise self._corrupt(f"entry missing: the next stored entry is {index}", expected)
-                if max_bytes is not None and taken and size + (len(value) - ENTRY_HEADER_SIZE + 24) > max_bytes:
+                if max_bytes is not None and taken and size + (len(value) - ENTRY_HEADER_SIZE + ENTRY_OVERHEAD) > max_bytes:
                     break  # sized from the record so the entry past the limit is never decoded
                 entry = self._decode(key, value)
                 taken.append(entry)
@@ -237,18 +237,10 @@ class LmdbLogStore:
 
     # --- housekeeping ---
 
-    @property
-    def path(self) -> Path:
-        return self._path
-
     def size_bytes(self) -> int:
         """Size of the LMDB data file on disk (it grows as pages are used, never shrinks; pages
         freed by compaction are reused)."""
         return (self._path / "data.mdb").stat().st_size
-
-    def sync(self) -> None:
-        """Force everything committed to disk (only needed with fsync=False)."""
-        self._env.sync(True)
 
     def close(self) -> None:
         if not self._closed:

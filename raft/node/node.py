@@ -73,13 +73,14 @@ class RaftNode:
     def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine,
                  rng: random.Random | None = None,
                  fsm_full_errors: tuple[type[Exception], ...] = (),
-                 snapshots: SnapshotHost | None = None) -> None:
+                 snapshots: SnapshotHost | None = None, cluster_id: str | None = None) -> None:
         """`fsm_full_errors`: what the state machine raises when it is out of space (raft may
-        not import statemachine, so the server names its StateFullError here)."""
+        not import statemachine, so the server names its StateFullError here). `cluster_id`: the
+        id already resolved from the data directory, if the caller did (else it is resolved here)."""
         self.config = config
         self._fsm_full_errors = fsm_full_errors
         self.id = config.node_id
-        self.cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
+        self.cluster_id = cluster_id or resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
         self._log = log_store
         self._fsm = fsm
         self._rng = rng or random.Random()
@@ -192,7 +193,7 @@ class RaftNode:
             done.set_result(self._applied)
             return done
         self._check_queue()
-        if consistency == "lease" and self._core.role is Role.LEADER and self._core.lease_valid():
+        if consistency == "lease" and self._core.lease_valid():
             return self.wait_applied(self._core.commit_index)
         ctx = next(self._read_ctx)
         self._core.read_index(ctx)
@@ -236,8 +237,12 @@ class RaftNode:
         if self._applied >= index:
             future.set_result(self._applied)
         else:
-            heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
+            self._resolve_once_applied(index, future)
         return future
+
+    def _resolve_once_applied(self, index: int, future: asyncio.Future[int]) -> None:
+        """Resolve `future` (with the applied index then) once the state machine has applied `index`."""
+        heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -481,7 +486,7 @@ class RaftNode:
         if self._applied >= index:
             future.set_result(index)
         else:  # the core promises applied >= index; wait rather than serve a stale read if not
-            heapq.heappush(self._applied_waiters, (index, next(self._waiter_seq), future))
+            self._resolve_once_applied(index, future)
 
     def _fail_read(self, ctx: object, error: Exception) -> None:
         future = self._reads.pop(ctx, None)  # type: ignore[call-overload]
@@ -561,10 +566,6 @@ class RaftNode:
     def leader(self) -> str | None:
         return self._core.leader
 
-    def leader_address(self) -> str | None:
-        leader = self._core.leader
-        return self.config.peers.get(leader) if leader else None
-
     def status(self) -> dict[str, Any]:
         s = self._core.status()
         size_bytes = getattr(self._log, "size_bytes", None)
@@ -578,7 +579,7 @@ class RaftNode:
             "snapshot_index": self._snapshot_info.index if self._snapshot_info else s.snapshot_index,
             "log_begin_index": s.snapshot_index,
             "log_begin_term": self._log.before_begin()[1],
-            "peers": dict(s.peers) if s.role is Role.LEADER else {},
+            "peers": s.peers,  # the core's own copy, empty unless leader
             "cluster_id": self.cluster_id,
             "last_index": s.last_index,
             "leader_address": self.config.peers.get(s.leader) if s.leader else None,

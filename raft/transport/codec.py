@@ -34,11 +34,11 @@ def entry_from_proto(p: raft_pb2.Entry) -> Entry:
     return Entry(index=p.index, term=p.term, type=_enum(EntryType, p.type), payload=p.payload)
 
 
-def _meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
+def meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
     return raft_pb2.SnapshotMeta(index=m.index, term=m.term, members=list(m.members))
 
 
-def _meta_from_proto(p: raft_pb2.SnapshotMeta) -> SnapshotMeta:
+def meta_from_proto(p: raft_pb2.SnapshotMeta) -> SnapshotMeta:
     return SnapshotMeta(index=p.index, term=p.term, members=tuple(p.members))
 
 
@@ -72,7 +72,7 @@ def _body(msg: Message) -> tuple[str, Any]:
             type=int(msg.type), code=int(msg.code), pre_index=msg.pre_index, index=msg.index,
             end_index=msg.end_index, x_term=msg.x_term, x_index=msg.x_index)
     if isinstance(msg, InstallSnapshotRequest):
-        return "install_snapshot_request", raft_pb2.InstallSnapshotRequest(meta=_meta_to_proto(msg.meta))
+        return "install_snapshot_request", raft_pb2.InstallSnapshotRequest(meta=meta_to_proto(msg.meta))
     if isinstance(msg, InstallSnapshotResponse):
         return "install_snapshot_response", raft_pb2.InstallSnapshotResponse(
             success=msg.success, index=msg.index, end_index=msg.end_index)
@@ -116,7 +116,7 @@ def _push_response(h: dict[str, Any], b: Any) -> Message:
 
 
 def _install_snapshot_request(h: dict[str, Any], b: Any) -> Message:
-    return InstallSnapshotRequest(**h, meta=_meta_from_proto(b.meta))
+    return InstallSnapshotRequest(**h, meta=meta_from_proto(b.meta))
 
 
 def _install_snapshot_response(h: dict[str, Any], b: Any) -> Message:

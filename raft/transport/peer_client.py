@@ -4,7 +4,7 @@ client stream (RaftPeer.Stream) that carries every batch of messages to that pee
 The driver loop must never wait on a peer, so `send` only queues. A pump task per peer feeds the
 stream, encoding everything queued since its last write into one batch (under load several
 Readies' messages share one write: fewer gRPC messages on both sides, no added latency when idle);
-at most `max_inflight` sends wait per peer and messages beyond that are dropped, as are
+at most `max_inflight` sends queue per peer and messages beyond that are dropped, as are
 the queued ones when the stream fails - Raft retransmits (heartbeats, push timeouts), so a drop
 costs latency, never safety. Every stream carries a deadline and is ended and reopened before it
 expires. Reconnect backoff is short so a healed link carries traffic again within ~100 ms."""
@@ -21,7 +21,7 @@ import grpc
 from proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
-from raft.transport.codec import to_proto
+from raft.transport.codec import meta_to_proto, to_proto
 from raft.transport.peer_transport import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,7 @@ class PeerLink:
     inflight: int = 0
     reachable: bool | None = None  # None until the first call ends: nothing to report yet
     dropped: int = 0
-    sent: int = 0
     last_refusal: str | None = None
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
     queue: deque[Sequence[Message]] = field(default_factory=deque)
     queued: asyncio.Event = field(default_factory=asyncio.Event)
     pump: asyncio.Task[None] | None = None
@@ -108,7 +106,7 @@ class PeerClient:
         return self._links[peer_id].dropped
 
     def send(self, messages: Sequence[Message]) -> None:
-        """Start one Send call per destination; return at once."""
+        """Queue the messages on their destinations' streams; return at once."""
         by_dst: dict[str, list[Message]] = {}
         for m in messages:
             by_dst.setdefault(m.dst, []).append(m)
@@ -180,7 +178,6 @@ class PeerClient:
             sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
             messages = [to_proto(m) for queued in sends for m in queued]
             yield raft_pb2.MessageBatch(cluster_id=self._cluster_id, from_id=self._node_id, messages=messages)
-            link.sent += 1
 
     def _drop_queued(self, link: PeerLink) -> None:
         link.dropped += sum(len(queued) for queued in link.queue)
@@ -218,8 +215,7 @@ class PeerClient:
 
         async def requests() -> AsyncIterator[raft_pb2.SnapshotChunk]:
             header = dict(cluster_id=self._cluster_id, from_id=self._node_id, term=term, total_size=total_size,
-                          sha256=sha256, meta=raft_pb2.SnapshotMeta(index=meta.index, term=meta.term,
-                                                                     members=list(meta.members)))
+                          sha256=sha256, meta=meta_to_proto(meta))
             async for offset, data, done in chunks:
                 yield raft_pb2.SnapshotChunk(offset=offset, data=data, done=done, **header)  # type: ignore[arg-type]
 
@@ -230,7 +226,7 @@ class PeerClient:
         return ack.success, ack.message
 
     async def close(self) -> None:
-        pending = [t for link in self._links.values() for t in [*link.tasks, *([link.pump] if link.pump else [])]]
+        pending = [link.pump for link in self._links.values() if link.pump is not None]
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

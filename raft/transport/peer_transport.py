@@ -17,7 +17,7 @@ from proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.node.snapshots import SnapshotReceiving
-from raft.transport.codec import CodecError, from_proto
+from raft.transport.codec import CodecError, from_proto, meta_from_proto
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,7 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
                 await asyncio.to_thread(receiver.feed, chunk.offset, chunk.data)
                 if chunk.done:
                     path = await asyncio.to_thread(receiver.finish, first.total_size, first.sha256)
-                    meta = SnapshotMeta(first.meta.index, first.meta.term, tuple(first.meta.members))
-                    self._snapshots.snapshot_received(first.from_id, first.term, meta, path)
+                    self._snapshots.snapshot_received(first.from_id, first.term, meta_from_proto(first.meta), path)
                     return raft_pb2.SnapshotAck(success=True)
             raise PeerRefused("the snapshot stream ended before its last chunk")
         except PeerRefused as e:

@@ -138,7 +138,7 @@ class _Leader:
 
 def test_fast_backup_jumps_to_our_last_entry_of_the_followers_term() -> None:
     leader = _Leader([1, 1, 1, 4, 4, 5, 5, 6, 6, 6], term=8)
-    d = Dispatcher("F", leader, 0)
+    d = Dispatcher("F", leader)
     [c] = d.start(0)
     assert (c.type, c.pre_index) == (PushType.COMPARE, 10)
     # The follower holds term 4 at 10, running from index 7 (Figure 7 (f)-like): we hold term 4
@@ -160,7 +160,7 @@ def test_dispatcher_goes_to_install_snapshot_below_the_compaction_point() -> Non
     store.compact(8)
     leader = _Leader([], term=2)
     leader.log = RaftLog(store)
-    d = Dispatcher("F", leader, 0)
+    d = Dispatcher("F", leader)
     d.start(0)
     out = d.on_push_response(PushResponse("F", "L", 2, type=PushType.COMPARE, code=PushCode.INCONSISTENT,
                                           pre_index=10, end_index=3), 0)
@@ -170,7 +170,7 @@ def test_dispatcher_goes_to_install_snapshot_below_the_compaction_point() -> Non
 def test_pipelined_appends_and_resend_from_match_after_timeout() -> None:
     leader = _Leader([1] * 40, term=1)
     leader.config = CoreConfig(max_batch_entries=5, max_inflight_batches=3)
-    d = Dispatcher("F", leader, 0)
+    d = Dispatcher("F", leader)
     d.start(0)
     out = d.on_push_response(PushResponse("F", "L", 1, type=PushType.COMPARE, code=PushCode.SUCCESS,
                                           pre_index=40, end_index=0), 0)
@@ -270,7 +270,7 @@ def test_truncate_after_compaction_past_the_match_goes_to_install_not_a_false_tr
     store = store_with([1] * 30)
     leader = _Leader([], term=1)
     leader.log = RaftLog(store)
-    d = Dispatcher("F", leader, 0)
+    d = Dispatcher("F", leader)
     d.start(0)
     d._probe = 20
     store.compact(25)
