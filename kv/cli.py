@@ -14,13 +14,12 @@ from kv.errors import RaftKVError
 from kv.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
 from raft.core.config import CoreConfig
-from raft.node.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_NODE_ID, NodeConfig, parse_peers
+from raft.node.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_NODE_ID, EVENT_LOOPS, NodeConfig, parse_peers
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# Exit codes: 1 for a failed request or an absent key, 2 for a bad command line (argparse's own).
+# Exit codes: 1 for a failed request or an absent key (argparse exits 2 for a bad command line).
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 _DEFAULT_CORE = CoreConfig()
 _DEFAULT_NODE = NodeConfig()
@@ -97,7 +96,7 @@ def _add_serve(commands: Any) -> None:
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
                        help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
-    serve.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+    serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                        help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
     serve.set_defaults(run=_run_serve, command_parser=serve)
@@ -348,12 +347,12 @@ def format_status_table(statuses: Sequence[dict[str, Any]]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(STATUS_COLUMNS))]
     widths[0] = max([widths[0]] + [len(s["address"]) for s in statuses if "error" in s])
     lines = []
+    next_row = iter(rows)  # the rows of the answering endpoints, in order
     for status in statuses:
         if "error" in status:
             lines.append(f"{status['address'].ljust(widths[0])}  error: {status['error']}")
         else:
-            row = ["-" if status.get(c) is None else str(status[c]) for c in STATUS_COLUMNS]
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(next(next_row), widths)).rstrip())
     return "\n".join(["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), *lines])
 
 

@@ -26,6 +26,7 @@ from kv.errors import TimeoutError as KVTimeoutError
 from kv.status import status_dict
 from proto import kv_pb2, kv_pb2_grpc
 from snapshot.transfer import SnapshotReceiver
+from statemachine.commands import delete_op, prefix_end, put_op
 
 KeyLike = str | bytes | bytearray | memoryview
 Response = TypeVar("Response")
@@ -81,14 +82,6 @@ def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
         if ":" not in endpoint:
             raise ValueError(f"bad endpoint {endpoint!r}: expected host:port")
     return cleaned
-
-
-def prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key that starts with `prefix` (b"" when there is none)."""
-    trimmed = prefix.rstrip(b"\xff")
-    if not trimmed:
-        return b""
-    return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
 @dataclass(slots=True)
@@ -164,7 +157,7 @@ class Client:
 
     def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
         """The value under `key`, or None when it is absent."""
-        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=_consistency(consistency))
+        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=consistency_level(consistency))
         response = self._call(lambda stub: stub.Get, request)
         return response.value if response.found else None
 
@@ -194,9 +187,11 @@ class Client:
     ) -> list[bool]:
         """Apply the puts, then the deletes, atomically in one raft entry. Returns, per op in that
         order, whether its key existed just before that op."""
-        pairs = puts.items() if isinstance(puts, Mapping) else puts
-        ops = [kv_pb2.Op(put=kv_pb2.KeyValue(key=to_bytes(k), value=to_bytes(v, "value"))) for k, v in pairs]
-        ops += [kv_pb2.Op(delete=to_bytes(k)) for k in deletes]
+        return self.apply_ops(batch_ops(puts, deletes))
+
+    def apply_ops(self, ops: Sequence[kv_pb2.Op]) -> list[bool]:
+        """Apply `ops` (kv_pb2.Op: put, delete, delete_prefix, move_prefix) atomically in one raft
+        entry, at most once however often it is retried. Returns per op whether its key existed."""
         if not ops:
             return []
         request = kv_pb2.BatchRequest(ops=ops, header=self._header())
@@ -379,7 +374,7 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
         raise ValueError("limit must be at least 1")
     lo = to_bytes(prefix if prefix is not None else start or b"", "start")
     hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
-    level = _consistency(consistency)
+    level = consistency_level(consistency)
     items: list[tuple[bytes, bytes]] = []
     while len(items) < limit:
         response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level))
@@ -390,7 +385,15 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
     return items[:limit]
 
 
-def _consistency(name: str) -> int:
+def batch_ops(puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
+              deletes: Iterable[KeyLike] = ()) -> list[kv_pb2.Op]:
+    """The ops of a batch: the puts, then the deletes."""
+    pairs = puts.items() if isinstance(puts, Mapping) else puts
+    return ([put_op(to_bytes(k), to_bytes(v, "value")) for k, v in pairs]
+            + [delete_op(to_bytes(k)) for k in deletes])
+
+
+def consistency_level(name: str) -> int:
     try:
         return CONSISTENCY[name.lower()]
     except (KeyError, AttributeError):

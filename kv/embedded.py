@@ -19,16 +19,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kv import errors
-from kv.client import KeyLike, paged_scan, to_bytes
+from kv.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
 from kv.server import RunningServer, start_server
 from kv.status import status_dict
 from proto import kv_pb2
 from raft.node.config import NodeConfig
 
 T = TypeVar("T")
-
-_CONSISTENCY = {"linearizable": kv_pb2.LINEARIZABLE, "lease": kv_pb2.LEASE, "stale": kv_pb2.STALE}
-
 
 class EmbeddedNode:
     def __init__(self, config: NodeConfig, timeout: float = 5.0, start_timeout: float = 30.0) -> None:
@@ -53,7 +50,7 @@ class EmbeddedNode:
         return self._call(lambda t: self._handler.put(request, t)).index
 
     def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
-        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=_consistency(consistency))
+        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=consistency_level(consistency))
         response = self._call(lambda t: self._handler.get(request, t))
         return response.value if response.found else None
 
@@ -70,9 +67,7 @@ class EmbeddedNode:
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
               deletes: Iterable[KeyLike] = ()) -> list[bool]:
         """The puts, then the deletes, atomically; per op whether the key existed before."""
-        pairs = puts.items() if isinstance(puts, Mapping) else puts
-        ops = [kv_pb2.Op(put=kv_pb2.KeyValue(key=to_bytes(k), value=to_bytes(v, "value"))) for k, v in pairs]
-        ops += [kv_pb2.Op(delete=to_bytes(k)) for k in deletes]
+        ops = batch_ops(puts, deletes)
         if not ops:
             return []
         request = kv_pb2.BatchRequest(ops=ops)
@@ -147,13 +142,6 @@ class EmbeddedNode:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
-
-
-def _consistency(name: str) -> int:
-    try:
-        return _CONSISTENCY[name.lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(f"consistency must be one of {', '.join(_CONSISTENCY)}, not {name!r}") from None
 
 
 def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: str = "127.0.0.1:7001",

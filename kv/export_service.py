@@ -24,11 +24,11 @@ from typing import TypeVar
 import grpc
 
 from kv import errors
-from kv.service import node_call
+from kv.service import node_call, serve_call
 from proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from raft.transport.input_checks import add_servicer
-from statemachine.commands import LMDB_MAX_KEY_BYTES
+from statemachine.commands import LMDB_MAX_KEY_BYTES, prefix_end
 from statemachine.kv_state import KVStateMachine, ReadView
 
 log = logging.getLogger(__name__)
@@ -187,15 +187,10 @@ def _resolve_range(request: export_pb2.BeginExportRequest) -> tuple[bytes, bytes
     if request.prefix:
         if len(request.prefix) > LMDB_MAX_KEY_BYTES:
             raise errors.InvalidArgumentError(f"prefix is {len(request.prefix)} bytes; keys are at most {LMDB_MAX_KEY_BYTES}")
-        return request.prefix, _prefix_end(request.prefix)
+        return request.prefix, prefix_end(request.prefix)
     if request.end and request.end <= request.start:
         raise errors.InvalidArgumentError(f"empty range: end {request.end!r} is not after start {request.start!r}")
     return request.start, request.end
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    trimmed = prefix.rstrip(b"\xff")
-    return trimmed[:-1] + bytes([trimmed[-1] + 1]) if trimmed else b""
 
 
 def _min_end(a: bytes, b: bytes) -> bytes:
@@ -233,11 +228,7 @@ class ExportServicer(export_pb2_grpc.ExportServicer):
 
     async def BeginExport(self, request: export_pb2.BeginExportRequest,
                           context: grpc.aio.ServicerContext) -> export_pb2.BeginExportResponse:
-        try:
-            return await self._handler.begin(request, context.time_remaining())
-        except errors.RaftKVError as e:
-            await errors.abort(context, e)
-            raise
+        return await serve_call(self._handler.begin(request, context.time_remaining()), context)
 
     async def ReadExport(self, request: export_pb2.ReadExportRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[export_pb2.ExportBatch]:

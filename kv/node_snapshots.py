@@ -44,8 +44,7 @@ class NodeSnapshots:
         return self._info(manifest, path)
 
     def chunks(self, info: SnapshotInfo, chunk_size: int) -> Iterator[tuple[int, bytes, bool]]:
-        for chunk in chunk_file(info.path, chunk_size):
-            yield chunk.offset, chunk.data, chunk.done
+        return chunk_file(info.path, chunk_size)  # FileChunk is an (offset, data, done) tuple
 
     def prune(self) -> None:
         self.store.prune(self._keep)

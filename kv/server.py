@@ -21,7 +21,7 @@ from kv.service import KVHandler, KVServicer
 from proto import kv_pb2_grpc, raft_pb2_grpc
 from raft.log import LmdbLogStore
 from raft.node.cluster_id import resolve_cluster_id
-from raft.node.config import NodeConfig
+from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
 from raft.transport.input_checks import add_servicer
 from raft.transport.peer_transport import SERVER_OPTIONS
@@ -59,9 +59,6 @@ class RunningServer:
         self.fsm.close()
         self.log_store.close()
         log.info("node %s stopped", self.config.node_id)
-
-    async def wait_for_termination(self) -> None:
-        await self.server.wait_for_termination()
 
 
 async def start_server(config: NodeConfig) -> RunningServer:
@@ -129,9 +126,6 @@ def _bind(server: grpc.aio.Server, listen: str) -> int:
     if port == 0:
         raise OSError(f"cannot listen on {listen}: is another process using the port?")
     return port
-
-
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

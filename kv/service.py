@@ -20,6 +20,7 @@ from statemachine.commands import (
     delete_op,
     encode_command,
     put_op,
+    validate_header,
     validate_key,
     validate_ops,
     validate_value,
@@ -68,7 +69,10 @@ class KVHandler:
         return kv_pb2.BatchResponse(index=outcome.index, existed=list(outcome.result.existed))
 
     async def _write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None) -> ApplyOutcome:
-        """Propose already validated ops as one Command and wait for its outcome."""
+        """Propose already validated ops as one Command and wait for its outcome. A bad header is
+        refused here, before it reaches the log (every replica would refuse to apply it)."""
+        with _invalid_argument():
+            validate_header(header)
         payload = encode_command(ops, header.client_id, header.seq)
         outcome = await self._node_call(lambda: self._node.propose(payload), timeout)
         if outcome.expired:
@@ -162,41 +166,43 @@ def _invalid_argument() -> Iterator[None]:
         raise errors.InvalidArgumentError(str(e)) from None
 
 
+async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
+    """Await a handler call; a RaftKVError ends the RPC with its status and kv.errors' metadata."""
+    try:
+        return await call
+    except errors.RaftKVError as e:
+        await errors.abort(context, e)
+        raise  # unreachable: abort raises
+
+
 class KVServicer(kv_pb2_grpc.KVServicer):
     """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata."""
 
     def __init__(self, handler: KVHandler) -> None:
         self._handler = handler
 
-    async def _serve(self, call: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
-        try:
-            return await call
-        except errors.RaftKVError as e:
-            await errors.abort(context, e)
-            raise  # unreachable: abort raises
-
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
-        return await self._serve(self._handler.put(request, context.time_remaining()), context)
+        return await serve_call(self._handler.put(request, context.time_remaining()), context)
 
     async def Get(self, request: kv_pb2.GetRequest, context: grpc.aio.ServicerContext) -> kv_pb2.GetResponse:
-        return await self._serve(self._handler.get(request, context.time_remaining()), context)
+        return await serve_call(self._handler.get(request, context.time_remaining()), context)
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> kv_pb2.DeleteResponse:
-        return await self._serve(self._handler.delete(request, context.time_remaining()), context)
+        return await serve_call(self._handler.delete(request, context.time_remaining()), context)
 
     async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> kv_pb2.ScanResponse:
-        return await self._serve(self._handler.scan(request, context.time_remaining()), context)
+        return await serve_call(self._handler.scan(request, context.time_remaining()), context)
 
     async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
-        return await self._serve(self._handler.batch(request, context.time_remaining()), context)
+        return await serve_call(self._handler.batch(request, context.time_remaining()), context)
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         return self._handler.status()
 
     async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
-        info = await self._serve(self._handler.save_snapshot(context.time_remaining()), context)
-        manifest_json = read_manifest(info.path)[0].to_json()
+        info = await serve_call(self._handler.save_snapshot(context.time_remaining()), context)
+        manifest_json = (await asyncio.to_thread(read_manifest, info.path))[0].to_json()
         chunks = chunk_file(info.path)
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
             yield kv_pb2.SnapshotFileChunk(manifest_json=manifest_json if chunk.offset == 0 else b"",

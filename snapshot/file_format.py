@@ -90,26 +90,25 @@ def read_header(path: str | os.PathLike[str]) -> tuple[SnapshotManifest, int]:
 
 def verify(path: str | os.PathLike[str]) -> SnapshotManifest:
     """Fully check a snapshot file: header, length and the payload's sha256."""
-    manifest, offset = read_manifest(path)
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for block in _blocks(f, manifest.size):
-            digest.update(block)
-    _check_digest(Path(path), manifest, digest.hexdigest())
-    return manifest
+    return _read_payload(path, None)
 
 
 def copy_payload(path: str | os.PathLike[str], out: BinaryIO) -> SnapshotManifest:
     """Stream the payload into `out` while verifying it, in one pass. On SnapshotCorruptError the
     caller must discard what was written to `out`."""
+    return _read_payload(path, out)
+
+
+def _read_payload(path: str | os.PathLike[str], out: BinaryIO | None) -> SnapshotManifest:
+    """Read the whole payload, checking its sha256 against the manifest, copying it into `out`."""
     manifest, offset = read_manifest(path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         f.seek(offset)
         for block in _blocks(f, manifest.size):
             digest.update(block)
-            out.write(block)
+            if out is not None:
+                out.write(block)
     _check_digest(Path(path), manifest, digest.hexdigest())
     return manifest
 

@@ -54,7 +54,7 @@ import lmdb
 
 from proto import kv_pb2
 from raft.core import Entry, EntryType
-from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
+from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command, prefix_end
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 
 log = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ class KVStateMachine:
         """Keys starting with `prefix`, like `scan`. An empty prefix means every key."""
         if len(prefix) > LMDB_MAX_KEY_BYTES:
             return [], False
-        return self.scan(prefix, _prefix_end(prefix), limit)
+        return self.scan(prefix, prefix_end(prefix), limit)  # b"": to the last key
 
     def count(self) -> int:
         """Number of user keys."""
@@ -471,14 +471,6 @@ class _Batch:
 def _result_key(client_id: bytes, seq: int) -> bytes:
     # Length-prefixed so one client's keys never interleave with another's whose id extends it.
     return _U16.pack(len(client_id)) + client_id + _U64.pack(seq)
-
-
-def _prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with `prefix`; None if there is none."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:

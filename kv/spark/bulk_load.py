@@ -25,11 +25,11 @@ from types import TracebackType
 from kv.client import Client
 from kv.spark.export_client import STAGING_PREFIX
 from proto import kv_pb2
-from statemachine.commands import LMDB_MAX_KEY_BYTES
+from statemachine.commands import LMDB_MAX_KEY_BYTES, CommandLimits
 
-# The server accepts at most 1000 ops and 3 MiB per write (statemachine.commands.CommandLimits).
-DEFAULT_BATCH_ROWS = 1000
-MAX_BATCH_BYTES = 3 << 20
+# The server accepts at most CommandLimits.max_ops ops and 3 MiB per write.
+DEFAULT_BATCH_ROWS = CommandLimits().max_ops
+MAX_BATCH_BYTES = CommandLimits().max_total_bytes
 DEFAULT_IN_FLIGHT = 8
 
 
@@ -143,10 +143,7 @@ def _apply(endpoints: Sequence[str] | str, op: kv_pb2.Op, timeout: float) -> Non
     if not stage_ok(op):
         raise ValueError("only staging prefixes may be published or discarded")
     with Client(endpoints, timeout=timeout) as client:
-        # kv.Client.batch takes puts and deletes only; this goes through its routing and
-        # retries with the same (client id, seq) on every attempt, so it applies at most once.
-        request = kv_pb2.BatchRequest(ops=[op], header=client._header())
-        client._call(lambda stub: stub.Batch, request)
+        client.apply_ops([op])  # retried with the same (client id, seq): applied at most once
 
 
 def stage_ok(op: kv_pb2.Op) -> bool:

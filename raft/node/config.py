@@ -10,6 +10,8 @@ from raft.core.config import CoreConfig
 DEFAULT_LISTEN = "127.0.0.1:7001"
 DEFAULT_DATA_DIR = "./raftkv-data"
 DEFAULT_NODE_ID = "n1"
+# The event loops a node process can run on (`raftkv serve --event-loop`); "auto": uvloop if installed.
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
 @dataclass(slots=True)
