@@ -154,7 +154,10 @@ class EtcdCluster:
         return answers
 
     def leader(self) -> str | None:
-        statuses = self.statuses()
+        return self._leader_of(self.statuses())
+
+    def _leader_of(self, statuses: dict[str, pb.StatusResponse]) -> str | None:
+        """The leader every running member agrees on, if all of them are in `statuses`."""
         running = [m for m in self.members if self.children[m].running]
         if len(statuses) < len(running):
             return None
@@ -169,7 +172,7 @@ class EtcdCluster:
         while time.monotonic() < deadline:
             stopping.check()
             statuses = self.statuses()
-            leader = self.leader()
+            leader = self._leader_of(statuses)
             if leader is not None and leader in statuses:
                 index = statuses[leader].raftIndex
                 if all(s.raftAppliedIndex >= index for s in statuses.values()):

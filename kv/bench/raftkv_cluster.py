@@ -9,14 +9,14 @@ from typing import Any
 
 from kv.bench import stopping
 from kv.bench.processes import Child, Registry
-from kv.cluster_up import free_ports
 from kv.bench.systems import LEASE, LINEARIZABLE, STALE
 from kv.client import Client
-from kv.cluster_up import NodeSpec, child_env, serve_command
+from kv.cluster_up import NodeSpec, child_env, free_ports, serve_command
+from statemachine.commands import CommandLimits
 
 POLL_S = 0.05
-# raftkv's batch API has no op limit of its own; the gRPC message size is the bound that matters.
-MAX_BULK_OPS = 10_000
+# The server refuses a write with more ops than this (its per-write op limit).
+MAX_BULK_OPS = CommandLimits().max_ops
 
 
 class RaftkvTarget:
@@ -86,7 +86,11 @@ class RaftkvCluster:
             return dict(zip(running, client.status()))
 
     def leader(self) -> str | None:
-        statuses = self.statuses()
+        return self._leader_of(self.statuses())
+
+    @staticmethod
+    def _leader_of(statuses: dict[str, dict[str, Any]]) -> str | None:
+        """The leader every member in `statuses` agrees on, if any."""
         if not statuses or any("error" in s for s in statuses.values()):
             return None
         leaders = {s["leader"] for s in statuses.values()}
@@ -102,7 +106,7 @@ class RaftkvCluster:
             stopping.check()
             try:
                 statuses = self.statuses()
-                leader = self.leader()
+                leader = self._leader_of(statuses)
                 if leader is not None:
                     commit = statuses[leader]["commit_index"]
                     if all(s["applied_index"] >= commit for s in statuses.values()):

@@ -145,10 +145,6 @@ def format_markdown(rows: Sequence[SummaryRow], with_etcd: bool) -> str:
     return "\n".join(lines)
 
 
-def rows_from_json(report: dict[str, Any]) -> list[SummaryRow]:
-    return [SummaryRow(**row) for row in report["summary"]]
-
-
 def to_json(machine: dict[str, Any], command: str, settings: dict[str, Any], rounds: Sequence[RoundResult],
             rows: Sequence[SummaryRow]) -> dict[str, Any]:
     return {

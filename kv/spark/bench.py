@@ -62,6 +62,18 @@ def w11_export(spark: Any, endpoints: str, out_dir: Path, partitions: int = 4) -
     return Figure("W11 export to Parquet + Spark read", counted, elapsed, "< 10 s")
 
 
+def local_session() -> Any:
+    """A local[2] SparkSession (no UI) with the raftkv data source registered."""
+    from pyspark.sql import SparkSession
+
+    import kv.spark
+
+    spark = (SparkSession.builder.master("local[2]").appName("raftkv-bench")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    kv.spark.register(spark)
+    return spark
+
+
 def _wait_for_leader(endpoints: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     with Client(endpoints, timeout=2) as client:
@@ -80,10 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-port", type=int, default=7601)
     parser.add_argument("--endpoints", default=None, help="use a running cluster instead of starting one")
     args = parser.parse_args(argv)
-    from pyspark.sql import SparkSession
-
-    import kv.spark
-
     work = Path(tempfile.mkdtemp(prefix="raftkv-spark-bench-"))
     cluster = None
     try:
@@ -93,10 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.start()
             endpoints = ",".join(spec.listen for spec in cluster.specs)
         _wait_for_leader(endpoints)
-        spark = (SparkSession.builder.master("local[2]").appName("raftkv-bench")
-                 .config("spark.ui.enabled", "false").getOrCreate())
+        spark = local_session()
         spark.sparkContext.setLogLevel("ERROR")
-        kv.spark.register(spark)
         spark.range(10).count()  # start the JVM's executors before the clock runs
         for run in (lambda: w10_bulk_load(spark, endpoints, args.rows, args.partitions),
                     lambda: w11_export(spark, endpoints, work / "export", args.partitions)):

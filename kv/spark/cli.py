@@ -129,10 +129,10 @@ def run_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _pairs(dataset: Any) -> Iterator[tuple[bytes, bytes]]:
-    import pyarrow as pa
+    from kv.spark.schema import as_binary
 
     for batch in dataset.to_batches(columns=["key", "value"]):
-        keys, values = (c.cast(pa.binary()) if pa.types.is_string(c.type) else c for c in batch.columns)
+        keys, values = (as_binary(c) for c in batch.columns)
         if keys.null_count or values.null_count:
             raise ValueError("raftkv import needs a non-null key and value in every row")
         yield from zip(keys.to_pylist(), values.to_pylist())

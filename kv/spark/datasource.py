@@ -184,18 +184,10 @@ def _pairs(iterator: Iterator[Any]) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) bytes from Arrow record batches (PySpark >= 4.1) or Rows (4.0)."""
     for item in iterator:
         if isinstance(item, pa.RecordBatch):
-            keys, values = _binary(item.column("key")), _binary(item.column("value"))
+            keys, values = schema.as_binary(item.column("key")), schema.as_binary(item.column("value"))
             if keys.null_count or values.null_count:
                 raise ValueError("raftkv rows need a non-null key and value")
             yield from zip(keys.to_pylist(), values.to_pylist())
         else:
             yield _as_bytes(item["key"]), _as_bytes(item["value"])
 
-
-def _binary(column: pa.Array) -> pa.Array:
-    # A string column's UTF-8 bytes as they are: the cast copies no data.
-    return column.cast(pa.binary()) if pa.types.is_string(column.type) else column
-
-
-# Discoverable by module name: PySpark registers `DefaultSource` of importable pyspark_* modules.
-DefaultSource = RaftKVDataSource

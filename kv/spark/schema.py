@@ -39,6 +39,12 @@ def string_view(column: pa.Array) -> pa.Array:
         return pa.array([_utf8_or_none(raw) for raw in column.to_pylist()], pa.string())
 
 
+def as_binary(column: pa.Array) -> pa.Array:
+    """A key or value column as binary; a string column keeps its UTF-8 bytes (the cast copies no
+    data)."""
+    return column.cast(pa.binary()) if pa.types.is_string(column.type) else column
+
+
 def record_batch(items: Sequence[tuple[bytes, bytes]]) -> pa.RecordBatch:
     keys = pa.array([k for k, _ in items], pa.binary())
     values = pa.array([v for _, v in items], pa.binary())

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kv import Client
-from kv.cluster_up import NodeSpec
+from kv.cluster_up import NodeSpec, free_ports
 from kv.errors import NotLeaderError, RaftKVError
 from tests.faults.proxy import ProxyNetwork, link_count
-from tests.integration.cluster import Cluster, NodeProcess, free_ports
+from tests.integration.cluster import Cluster, NodeProcess
 
 
 # The source name of client links.
@@ -87,11 +87,6 @@ class FaultCluster(Cluster):
             node.resume()
             if not node.running:
                 node.start()
-
-    def leader(self) -> str | None:
-        """The member that calls itself leader in the highest term, among those answering."""
-        statuses = [s for s in self.statuses().values() if "error" not in s and s["role"] == "leader"]
-        return max(statuses, key=lambda s: s["term"])["id"] if statuses else None
 
     def running_ids(self) -> list[str]:
         return [n for n, node in self.nodes.items() if node.running]

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tests.integration.cluster import free_ports
+from kv.cluster_up import free_ports
 
 CHUNK_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 1.0
@@ -327,8 +327,3 @@ class ProxyNetwork:
 
     def fault_of(self, src: str, dst: str) -> LinkFault:
         return self.links[(src, dst)].fault
-
-    def describe(self) -> str:
-        cut = sorted(f"{s}->{d}:{link.fault.mode.value}" for (s, d), link in self.links.items()
-                     if link.fault != HEALTHY)
-        return ", ".join(cut) or "all links healthy"

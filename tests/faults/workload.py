@@ -111,7 +111,6 @@ class Worker:
     keys: list[bytes]
     history: History
     rng: random.Random
-    ops_done: int = 0
     error: BaseException | None = None
 
     def run(self, stop: threading.Event) -> None:
@@ -123,7 +122,6 @@ class Worker:
                 kind = self.rng.choices(kinds, weights)[0]
                 value = f"{self.name}-{n}".encode() if kind is Kind.PUT else None
                 self.history.append(perform(self.target, self.name, kind, self.rng.choice(self.keys), value))
-                self.ops_done += 1
         except BaseException as error:  # noqa: BLE001 - surfaced by Workload.stop
             self.error = error
 
@@ -151,7 +149,3 @@ class Workload:
         crashed = [w for w in self.workers if w.error is not None]
         if crashed:
             raise AssertionError(f"worker {crashed[0].name} crashed") from crashed[0].error
-
-    @property
-    def ops_done(self) -> int:
-        return sum(w.ops_done for w in self.workers)

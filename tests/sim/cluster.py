@@ -85,11 +85,11 @@ class Cluster:
 
     @property
     def up_nodes(self) -> list[SimNode]:
-        return [n for n in self.nodes.values() if n.core is not None]
+        return [n for n in self.nodes.values() if n.up]
 
     def leaders(self) -> list[SimNode]:
         """Nodes that believe they lead (a stale one may too)."""
-        return [n for n in self.up_nodes if n.core is not None and n.core.role == Role.LEADER]
+        return [n for n in self.up_nodes if n.role() == Role.LEADER]
 
     def leader(self) -> SimNode | None:
         """The leader of the highest term, if any node leads it."""

@@ -8,11 +8,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kv.cluster_up import free_ports
 from kv.export_service import ExportHandler
 from kv.server import RunningServer, start_server
 from raft.core.config import CoreConfig
 from raft.node.config import NodeConfig
-from tests.integration.cluster import free_ports
 
 
 @dataclass
