@@ -1,24 +1,41 @@
-"""raftkv's user-facing package: the client (`from kv import Client`), its typed errors, the CLI."""
-from kv.client import Client
-from kv.errors import (
-    DiskFullError,
-    InvalidArgumentError,
-    NotLeaderError,
-    QueueFullError,
-    RaftKVError,
-    TimeoutError,
-    UnavailableError,
-    WrongClusterError,
-)
+"""raftkv's user-facing package: the client (`from kv import Client`), its typed errors, the CLI.
 
-__all__ = [
-    "Client",
-    "DiskFullError",
-    "InvalidArgumentError",
-    "NotLeaderError",
-    "QueueFullError",
-    "RaftKVError",
-    "TimeoutError",
-    "UnavailableError",
-    "WrongClusterError",
-]
+The names below are imported on first use (PEP 562), so that `import kv.cli` does not import
+grpc before the CLI has chosen gRPC's I/O manager (kv/grpc_io.py)."""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kv.client import Client
+    from kv.errors import (
+        DiskFullError,
+        InvalidArgumentError,
+        NotLeaderError,
+        QueueFullError,
+        RaftKVError,
+        TimeoutError,
+        UnavailableError,
+        WrongClusterError,
+    )
+
+_HOMES = {
+    "Client": "kv.client",
+    "DiskFullError": "kv.errors",
+    "InvalidArgumentError": "kv.errors",
+    "NotLeaderError": "kv.errors",
+    "QueueFullError": "kv.errors",
+    "RaftKVError": "kv.errors",
+    "TimeoutError": "kv.errors",
+    "UnavailableError": "kv.errors",
+    "WrongClusterError": "kv.errors",
+}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kv' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -9,7 +9,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from kv.client import CONSISTENCY, Client
+from kv.grpc_io import prefer_polling_io_manager
+
+# Before the imports below pull in grpc: gRPC reads its I/O manager choice when first imported.
+POLLING_IO_CHOSEN = prefer_polling_io_manager()
+
+from kv.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC runtime choice)
 from kv.errors import RaftKVError
 from kv.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
