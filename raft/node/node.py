@@ -295,6 +295,11 @@ class RaftNode:
                 self._disk_full = None
         if rd.messages:
             self._transport.send(rd.messages)
+            if rd.committed_entries:
+                # One loop step lets the links write these replies before the apply below holds
+                # the loop: a follower's acknowledgement is on the leader's commit path, its
+                # apply is not (one client's puts: 414 -> 459/s, median of 5 interleaved runs).
+                await asyncio.sleep(0)
         applied_before = self._applied
         if rd.committed_entries and not await self._apply(rd.committed_entries):
             return
