@@ -13,7 +13,7 @@ import grpc
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from kv.bench import stopping
-from kv.bench.processes import Child, Registry
+from kv.bench.processes import Child, MemberProcesses, Registry
 from kv.cluster_up import free_ports
 from kv.bench.systems import LINEARIZABLE, STALE
 from kv.client import BACKOFF_BASE_S, BACKOFF_MAX_S, CHANNEL_OPTIONS
@@ -88,7 +88,7 @@ class EtcdTarget:
         return retrying(once)
 
 
-class EtcdCluster:
+class EtcdCluster(MemberProcesses):
     system = "etcd"
     max_bulk_ops = MAX_TXN_OPS
     consistencies = (LINEARIZABLE, STALE)  # STALE: etcd's serializable reads
@@ -110,28 +110,6 @@ class EtcdCluster:
                        "--initial-cluster-token", "raftkv-bench", "--logger", "zap", "--log-level", "warn"]
             self.children[m] = Child(m, command, work_dir / f"{m}.log")
         self._member_ids: dict[int, str] = {}
-
-    def start(self) -> None:
-        for child in self.children.values():
-            self.registry.spawn(child)
-
-    def stop(self) -> None:
-        for child in self.children.values():
-            child.terminate()
-        self.registry.forget(list(self.children.values()))
-
-    def kill(self, member: str) -> None:
-        self.children[member].kill()
-
-    def restart(self, member: str) -> None:
-        child = self.children[member]
-        child.kill()
-        # A restarted member joins the existing cluster from its data directory.
-        child.start()
-
-    def pid(self, member: str) -> int | None:
-        child = self.children[member]
-        return child.pid if child.running else None
 
     def target(self, timeout_s: float) -> EtcdTarget:
         """A client that starts at the leader, as kv.Client ends up doing after one hint."""

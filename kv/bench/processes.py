@@ -121,3 +121,33 @@ class Registry:
     def forget(self, stopped: Sequence[Child]) -> None:
         with self._lock:
             self.children = [c for c in self.children if c not in stopped]
+
+
+class MemberProcesses:
+    """A bench cluster's member processes, one Child per member name, under a Registry that stops
+    them whatever happens. Subclasses fill `registry` and `children` in their __init__."""
+
+    registry: Registry
+    children: dict[str, Child]
+
+    def start(self) -> None:
+        for child in self.children.values():
+            self.registry.spawn(child)
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            child.terminate()
+        self.registry.forget(list(self.children.values()))
+
+    def kill(self, member: str) -> None:
+        self.children[member].kill()
+
+    def restart(self, member: str) -> None:
+        """SIGKILL and start again; the member rejoins from its data directory."""
+        child = self.children[member]
+        child.kill()
+        child.start()
+
+    def pid(self, member: str) -> int | None:
+        child = self.children[member]
+        return child.pid if child.running else None

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kv.bench import stopping
-from kv.bench.processes import Child, Registry
+from kv.bench.processes import Child, MemberProcesses, Registry
 from kv.bench.systems import LEASE, LINEARIZABLE, STALE
 from kv.client import Client
 from kv.cluster_up import NodeSpec, child_env, free_ports, serve_command
@@ -38,7 +38,7 @@ class RaftkvTarget:
         self.client.close()
 
 
-class RaftkvCluster:
+class RaftkvCluster(MemberProcesses):
     system = "raftkv"
     max_bulk_ops = MAX_BULK_OPS
     consistencies = (LINEARIZABLE, LEASE, STALE)
@@ -55,26 +55,6 @@ class RaftkvCluster:
     @property
     def endpoints(self) -> list[str]:
         return [spec.listen for spec in self.specs.values()]
-
-    def start(self) -> None:
-        for child in self.children.values():
-            self.registry.spawn(child)
-
-    def stop(self) -> None:
-        for child in self.children.values():
-            child.terminate()
-        self.registry.forget(list(self.children.values()))
-
-    def kill(self, member: str) -> None:
-        self.children[member].kill()
-
-    def restart(self, member: str) -> None:
-        self.children[member].kill()
-        self.children[member].start()
-
-    def pid(self, member: str) -> int | None:
-        child = self.children[member]
-        return child.pid if child.running else None
 
     def target(self, timeout_s: float) -> RaftkvTarget:
         return RaftkvTarget(self.endpoints, timeout_s)
