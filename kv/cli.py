@@ -101,6 +101,9 @@ def _add_serve(commands: Any) -> None:
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
                        help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
+    serve.add_argument("--grpc-servers", type=_positive_int, default=_DEFAULT_NODE.grpc_servers, metavar="N",
+                       help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a time, so "
+                            "more take calls from many client connections in faster")
     serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                        help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -268,7 +271,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease)
     return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
-                      fsync=args.fsync, snapshot_threshold=args.snapshot_threshold)
+                      fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
+                      grpc_servers=args.grpc_servers)
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

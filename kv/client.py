@@ -38,8 +38,11 @@ CONSISTENCY = {
 }
 
 # A node that restarts should be reachable again within a few hundred ms, not grpc's default of
-# seconds; values up to the server's maximum times a scan page exceed grpc's 4 MiB default.
+# seconds; values up to the server's maximum times a scan page exceed grpc's 4 MiB default. Each
+# Client keeps its own connections (grpc would otherwise share one per address across the process),
+# so a node's several gRPC servers (kv/server_group.py) can accept from several clients at once.
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.use_local_subchannel_pool", 1),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 200),

@@ -8,7 +8,7 @@ it is held under writes. Hence the limits: a view is released `ttl` after its la
 refresh it with every batch), at the latest `max_lifetime_s` after it was taken, and at most
 `max_exports` are open at once.
 
-    add_export_service(server, node, fsm)   # beside the KV servicer, on the same grpc.aio server
+    exports = ExportHandler(node, fsm)     # kv/server.py serves ExportServicer(exports) beside the KV servicer
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from kv import errors
 from kv.service import node_call, serve_call
 from proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
-from raft.transport.input_checks import add_servicer
 from statemachine.commands import LMDB_MAX_KEY_BYTES, prefix_end
 from statemachine.kv_state import KVStateMachine, ReadView
 
@@ -242,10 +241,3 @@ class ExportServicer(export_pb2_grpc.ExportServicer):
                         context: grpc.aio.ServicerContext) -> export_pb2.EndExportResponse:
         return await self._handler.end(request)
 
-
-def add_export_service(server: grpc.aio.Server, node: RaftNode, fsm: KVStateMachine) -> ExportHandler:
-    """Register the Export service on a node's server (before it starts); returns the handler
-    (call its close() before closing the state machine)."""
-    handler = ExportHandler(node, fsm)
-    add_servicer(server, export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(handler))
-    return handler

@@ -1,5 +1,5 @@
-"""A raftkv node as a process: the LMDB log and state, the Raft driver, and one grpc.aio server
-carrying both the peer service and the client service.
+"""A raftkv node as a process: the LMDB log and state, the Raft driver, and its gRPC services (peer,
+client, export) on one listen address, served by a group of grpc.aio servers (kv/server_group.py).
 
     serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)
     running = await start_server(config)  # on a running loop; `await running.stop()` when done
@@ -12,19 +12,16 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import grpc
-
-from kv.export_service import ExportHandler, add_export_service
+from kv.export_service import ExportHandler, ExportServicer
 from kv.node_snapshots import NodeSnapshots
 from kv.replaceable_state import ReplaceableStateMachine
+from kv.server_group import ServerGroup
 from kv.service import KVHandler, KVServicer
-from proto import kv_pb2_grpc, raft_pb2_grpc
+from proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
 from raft.log import LmdbLogStore
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
-from raft.transport.input_checks import add_servicer
-from raft.transport.peer_transport import SERVER_OPTIONS
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
 from statemachine.kv_state import KVStateMachine
@@ -42,8 +39,7 @@ class RunningServer:
     handler: KVHandler
     log_store: LmdbLogStore
     fsm: ReplaceableStateMachine
-    server: grpc.aio.Server
-    port: int  # the bound port (the one asked for, or the one chosen for port 0)
+    servers: ServerGroup
     exports: ExportHandler
     _stopped: bool = False
 
@@ -53,7 +49,7 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
-        await self.server.stop(grace)
+        await self.servers.stop(grace)
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
         self.fsm.close()
@@ -77,13 +73,14 @@ async def start_server(config: NodeConfig) -> RunningServer:
         node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots,
                         cluster_id=cluster_id)
         handler = KVHandler(node, fsm)
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_servicer(server, raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service())
-        add_servicer(server, kv_pb2_grpc.add_KVServicer_to_server, KVServicer(handler))
-        exports = add_export_service(server, node, fsm)
-        port = _bind(server, config.listen)
+        exports = ExportHandler(node, fsm)
+        servers = ServerGroup.bind(config.listen, config.grpc_servers, [
+            (raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service()),
+            (kv_pb2_grpc.add_KVServicer_to_server, KVServicer(handler)),
+            (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
+        ])
         await node.start()
-        await server.start()
+        await servers.start()
     except BaseException:
         if fsm is not None:
             fsm.close()
@@ -91,7 +88,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         raise
     log.info("node %s serving on %s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
              node.cluster_id, ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, server, port, exports)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports)
 
 
 def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
@@ -116,16 +113,6 @@ def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachin
         log.warning("log disagrees with the state at index %d (term %d): the log now begins after it",
                     applied, term)
         log_store.reset_to_snapshot(applied, term)
-
-
-def _bind(server: grpc.aio.Server, listen: str) -> int:
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
-        raise OSError(f"cannot listen on {listen}: {e}; is another process using the port?") from e
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}: is another process using the port?")
-    return port
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

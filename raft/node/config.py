@@ -17,8 +17,11 @@ EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 @dataclass(slots=True)
 class NodeConfig:
     node_id: str = DEFAULT_NODE_ID
-    # Where this node binds its one gRPC server (peer and client services).
+    # Where this node binds its gRPC services (peer, client, export).
     listen: str = DEFAULT_LISTEN
+    # grpc.aio servers sharing `listen` (SO_REUSEPORT). Each accepts one call at a time, so with
+    # many client connections more servers take calls in faster (kv/server_group.py).
+    grpc_servers: int = 8
     # member id -> address where this node reaches it (may differ from the member's --listen, e.g.
     # through a proxy). Must include this node. Empty means a single-node cluster of just us.
     peers: dict[str, str] = field(default_factory=dict)
@@ -61,6 +64,8 @@ class NodeConfig:
             self.peers = {self.node_id: self.listen}
         if self.node_id not in self.peers:
             raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
+        if self.grpc_servers < 1:
+            raise ValueError("--grpc-servers must be at least 1")
         if self.snapshot_threshold < 1:
             raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:

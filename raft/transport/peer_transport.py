@@ -25,17 +25,15 @@ log = logging.getLogger(__name__)
 # default) and a batch may hold several pushes.
 MAX_MESSAGE_BYTES = 64 << 20
 
-# Options for the node's one grpc.aio server: accept the peers' keepalive pings (without these a
-# server answers frequent pings with GOAWAY "too_many_pings") and large batches.
+# Options for the node's grpc.aio servers: accept the peers' keepalive pings (without these a
+# server answers frequent pings with GOAWAY "too_many_pings") and large batches. (kv/server_group.py
+# adds SO_REUSEPORT, with its own check that no other process listens on the port.)
 SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 1000),
     ("grpc.http2.max_ping_strikes", 0),
-    # gRPC sets SO_REUSEPORT by default on Linux, so a second node on the same port would bind
-    # too and the kernel would split connections between them; refuse to start instead.
-    ("grpc.so_reuseport", 0),
 ]
 
 

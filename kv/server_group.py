@@ -1,0 +1,102 @@
+"""ServerGroup: a node's gRPC services on several grpc.aio servers that share one listen address.
+
+Why several: a grpc.aio server asks gRPC core for one new call at a time. Its accept loop awaits
+each call, which crosses from gRPC's poller thread to the event loop, before it asks for the next.
+On a busy node that loop, not the CPU, caps how fast calls come in, and reads that could have
+shared one ReadIndex round arrive one by one (16 clients' linearizable gets: 1.26 gets per round
+with one server). Each extra server is one more accept loop. The servers bind the same port with
+SO_REUSEPORT and the kernel spreads incoming connections over them, so the gain needs several
+client connections: each `kv.Client` has its own (README, Performance).
+
+SO_REUSEPORT would also let a second process of the same user bind the port and take half the
+connections. So the group first checks with a plain bind that nothing listens there yet, and
+refuses to start otherwise. Two nodes started within the same millisecond on one port could still
+both pass; that is an operator's mistake this check makes visible in every other case.
+
+    group = ServerGroup.bind("127.0.0.1:7001", count=4, services=[(add_FooServicer_to_server, foo)])
+    await group.start(); ...; await group.stop(grace)
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from raft.transport.input_checks import add_servicer
+from raft.transport.peer_transport import SERVER_OPTIONS
+
+# (generated add_XServicer_to_server, servicer): one servicer instance serves every server.
+Service = tuple[Callable[[Any, Any], None], Any]
+
+_GROUP_OPTIONS = [*SERVER_OPTIONS, ("grpc.so_reuseport", 1)]
+
+
+@dataclass(slots=True)
+class ServerGroup:
+    servers: list[grpc.aio.Server]
+    port: int  # the bound port (the one asked for, or the one chosen for port 0)
+
+    @classmethod
+    def bind(cls, listen: str, count: int, services: Sequence[Service]) -> ServerGroup:
+        """`count` servers, each carrying every service, bound to `listen` (host:port). Raises
+        OSError with the address when the port is taken or cannot be bound."""
+        if count < 1:
+            raise ValueError(f"a node needs at least one gRPC server, not {count}")
+        host, port = split_listen(listen)
+        if port != 0:
+            refuse_taken_port(listen, host, port)
+        servers: list[grpc.aio.Server] = []
+        for _ in range(count):
+            server = grpc.aio.server(options=_GROUP_OPTIONS)
+            for add_to_server, servicer in services:
+                add_servicer(server, add_to_server, servicer)
+            # Port 0: the first server picks the port, the others join it.
+            port = _bind(server, f"{host}:{port}", listen)
+            servers.append(server)
+        return cls(servers, port)
+
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start()
+
+    async def stop(self, grace: float | None) -> None:
+        await asyncio.gather(*(server.stop(grace) for server in self.servers))
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """"host:port" or "[v6]:port" -> (host as written, port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bad listen address {listen!r}: expected host:port")
+    return host, int(port)
+
+
+def refuse_taken_port(listen: str, host: str, port: int) -> None:
+    """OSError when something already listens on host:port (any address host resolves to).
+    SO_REUSEADDR lets the probe ignore a previous run's TIME_WAIT connections, never a listener."""
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"cannot listen on {listen}: {e}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as e:
+                raise OSError(f"cannot listen on {listen}: {e.strerror}; is another process using the port?") from None
+
+
+def _bind(server: grpc.aio.Server, address: str, listen: str) -> int:
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
+        raise OSError(f"cannot listen on {listen}: {e}; is another process using the port?") from e
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: is another process using the port?")
+    return port

@@ -1,0 +1,104 @@
+"""A node's gRPC servers share its listen port (kv/server_group.py): every server listens, every
+kv.Client brings its own connection, and the port stays refused to a second process."""
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from kv import Client
+from kv.server_group import ServerGroup, refuse_taken_port, split_listen
+from tests.unit.test_embedded import free_port, open_node
+
+_LISTEN, _ESTABLISHED = "0A", "01"
+
+
+def sockets_on_port(port: int, state: str) -> int:
+    """How many TCP sockets in this network namespace have local port `port` in `state`."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                    count += 1
+    return count
+
+
+def test_every_server_of_a_node_listens_and_each_client_has_its_own_connection(tmp_path: Path) -> None:
+    port = free_port()
+    with open_node(tmp_path, port) as db:  # grpc_servers at its default
+        assert sockets_on_port(port, _LISTEN) == db.config.grpc_servers > 1
+        db.put(b"k", b"v")
+        clients = [Client([f"127.0.0.1:{port}"]) for _ in range(5)]
+        try:
+            for c in clients:
+                assert c.get(b"k") == b"v"
+            # The node's side of each connection: one per client (they would share one otherwise).
+            assert sockets_on_port(port, _ESTABLISHED) == len(clients)
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_port_zero_binds_every_server_to_the_port_the_first_one_got() -> None:
+    async def main() -> None:
+        group = ServerGroup.bind("127.0.0.1:0", 3, [])
+        try:
+            await group.start()
+            assert group.port != 0 and len(group.servers) == 3
+            assert sockets_on_port(group.port, _LISTEN) == 3
+        finally:
+            await group.stop(None)
+    asyncio.run(main())
+
+
+def test_a_port_another_group_listens_on_is_refused() -> None:
+    """SO_REUSEPORT alone would let the second group in; the probe refuses it."""
+    async def main() -> None:
+        first = ServerGroup.bind("127.0.0.1:0", 2, [])
+        try:
+            await first.start()
+            with pytest.raises(OSError, match="cannot listen on .*another process"):
+                ServerGroup.bind(f"127.0.0.1:{first.port}", 2, [])
+        finally:
+            await first.stop(None)
+    asyncio.run(main())
+
+
+def test_a_port_a_plain_socket_listens_on_is_refused() -> None:
+    with socket.socket() as other:
+        other.bind(("0.0.0.0", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(OSError, match="cannot listen on 127.0.0.1"):
+            refuse_taken_port(f"127.0.0.1:{port}", "127.0.0.1", port)
+
+
+def test_connections_left_in_time_wait_do_not_block_a_restart() -> None:
+    """A node killed and restarted on its port finds its old connections in TIME_WAIT."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the listening side closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    assert sockets_on_port(port, "06") >= 1  # 06: TIME_WAIT
+    refuse_taken_port(f"127.0.0.1:{port}", "127.0.0.1", port)  # does not raise
+
+
+@pytest.mark.parametrize("bad", ["7001", "host:", "host:http", "host:70000"])
+def test_a_listen_address_without_a_port_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="expected host:port"):
+        split_listen(bad)
+
+
+def test_ipv6_listen_addresses_split() -> None:
+    assert split_listen("[::1]:7001") == ("[::1]", 7001)
