@@ -19,6 +19,7 @@ both pass; that is an operator's mistake this check makes visible in every other
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,11 +85,14 @@ def refuse_taken_port(listen: str, host: str, port: int) -> None:
     except socket.gaierror as e:
         raise OSError(f"cannot listen on {listen}: {e}") from None
     for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(address)
-            except OSError as e:
+        except OSError as e:
+            # Only a taken port is ours to report: an address family or address this machine
+            # lacks (no IPv6 for "localhost") is gRPC's to skip or refuse when it binds.
+            if e.errno == errno.EADDRINUSE:
                 raise OSError(f"cannot listen on {listen}: {e.strerror}; is another process using the port?") from None
 
 
