@@ -42,6 +42,7 @@ sequence numbers, never wall time), so every replica keeps and drops the same se
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import struct
@@ -273,14 +274,48 @@ class KVStateMachine:
         return ReadView(self)
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
-        """Write a compacted copy of the whole state (data, sessions, applied index) to
+        """Write a packed copy of the whole state (data, sessions, applied index) to
         `directory`/data.mdb from one read transaction, without stopping `apply`. Returns the
-        (applied index, applied term) the copy contains. For the snapshot code."""
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        (applied index, applied term) the copy contains. For the snapshot code.
+
+        Packed rather than LMDB's compacting copy, which drops free pages but keeps every page as
+        full as it is: keys inserted into the middle of the tree split pages in half, and W6's
+        million keys loaded after W1-W7's few thousand made a 97 MB snapshot of 48 MB of pages.
+        Re-inserting every key in order, in append mode, fills each page (0.3 s for 1,000,000
+        keys here, against 0.08 s for the compacting copy; the halved file then costs half to
+        checksum, send and install)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED_KEY, db=self._meta)
-            self._env.copy(str(directory), compact=True, txn=txn)
+            copy = lmdb.open(str(directory), map_size=self._env.info()["map_size"], subdir=True, max_dbs=5,
+                             sync=False, metasync=False, lock=False)
+            try:
+                for name, db in self._named_dbs().items():
+                    _append_all(txn, db, copy, copy.open_db(name))
+            finally:
+                copy.close()
         return _APPLIED.unpack(raw) if raw is not None else (0, 0)
+
+    def _named_dbs(self) -> dict[bytes, lmdb._Database]:
+        return {b"data": self._data, b"sessions": self._sessions, b"session_results": self._results,
+                b"session_expiry": self._expiry, b"meta": self._meta}
+
+
+# Entries per write transaction of a packed copy: bounds the copy's dirty pages in memory.
+_COPY_CHUNK = 65_536
+
+
+def _append_all(source: lmdb.Transaction, source_db: lmdb._Database, copy: lmdb.Environment,
+                copy_db: lmdb._Database) -> None:
+    """Every (key, value) of source_db, in key order, appended to copy_db (which is empty)."""
+    with source.cursor(source_db) as cursor:
+        items = cursor.iternext(keys=True, values=True)
+        while True:
+            with copy.begin(write=True) as txn:
+                _, added = txn.cursor(copy_db).putmulti(itertools.islice(items, _COPY_CHUNK), append=True)
+            if added < _COPY_CHUNK:
+                return
 
 
 class ReadView:

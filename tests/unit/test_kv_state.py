@@ -284,6 +284,27 @@ def test_copy_to_is_a_consistent_openable_state(filled: KVStateMachine, tmp_path
         assert copy.state_hash() == filled.state_hash() and copy.applied_index == index
 
 
+def test_copy_to_packs_pages_that_inserts_into_the_middle_left_half_full(tmp_path: Path) -> None:
+    """Keys loaded into the middle of the tree (before a key already there) split every page in
+    half; the copy re-packs them, with every key, session and the applied index intact."""
+    with KVStateMachine(tmp_path / "s", map_size=256 << 20) as machine:
+        log = Log()
+        machine.apply([log.put(b"z-last", b"v")])
+        for first in range(0, 40_000, 1000):
+            tracked = log.put(b"k%08d" % first, b"v" * 16, "loader", first // 1000 + 1)
+            machine.apply([tracked] + [log.put(b"k%08d" % i, b"v" * 16) for i in range(first + 1, first + 1000)])
+        half_full = tmp_path / "compacting-copy"
+        half_full.mkdir()
+        machine._env.copy(str(half_full), compact=True)
+        index, term = machine.copy_to(tmp_path / "packed")
+        packed_size = (tmp_path / "packed" / "data.mdb").stat().st_size
+        assert packed_size < 0.7 * (half_full / "data.mdb").stat().st_size
+        assert (index, term) == (machine.applied_index, machine.applied_term)
+        with KVStateMachine(tmp_path / "packed", map_size=256 << 20) as copy:
+            assert copy.state_hash() == machine.state_hash() and copy.count() == 40_001
+            assert copy.applied_index == index and copy.session_stats() == machine.session_stats()
+
+
 # ---- map full ------------------------------------------------------------------------------
 
 def test_map_full_refuses_batch_and_reads_keep_working(tmp_path: Path) -> None:
