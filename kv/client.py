@@ -38,14 +38,20 @@ CONSISTENCY = {
 }
 
 # A node that restarts should be reachable again within a few hundred ms, not grpc's default of
-# seconds; values up to the server's maximum times a scan page exceed grpc's 4 MiB default. Each
-# Client keeps its own connections (grpc would otherwise share one per address across the process),
-# so a node's several gRPC servers (kv/server_group.py) can accept from several clients at once.
+# seconds (the backoff after a refused connection); values up to the server's maximum times a scan
+# page exceed grpc's 4 MiB default. Each Client keeps its own connections (grpc would otherwise
+# share one per address across the process), so a node's several gRPC servers
+# (kv/server_group.py) can accept from several clients at once.
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.use_local_subchannel_pool", 1),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 200),
+    # gRPC also takes this as the time a connection attempt may take. At 100 ms, clients of a node
+    # stalled for 3 s (SIGSTOP) dropped every half-open attempt and redialled; the node then had
+    # to work through the pile, and 40 new clients were served 5-10 s after it resumed, or not
+    # within their 10 s. At 1 s they were served 2-3 s after; an unreachable node that swallows
+    # connections (a partition) still costs a client only 1 s before it tries another node.
+    ("grpc.min_reconnect_backoff_ms", 1000),
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
 )
