@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
+# The named databases (module docstring), in the order __init__ unpacks them.
+_DB_NAMES = (b"data", b"sessions", b"session_results", b"session_expiry", b"meta")
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -128,14 +130,11 @@ class KVStateMachine:
         self.session_ttl_entries = session_ttl_entries
         # See the module docstring for why these flags (crash consistency without per-commit fsync).
         self._env = lmdb.open(
-            str(self.path), map_size=map_size, subdir=True, max_dbs=5, max_readers=max_readers,
+            str(self.path), map_size=map_size, subdir=True, max_dbs=len(_DB_NAMES), max_readers=max_readers,
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
-        self._data = self._env.open_db(b"data")
-        self._sessions = self._env.open_db(b"sessions")
-        self._results = self._env.open_db(b"session_results")
-        self._expiry = self._env.open_db(b"session_expiry")
-        self._meta = self._env.open_db(b"meta")
+        self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
+        self._data, self._sessions, self._results, self._expiry, self._meta = self._dbs.values()
         self._applied = self._load_applied()
         self._closed = False
 
@@ -288,18 +287,14 @@ class KVStateMachine:
         directory.mkdir(parents=True, exist_ok=True)
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED_KEY, db=self._meta)
-            copy = lmdb.open(str(directory), map_size=self._env.info()["map_size"], subdir=True, max_dbs=5,
+            copy = lmdb.open(str(directory), map_size=self._env.info()["map_size"], subdir=True, max_dbs=len(_DB_NAMES),
                              sync=False, metasync=False, lock=False)
             try:
-                for name, db in self._named_dbs().items():
+                for name, db in self._dbs.items():
                     _append_all(txn, db, copy, copy.open_db(name))
             finally:
                 copy.close()
         return _APPLIED.unpack(raw) if raw is not None else (0, 0)
-
-    def _named_dbs(self) -> dict[bytes, lmdb._Database]:
-        return {b"data": self._data, b"sessions": self._sessions, b"session_results": self._results,
-                b"session_expiry": self._expiry, b"meta": self._meta}
 
 
 # Entries per write transaction of a packed copy: bounds the copy's dirty pages in memory.
