@@ -22,7 +22,7 @@ from raft.core import (
     Role,
     VoteRequest,
 )
-from tests.sim.cluster import SIM_CONFIG, TICK_MS, Cluster
+from tests.sim.cluster import SIM_CONFIG, TICK_MS, Cluster, SimNode
 
 T = SIM_CONFIG.election_timeout_ms
 
@@ -52,6 +52,14 @@ def elect_first(c: Cluster, nid: str) -> None:
     assert c.run_until(lambda: is_leader(c, nid), 3 * T), f"{nid} was not elected"
     for other in c.nodes:
         c.resume(other)
+
+
+def elected(c: Cluster) -> SimNode:
+    """Run until some node leads; that leader (up, with its core)."""
+    assert c.run_until(lambda: c.leader() is not None, 5 * T)
+    lead = c.leader()
+    assert lead is not None and lead.core is not None
+    return lead
 
 
 def converged(c: Cluster) -> bool:
@@ -141,9 +149,7 @@ def test_figure8_old_term_entry_not_committed_by_counting() -> None:
 
 def test_partitioned_leader_entries_overwritten() -> None:
     c = Cluster(3, seed=11)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    old = c.leader()
-    assert old is not None
+    old = elected(c)
     c.propose(old.id, [b"before-1", b"before-2"])
     settle(c)
     others = [nid for nid in c.nodes if nid != old.id]
@@ -167,9 +173,7 @@ def test_partitioned_leader_entries_overwritten() -> None:
 
 def test_rejoining_node_does_not_disturb_leader() -> None:
     c = Cluster(3, seed=12)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None and lead.core is not None
+    lead = elected(c)
     term = lead.core.term
     loner = next(nid for nid in c.nodes if nid != lead.id)
     c.net.partition([loner], [nid for nid in c.nodes if nid != loner])
@@ -209,9 +213,7 @@ def test_fast_backup_one_round_trip_per_term() -> None:
 def test_stale_term_truncate_and_compare_refused() -> None:
     logs = {nid: make_log([], 5) for nid in ("n1", "n2", "n3")}
     c = Cluster(["n1", "n2", "n3"], seed=14, logs=logs, record=True)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None and lead.core is not None
+    lead = elected(c)
     c.propose(lead.id, [b"a", b"b", b"c"])
     settle(c)
     term = lead.core.term
@@ -250,9 +252,7 @@ def test_duplicated_truncate_never_deletes_leader_entries() -> None:
 
 def test_read_index_waits_for_quorum_round_and_apply() -> None:
     c = Cluster(3, seed=15, record=True)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None and lead.core is not None
+    lead = elected(c)
     c.propose(lead.id, [b"w1", b"w2"])
     settle(c)
     t0, mark = c.now, len(c.net.sent)
@@ -269,9 +269,7 @@ def test_read_index_waits_for_quorum_round_and_apply() -> None:
 
 def test_deposed_leader_never_serves_read() -> None:
     c = Cluster(3, seed=16)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    old = c.leader()
-    assert old is not None
+    old = elected(c)
     c.propose(old.id, [b"x1"])
     settle(c)
     others = [nid for nid in c.nodes if nid != old.id]
@@ -293,9 +291,7 @@ def test_deposed_leader_never_serves_read() -> None:
 
 def test_check_quorum_cut_off_leader_steps_down() -> None:
     c = Cluster(5, seed=17)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None and lead.core is not None
+    lead = elected(c)
     c.run_for(3 * T)
     t0 = c.now
     c.net.partition([lead.id], [nid for nid in c.nodes if nid != lead.id])
@@ -308,9 +304,7 @@ def test_check_quorum_cut_off_leader_steps_down() -> None:
 
 def test_restarted_follower_learns_commit_from_idle_leader() -> None:
     c = Cluster(3, seed=18)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None
+    lead = elected(c)
     c.propose(lead.id, [b"i1", b"i2", b"i3"])
     settle(c)
     follower = next(nid for nid in c.nodes if nid != lead.id)
@@ -359,9 +353,7 @@ def test_leader_crash_reported_by_the_transport_starts_the_election_at_t() -> No
 def test_wrong_report_of_a_live_leader_changes_nothing() -> None:
     """The report only moves a timer; the live leader's next heartbeat resets it."""
     c = Cluster(3, seed=31)
-    assert c.run_until(lambda: c.leader() is not None, 5 * T)
-    lead = c.leader()
-    assert lead is not None and lead.core is not None
+    lead = elected(c)
     term = lead.core.term
     for _ in range(5):
         for nid, node in c.nodes.items():
