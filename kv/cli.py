@@ -104,6 +104,12 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument("--grpc-servers", type=_positive_int, default=_DEFAULT_NODE.grpc_servers, metavar="N",
                        help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a time, so "
                             "more take calls from many client connections in faster")
+    serve.add_argument("--read-hold-ms", type=_non_negative_float, default=_DEFAULT_NODE.read_hold_ms, metavar="MS",
+                       help="on a busy leader, hold a linearizable read up to MS before its ReadIndex round so "
+                            "one round serves more reads; 0: off")
+    serve.add_argument("--read-hold-siblings", type=_non_negative_int, default=_DEFAULT_NODE.read_hold_siblings,
+                       metavar="N", help="hold a read only when at least N other reads are waiting "
+                                         "(a lone reader is never held)")
     serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                        help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -230,14 +236,23 @@ def _add_consistency(parser: argparse.ArgumentParser) -> None:
 
 # ---- argument types ------------------------------------------------------------------------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _at_least(kind: Callable[[str], float], minimum: int) -> Callable[[str], Any]:
+    """An argparse type: a number (int or float, as `kind` parses) no smaller than `minimum`."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+        if not value >= minimum:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return parse
+
+
+_positive_int = _at_least(int, 1)
+_non_negative_int = _at_least(int, 0)
+_non_negative_float = _at_least(float, 0)
 
 
 def _positive_float(text: str) -> float:
@@ -272,7 +287,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
-                      grpc_servers=args.grpc_servers)
+                      grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
+                      read_hold_siblings=args.read_hold_siblings)
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

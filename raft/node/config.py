@@ -36,6 +36,11 @@ class NodeConfig:
     # Largest value a client may write; LMDB's own limit on keys is 511 bytes.
     max_value_bytes: int = 1 << 20
     max_key_bytes: int = 511
+    # On a busy leader, hold a linearizable read up to this long before it joins a ReadIndex
+    # round, when at least read_hold_siblings other reads are waiting, so one round serves more
+    # reads (raft/node/read_hold.py). 0 turns it off; a lone reader is never held.
+    read_hold_ms: float = 2.0
+    read_hold_siblings: int = 4
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
     # Every peer RPC carries this deadline.
@@ -66,6 +71,8 @@ class NodeConfig:
             raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
         if self.grpc_servers < 1:
             raise ValueError("--grpc-servers must be at least 1")
+        if self.read_hold_ms < 0 or self.read_hold_siblings < 0:
+            raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
         if self.snapshot_threshold < 1:
             raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:

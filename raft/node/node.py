@@ -33,6 +33,7 @@ from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
+from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import PeerService
@@ -90,6 +91,8 @@ class RaftNode:
         self._proposals: dict[int, _Proposal] = {}
         self._reads: dict[int, asyncio.Future[int]] = {}
         self._read_ctx = itertools.count(1)
+        self._read_hold = ReadHold(config.read_hold_ms / 1000, config.read_hold_siblings)
+        self._read_release: asyncio.TimerHandle | None = None
         self._applied_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # heap on index
         self._waiter_seq = itertools.count()
         self._disk_full: str | None = None  # why writes are refused, while the store is full
@@ -142,6 +145,8 @@ class RaftNode:
             background.append(self._snapshot_task)
         for t in background:
             t.cancel()
+        if self._read_release is not None:
+            self._read_release.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         self._tasks = []
         self._fail_all(lambda: NodeStoppedError("node is shutting down"))
@@ -196,13 +201,29 @@ class RaftNode:
         if consistency == "lease" and self._core.lease_valid():
             return self.wait_applied(self._core.commit_index)
         ctx = next(self._read_ctx)
-        self._core.read_index(ctx)
+        if self._core.role == Role.LEADER and self._read_hold.hold(ctx, others_waiting=len(self._reads)):
+            if self._read_hold.first_held:
+                self._read_release = loop.call_later(self._read_hold.delay_s, self._release_reads)
+        else:
+            self._core.read_index(ctx)
         future: asyncio.Future[int] = loop.create_future()
         # A caller that gives up leaves its entry until the core serves or fails the read (it
         # always does one or the other); _serve_read and _fail_read skip futures that are done.
         self._reads[ctx] = future
         self._poke()
         return future
+
+    def _release_reads(self) -> None:
+        """Hand the reads ReadHold kept to the core: they ride its next round."""
+        self._read_release = None
+        for ctx in self._read_hold.release():
+            if ctx not in self._reads:
+                continue  # already failed (the node stopped, or its store filled up)
+            try:
+                self._core.read_index(ctx)
+            except NotLeaderError as e:  # leadership was lost while the read was held
+                self._fail_read(ctx, e)
+        self._poke()
 
     def _peer_gone(self, peer: str) -> None:
         """The transport's word that `peer`'s process is gone (connection refused or reset)."""

@@ -17,7 +17,7 @@ from raft.core.config import CoreConfig
 from raft.log import LmdbLogStore
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
-from raft.node.errors import DiskFullError, NotLeaderError, QueueFullError
+from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
 from raft.node.node import RaftNode
 from kv.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
@@ -98,6 +98,35 @@ def test_read_barriers(tmp_path: Path) -> None:
                 assert single.fsm.get(b"a") == b"1"
             with pytest.raises(ValueError):
                 await node.read_barrier("eventual")
+
+    run(main)
+
+
+def test_held_reads_are_served_together_after_the_hold(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Single(tmp_path, read_hold_ms=200, read_hold_siblings=0) as node:
+            outcome = await node.propose(put_cmd(b"a", b"1"))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            reads = [node.read_barrier("linearizable") for _ in range(5)]
+            indexes = await asyncio.wait_for(asyncio.gather(*reads), WAIT_S)
+            # A lower bound only: the reads reached the core when the hold ended, not before.
+            assert loop.time() - started >= 0.2
+            assert all(index >= outcome.index for index in indexes)
+
+    run(main)
+
+
+def test_a_lone_read_is_not_held_and_held_reads_fail_when_the_node_stops(tmp_path: Path) -> None:
+    async def main() -> None:
+        single = Single(tmp_path, read_hold_ms=60_000, read_hold_siblings=1)
+        async with single as node:
+            lone = node.read_barrier("linearizable")  # no other read waits: goes straight on
+            held = node.read_barrier("linearizable")  # one other waits: held for a minute
+            await asyncio.wait_for(lone, WAIT_S)
+            assert not held.done()
+        with pytest.raises(NodeStoppedError):
+            await held
 
     run(main)
 
