@@ -192,12 +192,12 @@ def test_single_node_throughput(tmp_path: Path) -> None:
 
 # ---- three nodes in one process ----------------------------------------------------------------
 
-async def start_cluster(tmp_path: Path, n: int = 3) -> list[RunningServer]:
+async def start_cluster(tmp_path: Path, n: int = 3, **config_fields: Any) -> list[RunningServer]:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in range(1, n + 1)}
     servers = []
     for nid, addr in peers.items():
         config = NodeConfig(node_id=nid, listen=addr, peers=peers, data_dir=tmp_path / nid, core=FAST,
-                            tick_interval_ms=5, log_map_size=64 << 20, state_map_size=64 << 20)
+                            tick_interval_ms=5, log_map_size=64 << 20, state_map_size=64 << 20, **config_fields)
         servers.append(await start_server(config))
     return servers
 
@@ -250,6 +250,27 @@ def test_leader_loss_elects_a_new_leader_that_keeps_the_data(tmp_path: Path) -> 
             outcome = await asyncio.wait_for(new.node.propose(put_cmd(b"after", b"failover")), WAIT_S)
             assert outcome.ok and outcome.index > written.index
             assert new.fsm.get(b"before") == b"failover"  # committed before the loss, kept
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
+def test_a_read_held_while_its_leader_loses_the_quorum_fails_with_not_leader(tmp_path: Path) -> None:
+    async def main() -> None:
+        # The hold (3 s) outlasts the step-down (check-quorum: about one election timeout, 0.3 s).
+        servers = await start_cluster(tmp_path, read_hold_ms=3000, read_hold_siblings=1)
+        try:
+            leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
+            leader = next(s for s in servers if s.node.id == leader_id)
+            lone = leader.node.read_barrier("linearizable")
+            held = leader.node.read_barrier("linearizable")  # one other read waits: held
+            await asyncio.wait_for(lone, WAIT_S)
+            assert not held.done()
+            await asyncio.gather(*(s.stop(grace=0) for s in servers if s is not leader))
+            with pytest.raises(NotLeaderError):
+                await asyncio.wait_for(held, WAIT_S)
         finally:
             for s in servers:
                 await s.stop()
