@@ -77,5 +77,8 @@ def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], No
         else:
             checked[name] = h._replace(request_deserializer=_lenient(h.request_deserializer),
                                        unary_unary=_checked_unary(h.unary_unary))
+    # A generic handler only, no registered methods: grpc.aio's accept loop keeps one pending
+    # accept per registered method and runs asyncio.wait over all of them for every call it
+    # takes (a node's 13 methods: 13 done-callbacks added and removed per call). Without them
+    # the leader spent 0.27 instead of 0.29 ms of CPU per linearizable get (16 clients).
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, checked),))
-    server.add_registered_method_handlers(capture.service, checked)
