@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import grpc  # noqa: E402
 
 from kv.bench.measure import closed_loop  # noqa: E402
 from kv.client import CHANNEL_OPTIONS  # noqa: E402
+from kv.cluster_up import free_ports  # noqa: E402
 from kv.server import event_loop_factory  # noqa: E402
 from raft.node.config import NodeConfig  # noqa: E402
 
@@ -94,12 +94,6 @@ def measure(port: int, server_pid: int, clients: int, payload: bytes, seconds: f
                    1000 * (after[0] - before[0]) / all_calls, 1000 * (after[1] - before[1]) / all_calls)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -113,7 +107,7 @@ def main() -> None:
     if args.serve is not None:
         serve(args.serve, args.servers)
         return
-    port = free_port()
+    port = free_ports(1)[0]
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--servers", str(args.servers)])
     try:
         print(f"{'clients':>7} {'calls/s':>9} {'p50 ms':>7} {'server CPU ms/call':>19} {'client CPU ms/call':>19}")

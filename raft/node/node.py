@@ -201,16 +201,17 @@ class RaftNode:
         if consistency == "lease" and self._core.lease_valid():
             return self.wait_applied(self._core.commit_index)
         ctx = next(self._read_ctx)
-        if self._core.role == Role.LEADER and self._read_hold.hold(ctx, others_waiting=len(self._reads)):
-            if self._read_hold.first_held:
-                self._read_release = loop.call_later(self._read_hold.delay_s, self._release_reads)
-        else:
+        held = self._core.role == Role.LEADER and self._read_hold.hold(ctx, others_waiting=len(self._reads))
+        if not held:
             self._core.read_index(ctx)
+        elif self._read_hold.first_held:
+            self._read_release = loop.call_later(self._read_hold.delay_s, self._release_reads)
         future: asyncio.Future[int] = loop.create_future()
         # A caller that gives up leaves its entry until the core serves or fails the read (it
         # always does one or the other); _serve_read and _fail_read skip futures that are done.
         self._reads[ctx] = future
-        self._poke()
+        if not held:  # a held read wakes the driver when the hold ends (_release_reads)
+            self._poke()
         return future
 
     def _release_reads(self) -> None:
