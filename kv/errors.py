@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import grpc
 
+from proto import kv_pb2
+
 ERROR_KEY = "raftkv-error"
 LEADER_ID_KEY = "raftkv-leader-id"
 LEADER_ADDRESS_KEY = "raftkv-leader-address"
@@ -91,15 +93,22 @@ _BY_KIND: dict[str, type[RaftKVError]] = {
 }
 
 
+def _from_kind(kind: str | None, details: str, leader_id: str | None, leader_address: str | None) -> RaftKVError | None:
+    """The error of a known kind, with its message; None for an unknown kind."""
+    if kind == NotLeaderError.kind:
+        return NotLeaderError(leader_id, leader_address, details or None)
+    if kind in _BY_KIND:
+        return _BY_KIND[kind](details)
+    return None
+
+
 def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
     """The typed error a failed RPC stands for."""
     meta = dict(err.trailing_metadata() or ())
     details = err.details() or ""
-    kind = meta.get(ERROR_KEY)
-    if kind == NotLeaderError.kind:
-        return NotLeaderError(meta.get(LEADER_ID_KEY), meta.get(LEADER_ADDRESS_KEY), details or None)
-    if kind in _BY_KIND:
-        return _BY_KIND[kind](details)
+    known = _from_kind(meta.get(ERROR_KEY), details, meta.get(LEADER_ID_KEY), meta.get(LEADER_ADDRESS_KEY))
+    if known is not None:
+        return known
     code = err.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return TimeoutError(details or "deadline exceeded")
@@ -116,3 +125,15 @@ async def abort(context: grpc.aio.ServicerContext, error: RaftKVError) -> None:
     """Abort a server-side call with `error` (raises, as grpc's abort does)."""
     context.set_trailing_metadata(error.metadata())
     await context.abort(error.code, str(error))
+
+
+def stream_error(error: RaftKVError) -> kv_pb2.StreamError:
+    """`error` as a refusal on KV.Stream: what a unary call's status and metadata would say."""
+    leader = (error.leader_id or "", error.leader_address or "") if isinstance(error, NotLeaderError) else ("", "")
+    return kv_pb2.StreamError(kind=error.kind, message=str(error), leader_id=leader[0], leader_address=leader[1])
+
+
+def from_stream_error(refusal: kv_pb2.StreamError) -> RaftKVError:
+    """The typed error a refusal on KV.Stream stands for."""
+    known = _from_kind(refusal.kind, refusal.message, refusal.leader_id, refusal.leader_address)
+    return known if known is not None else RaftKVError(f"{refusal.kind}: {refusal.message}")

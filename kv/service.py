@@ -199,6 +199,27 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         return self._handler.status()
 
+    async def Stream(self, requests: AsyncIterator[kv_pb2.StreamRequest],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.StreamReply]:
+        """Put, Get and Delete on one long-lived stream, one at a time: each request's reply (or
+        refusal) before the next request is read."""
+        async for request in requests:
+            yield await self._stream_reply(request)
+
+    async def _stream_reply(self, request: kv_pb2.StreamRequest) -> kv_pb2.StreamReply:
+        timeout = request.timeout_ms / 1000 if request.timeout_ms else None
+        kind = request.WhichOneof("request")
+        try:
+            if kind == "put":
+                return kv_pb2.StreamReply(put=await self._handler.put(request.put, timeout))
+            if kind == "get":
+                return kv_pb2.StreamReply(get=await self._handler.get(request.get, timeout))
+            if kind == "delete":
+                return kv_pb2.StreamReply(delete=await self._handler.delete(request.delete, timeout))
+            raise errors.InvalidArgumentError("a stream request needs one of put, get or delete")
+        except errors.RaftKVError as e:
+            return kv_pb2.StreamReply(error=errors.stream_error(e))
+
     async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
         info = await serve_call(self._handler.save_snapshot(context.time_remaining()), context)

@@ -222,3 +222,39 @@ class CommandResult(_message.Message):
     EXISTED_FIELD_NUMBER: _ClassVar[int]
     existed: _containers.RepeatedScalarFieldContainer[bool]
     def __init__(self, existed: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class StreamRequest(_message.Message):
+    __slots__ = ("timeout_ms", "put", "get", "delete")
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    put: PutRequest
+    get: GetRequest
+    delete: DeleteRequest
+    def __init__(self, timeout_ms: _Optional[int] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ...) -> None: ...
+
+class StreamError(_message.Message):
+    __slots__ = ("kind", "message", "leader_id", "leader_address")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    message: str
+    leader_id: str
+    leader_address: str
+    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class StreamReply(_message.Message):
+    __slots__ = ("put", "get", "delete", "error")
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    put: PutResponse
+    get: GetResponse
+    delete: DeleteResponse
+    error: StreamError
+    def __init__(self, put: _Optional[_Union[PutResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., error: _Optional[_Union[StreamError, _Mapping]] = ...) -> None: ...

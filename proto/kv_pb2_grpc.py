@@ -64,6 +64,11 @@ class KVStub:
                 request_serializer=proto_dot_kv__pb2.StatusRequest.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.Stream = channel.stream_stream(
+                '/raftkv.kv.KV/Stream',
+                request_serializer=proto_dot_kv__pb2.StreamRequest.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.StreamReply.FromString,
+                _registered_method=True)
         self.SaveSnapshot = channel.unary_stream(
                 '/raftkv.kv.KV/SaveSnapshot',
                 request_serializer=proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
@@ -110,6 +115,12 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SaveSnapshot(self, request, context):
         """Take a snapshot on the leader now (after a ReadIndex round) and stream its file.
         """
@@ -149,6 +160,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=proto_dot_kv__pb2.StatusRequest.FromString,
                     response_serializer=proto_dot_kv__pb2.StatusResponse.SerializeToString,
+            ),
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=proto_dot_kv__pb2.StreamRequest.FromString,
+                    response_serializer=proto_dot_kv__pb2.StreamReply.SerializeToString,
             ),
             'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
                     servicer.SaveSnapshot,
@@ -318,6 +334,33 @@ class KV:
             '/raftkv.kv.KV/Status',
             proto_dot_kv__pb2.StatusRequest.SerializeToString,
             proto_dot_kv__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raftkv.kv.KV/Stream',
+            proto_dot_kv__pb2.StreamRequest.SerializeToString,
+            proto_dot_kv__pb2.StreamReply.FromString,
             options,
             channel_credentials,
             insecure,

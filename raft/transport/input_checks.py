@@ -2,11 +2,11 @@
 INVALID_ARGUMENT and a message saying so. Left to itself, gRPC answers such garbage with UNKNOWN
 and logs a traceback per request; a node must give a clear error and keep serving.
 
-Unary-request methods get the check. Streaming-request methods keep gRPC's own parsing (their
-handlers already turn a failed stream into a refusal)."""
+Every method gets the check: a unary request before the handler runs, a streaming request's
+messages as the handler reads them (the call ends at the first malformed one)."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -25,6 +25,12 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
         except (DecodeError, ValueError) as e:
             return _Malformed(e)
     return parse_or_mark
+
+
+class _MalformedInStream(Exception):
+    def __init__(self, marker: _Malformed) -> None:
+        super().__init__(str(marker.error))
+        self.marker = marker
 
 
 async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
@@ -49,6 +55,32 @@ def _checked_unary_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Calla
     return call
 
 
+async def _parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, _Malformed):
+            raise _MalformedInStream(request)
+        yield request
+
+
+def _checked_stream_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behaviour(_parsed(requests), context):
+                yield item
+        except _MalformedInStream as e:
+            await _refuse(e.marker, context)
+    return call
+
+
+def _checked_stream_unary(behaviour: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behaviour(_parsed(requests), context)
+        except _MalformedInStream as e:
+            await _refuse(e.marker, context)
+    return call
+
+
 class _Capture:
     """Stands in for the server while a generated add_*_to_server function registers handlers."""
 
@@ -69,14 +101,15 @@ def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], No
     add_to_server(servicer, capture)
     checked: dict[str, grpc.RpcMethodHandler] = {}
     for name, h in capture.handlers.items():
-        if h.request_streaming:
-            checked[name] = h
+        lenient = h._replace(request_deserializer=_lenient(h.request_deserializer))
+        if h.request_streaming and h.response_streaming:
+            checked[name] = lenient._replace(stream_stream=_checked_stream_stream(h.stream_stream))
+        elif h.request_streaming:
+            checked[name] = lenient._replace(stream_unary=_checked_stream_unary(h.stream_unary))
         elif h.response_streaming:
-            checked[name] = h._replace(request_deserializer=_lenient(h.request_deserializer),
-                                       unary_stream=_checked_unary_stream(h.unary_stream))
+            checked[name] = lenient._replace(unary_stream=_checked_unary_stream(h.unary_stream))
         else:
-            checked[name] = h._replace(request_deserializer=_lenient(h.request_deserializer),
-                                       unary_unary=_checked_unary(h.unary_unary))
+            checked[name] = lenient._replace(unary_unary=_checked_unary(h.unary_unary))
     # A generic handler only, no registered methods: grpc.aio's accept loop keeps one pending
     # accept per registered method and runs asyncio.wait over all of them for every call it
     # takes (a node's 13 methods: 13 done-callbacks added and removed per call). Without them

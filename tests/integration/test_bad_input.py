@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from kv.errors import InvalidArgumentError
-from proto import raft_pb2
+from proto import kv_pb2, raft_pb2
 from tests.integration.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -94,3 +94,42 @@ def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
     finally:
         channel.close()
     assert_still_serving(cluster, leader)
+
+
+@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.raft.RaftPeer/Stream"])
+def test_garbage_on_a_stream_is_refused(cluster: Cluster, method: str):
+    leader = cluster.wait_for_leader()
+    channel = grpc.insecure_channel(cluster.nodes[leader].address)
+    try:
+        garbage = iter([b"\xff" * 64])  # no serializers: the bytes go out as they are
+        with pytest.raises(grpc.RpcError) as refused:
+            if method == "/raftkv.kv.KV/Stream":
+                list(channel.stream_stream(method)(garbage, timeout=5))
+            else:
+                channel.stream_unary(method)(garbage, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert re.search("malformed", refused.value.details() or "", re.I)
+    finally:
+        channel.close()
+    assert_still_serving(cluster, leader)
+
+
+def test_a_refusal_on_the_request_stream_leaves_it_open(cluster: Cluster):
+    leader = cluster.wait_for_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    channel = grpc.insecure_channel(cluster.nodes[follower].address)
+    try:
+        requests = [kv_pb2.StreamRequest(),  # names no operation
+                    kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"", value=b"v")),
+                    kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"never-written")),  # a follower: not the leader
+                    kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"never-written", consistency=kv_pb2.STALE))]
+        stream = channel.stream_stream("/raftkv.kv.KV/Stream", request_serializer=kv_pb2.StreamRequest.SerializeToString,
+                                       response_deserializer=kv_pb2.StreamReply.FromString)
+        nothing, empty_key, not_leader, stale = list(stream(iter(requests), timeout=5))
+    finally:
+        channel.close()
+    assert (nothing.error.kind, empty_key.error.kind) == ("INVALID_ARGUMENT", "INVALID_ARGUMENT")
+    assert "empty" in empty_key.error.message
+    assert not_leader.error.kind == "NOT_LEADER"
+    assert (not_leader.error.leader_id, not_leader.error.leader_address) == (leader, cluster.nodes[leader].address)
+    assert stale.WhichOneof("reply") == "get" and not stale.get.found

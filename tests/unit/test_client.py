@@ -1,4 +1,5 @@
-"""kv.Client against real gRPC servers on 127.0.0.1 whose KV servicer follows a script."""
+"""kv.Client against real gRPC servers on 127.0.0.1 whose KV servicer follows a script. Tests of
+put, get and delete run twice: on the client's request streams and on unary calls."""
 from __future__ import annotations
 
 import socket
@@ -20,7 +21,10 @@ from kv.errors import (
     RaftKVError,
     TimeoutError,
     UnavailableError,
+    from_rpc_error,
+    stream_error,
 )
+from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from proto import kv_pb2, kv_pb2_grpc
 
 Handler = Callable[[Any, grpc.ServicerContext], Any]
@@ -39,6 +43,36 @@ def refuse(context: grpc.ServicerContext, error: RaftKVError) -> None:
     context.abort(error.code, str(error))
 
 
+class _Aborted(grpc.RpcError):
+    """A scripted handler's abort while it answers a stream message."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._code, self._details, self._metadata = code, details, metadata
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+
+@dataclass
+class _StreamMessageContext:
+    """What a scripted handler is given for one message on KV.Stream: its abort becomes the
+    message's error reply, converted as the real server converts a refusal."""
+
+    metadata: tuple[tuple[str, str], ...] = ()
+
+    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = tuple(metadata)
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Aborted(code, details, self.metadata)
+
+
 @dataclass
 class ScriptedKV(kv_pb2_grpc.KVServicer):
     """A KV servicer whose answers are set per method by the test; it records every request.
@@ -49,6 +83,7 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
     calls: list[tuple[str, Any]] = field(default_factory=list)
     data: dict[bytes, bytes] = field(default_factory=dict)
     index: int = 0
+    streams_opened: int = 0
 
     def _run(self, method: str, request: Any, context: grpc.ServicerContext, default: Handler) -> Any:
         self.calls.append((method, request))
@@ -108,6 +143,18 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
                                          peers={self.node_id: self.index})
         return self._run("Status", request, context, status)
 
+    def Stream(self, requests, context):
+        """Each message answered by the scripted Put, Get or Delete, in order."""
+        self.streams_opened += 1
+        for request in requests:
+            kind = request.WhichOneof("request")
+            try:
+                reply = getattr(self, kind.capitalize())(getattr(request, kind), _StreamMessageContext())
+            except _Aborted as aborted:
+                yield kv_pb2.StreamReply(error=stream_error(from_rpc_error(aborted)))
+            else:
+                yield kv_pb2.StreamReply(**{kind: reply})
+
 
 @dataclass
 class Node:
@@ -134,6 +181,12 @@ def start_node() -> Iterator[Callable[..., Node]]:
         server.stop(grace=None)
 
 
+@pytest.fixture(params=[True, False], ids=["stream", "unary"])
+def streams(request) -> bool:
+    """Whether the client sends put, get and delete on request streams."""
+    return request.param
+
+
 def not_leader(leader: Node | None) -> Handler:
     def answer(request, context):
         if leader is None:
@@ -155,34 +208,34 @@ def fail_times(n: int, error: RaftKVError, then: Handler) -> Handler:
     return answer
 
 
-def test_follows_not_leader_hint_and_remembers_the_leader(start_node):
+def test_follows_not_leader_hint_and_remembers_the_leader(start_node, streams):
     leader, follower = start_node("n2"), start_node("n1")
     follower.kv.script["Put"] = not_leader(leader)
-    with Client([follower.address], timeout=2.0) as client:
+    with Client([follower.address], timeout=2.0, streams=streams) as client:
         assert client.put(b"k", b"v") == 1
         assert client.put(b"k", b"w") == 2
     assert follower.kv.count("Put") == 1  # the second write went straight to the leader
     assert leader.kv.data == {b"k": b"w"}
 
 
-def test_not_leader_without_hint_tries_the_next_endpoint(start_node):
+def test_not_leader_without_hint_tries_the_next_endpoint(start_node, streams):
     electing, leader = start_node("n1"), start_node("n2")
     electing.kv.script["Get"] = not_leader(None)
     leader.kv.data[b"k"] = b"v"
-    with Client([electing.address, leader.address], timeout=2.0) as client:
+    with Client([electing.address, leader.address], timeout=2.0, streams=streams) as client:
         assert client.get("k") == b"v"
     assert electing.kv.count("Get") == 1
 
 
-def test_skips_an_endpoint_that_is_down(start_node):
+def test_skips_an_endpoint_that_is_down(start_node, streams):
     node = start_node()
-    with Client([free_address(), node.address], timeout=2.0) as client:
+    with Client([free_address(), node.address], timeout=2.0, streams=streams) as client:
         assert client.put("a", "1") == 1
         assert client.get("a") == b"1"
 
 
-def test_server_down_gives_unavailable_after_the_timeout():
-    with Client([free_address()], timeout=0.5) as client:
+def test_server_down_gives_unavailable_after_the_timeout(streams):
+    with Client([free_address()], timeout=0.5, streams=streams) as client:
         started = time.monotonic()
         with pytest.raises(UnavailableError):
             client.put("k", "v")
@@ -190,10 +243,10 @@ def test_server_down_gives_unavailable_after_the_timeout():
     assert 0.4 <= elapsed < 1.5  # it kept retrying for (about) the whole timeout, and stopped
 
 
-def test_retries_keep_the_write_header(start_node):
+def test_retries_keep_the_write_header(start_node, streams):
     node = start_node()
     node.kv.script["Put"] = fail_times(2, UnavailableError("starting"), lambda req, ctx: kv_pb2.PutResponse(index=9))
-    with Client([node.address], timeout=2.0, client_id="me") as client:
+    with Client([node.address], timeout=2.0, client_id="me", streams=streams) as client:
         assert client.put("k", "v") == 9
         client.delete("k")
     puts = node.kv.requests("Put")
@@ -213,9 +266,9 @@ def test_follows_a_hint_for_a_write_with_the_same_header(start_node):
     assert refused.header == served.header
 
 
-def test_threads_get_separate_write_sessions(start_node):
+def test_threads_get_separate_write_sessions(start_node, streams):
     node = start_node()
-    with Client([node.address], timeout=5.0, client_id="app") as client:
+    with Client([node.address], timeout=5.0, client_id="app", streams=streams) as client:
         threads = [threading.Thread(target=lambda: [client.put("k", "v") for _ in range(20)]) for _ in range(4)]
         for t in threads:
             t.start()
@@ -231,39 +284,39 @@ def test_threads_get_separate_write_sessions(start_node):
     assert all(seqs == sorted(seqs) for seqs in by_session.values())
 
 
-def test_invalid_argument_is_not_retried(start_node):
+def test_invalid_argument_is_not_retried(start_node, streams):
     node = start_node()
     node.kv.script["Put"] = lambda req, ctx: refuse(ctx, InvalidArgumentError("key is empty"))
-    with Client([node.address], timeout=2.0) as client:
+    with Client([node.address], timeout=2.0, streams=streams) as client:
         with pytest.raises(InvalidArgumentError, match="key is empty"):
             client.put(b"", b"v")
     assert node.kv.count("Put") == 1
 
 
-def test_plain_grpc_status_maps_to_a_typed_error(start_node):
+def test_plain_grpc_status_maps_to_a_typed_error(start_node, streams):
     node = start_node()
     node.kv.script["Get"] = lambda req, ctx: ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad")
-    with Client([node.address], timeout=1.0) as client, pytest.raises(InvalidArgumentError):
+    with Client([node.address], timeout=1.0, streams=streams) as client, pytest.raises(InvalidArgumentError):
         client.get("k")
 
 
-def test_slow_server_gives_timeout(start_node):
+def test_slow_server_gives_timeout(start_node, streams):
     node = start_node()
     release = threading.Event()
     node.kv.script["Get"] = lambda req, ctx: (release.wait(5), kv_pb2.GetResponse())[1]
     try:
-        with Client([node.address], timeout=0.3) as client, pytest.raises(TimeoutError):
+        with Client([node.address], timeout=0.3, streams=streams) as client, pytest.raises(TimeoutError):
             client.get("k")
     finally:
         release.set()
 
 
-def test_after_a_timeout_later_calls_start_elsewhere(start_node):
+def test_after_a_timeout_later_calls_start_elsewhere(start_node, streams):
     hung, healthy = start_node("n1"), start_node("n2")
     release = threading.Event()
     hung.kv.script["Get"] = lambda req, ctx: (release.wait(5), kv_pb2.GetResponse())[1]
     try:
-        with Client([hung.address, healthy.address], timeout=0.3) as client:
+        with Client([hung.address, healthy.address], timeout=0.3, streams=streams) as client:
             with pytest.raises(TimeoutError):
                 client.get("k")  # the whole timeout went to the first endpoint
             assert client.get("k") is None  # served by the next one, without waiting on the first
@@ -272,9 +325,9 @@ def test_after_a_timeout_later_calls_start_elsewhere(start_node):
     assert (hung.kv.count("Get"), healthy.kv.count("Get")) == (1, 1)
 
 
-def test_str_and_bytes_are_accepted(start_node):
+def test_str_and_bytes_are_accepted(start_node, streams):
     node = start_node()
-    with Client(node.address, timeout=2.0) as client:
+    with Client(node.address, timeout=2.0, streams=streams) as client:
         client.put("ключ", "значение")
         client.put(bytearray(b"b"), memoryview(b"\x00\xff"))
         assert client.get(b"\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87") == "значение".encode()
@@ -284,9 +337,9 @@ def test_str_and_bytes_are_accepted(start_node):
     assert node.kv.requests("Put")[0].key == "ключ".encode()
 
 
-def test_get_delete_and_consistency(start_node):
+def test_get_delete_and_consistency(start_node, streams):
     node = start_node()
-    with Client(node.address, timeout=2.0) as client:
+    with Client(node.address, timeout=2.0, streams=streams) as client:
         assert client.get("missing") is None
         client.put("k", "v")
         assert client.get("k", consistency="stale") == b"v"
@@ -353,3 +406,58 @@ def test_endpoints_are_validated():
     with pytest.raises(ValueError):
         Client("localhost")
     assert Client("a:1, b:2,a:1").endpoints == ["a:1", "b:2"]
+
+
+def test_calls_share_one_request_stream(start_node):
+    node = start_node()
+    with Client(node.address, timeout=2.0) as client:
+        for i in range(5):
+            client.put(f"k{i}", "v")
+            assert client.get(f"k{i}") == b"v"
+        assert client.delete("k0") is True
+    assert node.kv.streams_opened == 1
+    assert (node.kv.count("Put"), node.kv.count("Get"), node.kv.count("Delete")) == (5, 5, 1)
+    with Client(node.address, timeout=2.0, streams=False) as client:
+        client.put("k", "v")
+    assert node.kv.streams_opened == 1  # unary only
+
+
+def test_a_reply_too_late_answers_no_later_request(start_node):
+    node = start_node()
+    release = threading.Event()
+    answers = iter([b"late", b"fresh"])
+
+    def answer(request, context):
+        value = next(answers)
+        if value == b"late":
+            release.wait(5)
+        return kv_pb2.GetResponse(found=True, value=value)
+
+    node.kv.script["Get"] = answer
+    with Client(node.address, timeout=0.3) as client:
+        with pytest.raises(TimeoutError):
+            client.get("k")
+        release.set()  # the late reply goes out now, on the stream the client gave up
+        assert client.get("k") == b"fresh"
+    assert node.kv.streams_opened == 2
+
+
+def test_stream_pool_lends_each_stream_to_one_caller(start_node):
+    node = start_node()
+    channel = grpc.insecure_channel(node.address)
+    pool = StreamPool()
+    try:
+        lent = [pool.take(node.address, channel) for _ in range(MAX_STREAMS_PER_NODE)]
+        assert None not in lent and len({id(s) for s in lent}) == MAX_STREAMS_PER_NODE
+        assert pool.take(node.address, channel) is None  # the node's quota: the caller goes unary
+        pool.give_back(lent[0])
+        assert pool.take(node.address, channel) is lent[0]
+        lent[1].broken = True
+        pool.give_back(lent[1])  # dropped, which frees its place in the quota
+        fresh = pool.take(node.address, channel)
+        assert fresh is not None and fresh not in lent
+        reply = fresh.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), timeout=2.0)
+        assert reply.get.found is False
+    finally:
+        pool.close()
+        channel.close()
