@@ -267,6 +267,33 @@ def test_read_index_waits_for_quorum_round_and_apply() -> None:
     assert len(acks) >= 1, "read served before a quorum confirmed leadership"
 
 
+def test_read_round_asks_only_a_quorum_and_outlives_a_silent_follower() -> None:
+    c = Cluster(3, seed=15, record=True)
+    lead = elected(c)
+    c.propose(lead.id, [b"w1"])
+    settle(c)
+
+    def serve(ctx: str) -> tuple[int, set[str]]:
+        """Read ctx on the leader: (ms until served, followers sent a heartbeat meanwhile)."""
+        t0, mark = c.now, len(c.net.sent)
+        assert c.read(lead.id, ctx)
+        assert c.run_until(lambda: any(r.ctx == ctx for r in c.clients.served_reads), 5 * T)
+        asked = {d.msg.dst for d in c.net.sent[mark:] if isinstance(d.msg, HeartbeatRequest) and d.msg.src == lead.id}
+        return c.now - t0, asked
+
+    took, asked = serve("q1")
+    assert len(asked) == 1 and took < SIM_CONFIG.heartbeat_interval_ms  # a majority is the leader and one follower
+    (chosen,) = asked
+    # The chosen follower goes silent: the next periodic heartbeat, sent to both, confirms the
+    # round through the other, which is then asked first.
+    c.net.block(chosen, lead.id)
+    took, asked = serve("q2")
+    assert asked == set(c.nodes) - {lead.id} and took <= 2 * SIM_CONFIG.heartbeat_interval_ms
+    took, asked = serve("q3")
+    assert asked == set(c.nodes) - {lead.id, chosen} and took < SIM_CONFIG.heartbeat_interval_ms
+    c.check_all()
+
+
 def test_deposed_leader_never_serves_read() -> None:
     c = Cluster(3, seed=16)
     old = elected(c)
