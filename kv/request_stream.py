@@ -25,8 +25,9 @@ from kv.errors import TimeoutError as KVTimeoutError
 from proto import kv_pb2
 
 METHOD = "/raftkv.kv.KV/Stream"
-# Idle streams a Client keeps per node. Each open stream holds two client threads and one
-# server task; a caller that finds none idle and this many open uses a unary call instead.
+# Streams a Client keeps per node. Each open stream holds a client thread (gRPC's, feeding it
+# requests) and a task on the node; a caller that finds none idle and this many open uses a
+# unary call instead.
 MAX_STREAMS_PER_NODE = 8
 
 _END = None  # put on the request queue: half-close the stream
