@@ -307,7 +307,7 @@ class Client:
             return self.endpoints[0]
         return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
 
-    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str | None = None) -> Any:
+    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "") -> Any:
         """Send `request` until one node serves it or the timeout runs out. The request object is
         the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
         name in a kv_pb2.StreamRequest) it goes on a request stream when one is free."""
@@ -337,7 +337,7 @@ class Client:
         )
         return retrying(attempt)
 
-    def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str | None,
+    def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
                  attempts: _Attempts) -> Any:
         target = attempts.target
         try:
@@ -350,12 +350,12 @@ class Client:
         return response
 
     def _send(self, target: str, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any,
-              stream_field: str | None, timeout: float) -> Any:
+              stream_field: str, timeout: float) -> Any:
         """One attempt at `target`: on a request stream when one is free, else a unary call."""
         channel, stub = self._connection(target)
         pool = self._streams if stream_field else None
         stream = pool.take(target, channel) if pool is not None else None
-        if pool is None or stream is None or stream_field is None:
+        if pool is None or stream is None:
             try:
                 return method(stub)(request, timeout=timeout)
             except grpc.RpcError as rpc_error:

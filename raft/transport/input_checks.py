@@ -27,12 +27,6 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse_or_mark
 
 
-class _MalformedInStream(Exception):
-    def __init__(self, marker: _Malformed) -> None:
-        super().__init__(str(marker.error))
-        self.marker = marker
-
-
 async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                         f"malformed request: the bytes do not parse as this call's message ({request.error})")
@@ -55,29 +49,26 @@ def _checked_unary_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Calla
     return call
 
 
-async def _parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _parsed(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    """A request stream that ends the call at its first malformed message (the abort raises
+    through the handler's read)."""
     async for request in requests:
         if isinstance(request, _Malformed):
-            raise _MalformedInStream(request)
+            await _refuse(request, context)
         yield request
 
 
+# grpc.aio tells the handler kinds apart by the function's type, so each needs its own wrapper.
 def _checked_stream_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        try:
-            async for item in behaviour(_parsed(requests), context):
-                yield item
-        except _MalformedInStream as e:
-            await _refuse(e.marker, context)
+        async for item in behaviour(_parsed(requests, context), context):
+            yield item
     return call
 
 
 def _checked_stream_unary(behaviour: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await behaviour(_parsed(requests), context)
-        except _MalformedInStream as e:
-            await _refuse(e.marker, context)
+        return await behaviour(_parsed(requests, context), context)
     return call
 
 

@@ -96,7 +96,8 @@ def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
     assert_still_serving(cluster, leader)
 
 
-@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.raft.RaftPeer/Stream"])
+@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.raft.RaftPeer/Stream",
+                                    "/raftkv.raft.RaftPeer/InstallSnapshot"])
 def test_garbage_on_a_stream_is_refused(cluster: Cluster, method: str):
     leader = cluster.wait_for_leader()
     channel = grpc.insecure_channel(cluster.nodes[leader].address)
