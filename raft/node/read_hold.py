@@ -4,13 +4,14 @@ commit_siblings, applied to read rounds).
 
 Why: the core already sends one round at a time, and every read that arrives while it is in
 flight rides the next. But on a loaded node each round costs one heartbeat written to and read
-from every follower (about 0.1 ms of CPU per message on this project's bench machine), and under a
-closed loop the round carries only the reads that happened to arrive during the last one: 16
-clients' gets shared a round 3.4 at a time. Holding reads for up to `delay_s` when at least
-`siblings` other reads are already waiting made the rounds bigger and their cost per read smaller
-(16 clients: about +20% gets/s, followers' CPU per get halved). A read waits at most `delay_s`
-longer; a read with fewer than `siblings` others waiting (one client, a lightly loaded node) is
-never held, so a lone reader's latency is unchanged.
+from each follower it asks (about 0.1 ms of CPU per message on this project's bench machine),
+and under a closed loop the round carries only the reads that happened to arrive during the last
+one: 16 clients' gets shared a round 3.4 at a time. Holding reads for up to `delay_s` when at
+least `siblings` other reads are already waiting made the rounds bigger and their cost per read
+smaller (16 clients: about +20% gets/s, followers' CPU per get halved; NodeConfig.read_hold_ms
+says why the default is 1 ms). A read waits at most `delay_s` longer; a read with fewer than
+`siblings` others waiting (one client, a lightly loaded node) is never held, so a lone reader's
+latency is unchanged.
 
 The hold only decides *when* a read is handed to the core. The core takes the read's commit index
 then, later than the read arrived, so the read is still linearizable: it sees at least everything
