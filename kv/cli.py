@@ -19,7 +19,15 @@ from kv.errors import RaftKVError
 from kv.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
 from raft.core.config import CoreConfig
-from raft.node.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_NODE_ID, EVENT_LOOPS, NodeConfig, parse_peers
+from raft.node.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN,
+    DEFAULT_NODE_ID,
+    EVENT_LOOPS,
+    PEER_TRANSPORTS,
+    NodeConfig,
+    parse_peers,
+)
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -110,6 +118,17 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument("--read-hold-siblings", type=_non_negative_int, default=_DEFAULT_NODE.read_hold_siblings,
                        metavar="N", help="hold a read only when at least N other reads are waiting "
                                          "(a lone reader is never held)")
+    serve.add_argument("--peer-transport", choices=PEER_TRANSPORTS, default=_DEFAULT_NODE.peer_transport,
+                       help="how Raft messages travel between members: tcp (framed on a plain TCP connection "
+                            "to each peer's --peer-port, about five times cheaper per message) or grpc (a "
+                            "gRPC stream on --listen: one port per member)")
+    serve.add_argument("--peer-port", type=_port_or_zero, default=_DEFAULT_NODE.peer_port, metavar="PORT",
+                       help="where this member takes its peers' message connections (tcp transport), on "
+                            "--listen's host; 0: any free port, which peers learn through --listen")
+    serve.add_argument("--peer-message-addresses", default="", metavar="ID=HOST:PORT,...",
+                       help="where to send each named member its messages (tcp transport) when a proxy or NAT "
+                            "stands between: the forwarded address of its --peer-port; members not named are "
+                            "reached at their --peers host and the port they tell")
     serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                        help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -272,6 +291,10 @@ def _port(text: str) -> int:
     return value
 
 
+def _port_or_zero(text: str) -> int:
+    return 0 if text.strip() == "0" else _port(text)
+
+
 # ---- serve ---------------------------------------------------------------------------------
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
@@ -288,7 +311,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                       grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
-                      read_hold_siblings=args.read_hold_siblings)
+                      read_hold_siblings=args.read_hold_siblings, peer_transport=args.peer_transport,
+                      peer_port=args.peer_port,
+                      peer_message_addresses=parse_peers(args.peer_message_addresses))
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

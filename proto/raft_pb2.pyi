@@ -215,3 +215,17 @@ class SnapshotAck(_message.Message):
     success: bool
     message: str
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class HelloRequest(_message.Message):
+    __slots__ = ("cluster_id", "from_id")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    from_id: str
+    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ...) -> None: ...
+
+class HelloReply(_message.Message):
+    __slots__ = ("message_port",)
+    MESSAGE_PORT_FIELD_NUMBER: _ClassVar[int]
+    message_port: int
+    def __init__(self, message_port: _Optional[int] = ...) -> None: ...

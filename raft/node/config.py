@@ -12,6 +12,8 @@ DEFAULT_DATA_DIR = "./raftkv-data"
 DEFAULT_NODE_ID = "n1"
 # The event loops a node process can run on (`raftkv serve --event-loop`); "auto": uvloop if installed.
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+# How a node sends Raft messages to its peers (`raftkv serve --peer-transport`).
+PEER_TRANSPORTS = ("tcp", "grpc")
 
 
 @dataclass(slots=True)
@@ -44,6 +46,17 @@ class NodeConfig:
     read_hold_siblings: int = 4
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
+    # How message batches travel to peers: "tcp" (framed protobuf on a plain TCP connection to
+    # the peer's message port, learnt by a gRPC Hello) or "grpc" (a gRPC stream per peer: one
+    # port per node, at about five times the cost per message; raft/transport/message_listener.py).
+    peer_transport: str = "tcp"
+    # Where this node takes peers' message connections, on --listen's host: 0 picks a free port
+    # (peers learn it by Hello). Set it where a firewall or proxy must know the port in advance.
+    peer_port: int = 0
+    # member id -> where this node sends it messages on the TCP transport, for members reached
+    # through a proxy or NAT that forwards their --peer-port too. Members not named here are
+    # reached at the host of their `peers` address and the port their Hello tells.
+    peer_message_addresses: dict[str, str] = field(default_factory=dict)
     # Every peer RPC carries this deadline.
     rpc_timeout_ms: int = 1000
     # LMDB map sizes: the most each environment may grow to (sparse files; cost nothing until used).
@@ -74,6 +87,17 @@ class NodeConfig:
             raise ValueError("--grpc-servers must be at least 1")
         if self.read_hold_ms < 0 or self.read_hold_siblings < 0:
             raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
+        if self.peer_transport not in PEER_TRANSPORTS:
+            raise ValueError(f"--peer-transport must be tcp or grpc, not {self.peer_transport!r}")
+        if not 0 <= self.peer_port <= 65535:
+            raise ValueError(f"--peer-port must be a port number (0 for any free one), not {self.peer_port}")
+        strangers = sorted(set(self.peer_message_addresses) - set(self.peers))
+        if strangers:
+            raise ValueError(f"--peer-message-addresses names {strangers}, which --peers does not")
+        for member, address in self.peer_message_addresses.items():
+            port = address.rpartition(":")[2]
+            if not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"--peer-message-addresses: {member}={address} does not end in a port number")
         if self.snapshot_threshold < 1:
             raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:

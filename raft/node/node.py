@@ -35,6 +35,7 @@ from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
 from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
+from raft.transport.message_listener import MessageListener
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import PeerService
 
@@ -105,6 +106,7 @@ class RaftNode:
         self._soft_changed: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._transport: PeerClient | None = None
+        self._listener: MessageListener | None = None
         # Snapshots: the newest on disk, the one being taken, streams to followers, files received.
         self._snapshots = snapshots
         self._snapshot_info: SnapshotInfo | None = snapshots.newest() if snapshots else None
@@ -113,6 +115,9 @@ class RaftNode:
         self._snapshot_wanted: dict[str, int] = {}  # peer -> term of a send asked for mid-stream
         self._received_snapshot: tuple[SnapshotMeta, Path] | None = None
         self._bytes_since_snapshot = 0
+        self._peer_service = PeerService(self.id, self.cluster_id, self.config.members, self.step,
+                                         snapshots=self if self._snapshots is not None else None,
+                                         message_port=lambda: self._listener.port if self._listener else 0)
 
     def _new_core(self) -> RaftCore:
         return RaftCore(self.id, self.config.members, self._log, self.config.core, self._rng, now_ms(),
@@ -122,14 +127,19 @@ class RaftNode:
 
     def peer_service(self) -> PeerService:
         """The RaftPeer servicer to add to this node's gRPC server."""
-        return PeerService(self.id, self.cluster_id, self.config.members, self.step,
-                           snapshots=self if self._snapshots is not None else None)
+        return self._peer_service
 
     async def start(self) -> None:
+        """Start the loops and, in a cluster on the TCP peer transport, the message listener
+        (OSError when --peer-port cannot be bound)."""
+        if self.config.peer_transport == "tcp" and len(self.config.members) > 1:
+            self._listener = MessageListener(self._peer_service.check, self.step)
+            await self._listener.start(self.config.listen.rpartition(":")[0], self.config.peer_port)
         self._wake = asyncio.Event()
         self._soft_changed = asyncio.Event()
         self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms,
-                                     on_gone=self._peer_gone)
+                                     on_gone=self._peer_gone, peer_transport=self.config.peer_transport,
+                                     message_addresses=self.config.peer_message_addresses)
         self._stopped = None
         self._tasks = [asyncio.create_task(self._tick_loop(), name=f"raft-tick-{self.id}"),
                        asyncio.create_task(self._ready_loop(), name=f"raft-ready-{self.id}")]
@@ -152,6 +162,8 @@ class RaftNode:
         self._fail_all(lambda: NodeStoppedError("node is shutting down"))
         if self._transport is not None:
             await self._transport.close()
+        if self._listener is not None:
+            await self._listener.close()
         await asyncio.to_thread(self._persist_pool.shutdown)
         await asyncio.to_thread(self._apply_pool.shutdown)
 

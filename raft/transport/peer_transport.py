@@ -1,4 +1,5 @@
-"""Server side of the peer transport: the RaftPeer gRPC servicer.
+"""Server side of the peer transport: the RaftPeer gRPC servicer (message batches by gRPC,
+snapshots, and Hello, which tells a peer the port of this node's MessageListener).
 
 Send checks who is talking before anything reaches the core: a batch from another cluster, from
 a member this node does not know, or addressed to another node is refused with FAILED_PRECONDITION
@@ -54,7 +55,11 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
     the node steps them into its core on the event loop."""
 
     def __init__(self, node_id: str, cluster_id: str, members: Collection[str],
-                 deliver: Callable[[list[Message]], None], snapshots: SnapshotSink | None = None) -> None:
+                 deliver: Callable[[list[Message]], None], snapshots: SnapshotSink | None = None,
+                 message_port: Callable[[], int] = lambda: 0) -> None:
+        """`message_port()`: where this node's MessageListener listens (0: it has none, peers
+        send on the Stream call)."""
+        self._message_port = message_port
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._members = frozenset(members)
@@ -83,6 +88,14 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
         async for batch in request_iterator:
             await self._accept(batch, context)
         return raft_pb2.SendAck()
+
+    async def Hello(self, request: raft_pb2.HelloRequest, context: grpc.aio.ServicerContext) -> raft_pb2.HelloReply:
+        try:
+            self._check_sender(request.cluster_id, request.from_id)
+        except PeerRefused as e:
+            log.warning("refused a hello from %r: %s", request.from_id, e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return raft_pb2.HelloReply(message_port=self._message_port())
 
     async def _accept(self, batch: raft_pb2.MessageBatch, context: grpc.aio.ServicerContext) -> None:
         """Deliver the batch's messages, or end the call with the reason it is refused."""

@@ -2,8 +2,9 @@
 
 It is the integration harness's `Cluster` (processes, SIGKILL / restart / SIGSTOP, status
 polling) with one difference: node i's --peers names every other member by the proxy of link
-(i, j). Members thus know each other by different addresses, so they are all given one explicit
---cluster-id (the derived one hashes the addresses)."""
+(i, j), and its --peer-message-addresses by that link's twin, which proxies the member's fixed
+--peer-port (the TCP message transport). Members thus know each other by different addresses, so
+they are all given one explicit --cluster-id (the derived one hashes the addresses)."""
 from __future__ import annotations
 
 import uuid
@@ -51,12 +52,16 @@ class FaultCluster(Cluster):
     def __post_init__(self) -> None:
         sources = [CLIENTS] if self.client_proxies else []
         # One call for the members' and the proxies' ports: separate calls could repeat a port.
-        ports = free_ports(self.size + link_count(self.size, len(sources)))
+        ports = free_ports(2 * self.size + link_count(self.size, len(sources), message_twins=True))
         targets = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports[:self.size])}
-        self.network = ProxyNetwork(targets, self.seed, ports[self.size:], sources).start()
+        message_ports = {f"n{i + 1}": port for i, port in enumerate(ports[self.size:2 * self.size])}
+        self.network = ProxyNetwork(targets, self.seed, ports[2 * self.size:], sources,
+                                    {name: f"127.0.0.1:{port}" for name, port in message_ports.items()}).start()
         cluster_id = f"faults-{uuid.uuid4().hex[:12]}"
         for name, address in targets.items():
-            args = (*self.extra_args, "--cluster-id", cluster_id)
+            message_peers = ",".join(f"{m}={a}" for m, a in self.network.message_peers_for(name).items())
+            args = (*self.extra_args, "--cluster-id", cluster_id, "--peer-port", str(message_ports[name]),
+                    "--peer-message-addresses", message_peers)
             spec = NodeSpec(name, address, self.base_dir / name, self.network.peers_for(name), args)
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
 

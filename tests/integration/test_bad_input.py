@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import re
+import socket
+import struct
 
 import grpc
 import pytest
 
 from kv.errors import InvalidArgumentError
 from proto import kv_pb2, raft_pb2
+from raft.transport.frames import frame
 from tests.integration.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -134,3 +137,96 @@ def test_a_refusal_on_the_request_stream_leaves_it_open(cluster: Cluster):
     assert not_leader.error.kind == "NOT_LEADER"
     assert (not_leader.error.leader_id, not_leader.error.leader_address) == (leader, cluster.nodes[leader].address)
     assert stale.WhichOneof("reply") == "get" and not stale.get.found
+
+
+def hello(cluster: Cluster, node_id: str, cluster_id: str, from_id: str) -> raft_pb2.HelloReply:
+    return cluster.peer_stub(node_id).Hello(raft_pb2.HelloRequest(cluster_id=cluster_id, from_id=from_id), timeout=5)
+
+
+def test_hello_tells_a_member_the_message_port_and_refuses_strangers(cluster: Cluster):
+    leader = cluster.wait_for_leader()
+    cluster_id = cluster.status(leader)["cluster_id"]
+    follower = next(n for n in cluster.nodes if n != leader)
+    grpc_port = int(cluster.nodes[leader].address.rpartition(":")[2])
+    port = hello(cluster, leader, cluster_id, follower).message_port
+    assert port != 0 and port != grpc_port  # 0 would mean "no listener: use the gRPC Stream"
+    assert hello(cluster, leader, cluster_id, follower).message_port == port  # the same listener each time
+    for expected, (wrong_cluster, from_id) in {"wrong cluster id": ("not-" + cluster_id, follower),
+                                               "unknown member id": (cluster_id, "n99")}.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            hello(cluster, leader, wrong_cluster, from_id)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert expected in (refused.value.details() or "")
+    assert_still_serving(cluster, leader)
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """recv may return part of what was sent; b"" (closed) before n bytes fails the test."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, f"connection closed after {len(data)} of {n} bytes"
+        data += chunk
+    return data
+
+
+def refusal(sock: socket.socket) -> str:
+    """The one frame a node sends back on a refused message connection: its reason. The node must
+    then close the connection (a timeout here fails the test)."""
+    (length,) = struct.unpack(">I", recv_exactly(sock, 4))
+    assert 0 < length < 64 << 10, f"a reason of {length} bytes"
+    reason = recv_exactly(sock, length).decode()
+    assert sock.recv(1) == b"", "the node kept the connection open after refusing it"
+    return reason
+
+
+def message_connection(cluster: Cluster, node_id: str, cluster_id: str, from_id: str) -> socket.socket:
+    """A TCP connection to the node's message port, found as peers find it: with Hello."""
+    port = hello(cluster, node_id, cluster_id, from_id).message_port
+    assert port != 0
+    host = cluster.nodes[node_id].address.rpartition(":")[0].strip("[]")
+    return socket.create_connection((host, port), timeout=5)
+
+
+@pytest.mark.parametrize("case", ["unparsable frame", "oversized frame header", "wrong cluster id",
+                                  "unknown member", "wrong addressee"])
+def test_bad_bytes_on_the_message_port_get_a_reason_and_a_close(cluster: Cluster, case: str):
+    leader = cluster.wait_for_leader()
+    status = cluster.status(leader)
+    cluster_id, high_term = status["cluster_id"], status["term"] + 100
+    follower, other = [n for n in cluster.nodes if n != leader]
+    sent, expected = {
+        "unparsable frame": (b"\x00\x00\x00\x10" + b"\xff" * 16, "malformed peer message"),
+        "oversized frame header": (b"\xff\xff\xff\xff", "malformed peer message"),
+        # Heartbeats from a far higher term: had any reached the core, the leader would be deposed.
+        "wrong cluster id": (frame(peer_batch("not-" + cluster_id, follower, leader, high_term).SerializeToString()),
+                             "wrong cluster id"),
+        "unknown member": (frame(peer_batch(cluster_id, "n99", leader, high_term).SerializeToString()),
+                           "unknown member id"),
+        "wrong addressee": (frame(peer_batch(cluster_id, follower, other, high_term).SerializeToString()),
+                            "check --peers addresses"),
+    }[case]
+    with message_connection(cluster, leader, cluster_id, follower) as sock:
+        sock.sendall(sent)
+        assert expected in refusal(sock)
+    after = cluster.status(leader)
+    assert after["role"] == "leader" and after["term"] == status["term"]  # nothing reached the core
+    assert_still_serving(cluster, leader)
+
+
+def test_a_message_connection_takes_good_batches_until_a_bad_one(cluster: Cluster):
+    """A refusal ends one connection only: the listener takes new ones, and a good batch (in two
+    pieces, as TCP may deliver it) leaves its connection open until bad bytes follow."""
+    leader = cluster.wait_for_leader()
+    cluster_id = cluster.status(leader)["cluster_id"]
+    follower = next(n for n in cluster.nodes if n != leader)
+    with message_connection(cluster, leader, cluster_id, follower) as sock:
+        sock.sendall(b"\xff\xff\xff\xff")
+        assert "malformed peer message" in refusal(sock)
+    good = frame(raft_pb2.MessageBatch(cluster_id=cluster_id, from_id=follower).SerializeToString())
+    with message_connection(cluster, leader, cluster_id, follower) as sock:
+        sock.sendall(good[:3])
+        sock.sendall(good[3:] + b"\x00\x00\x00\x10" + b"\xff" * 16)
+        # Had the good batch been refused, its reason would come back instead.
+        assert "malformed peer message" in refusal(sock)
+    assert_still_serving(cluster, leader)

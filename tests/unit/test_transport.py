@@ -1,5 +1,5 @@
-"""The peer transport: the codec round trip, and the RaftPeer service refusing what it must over a
-real gRPC server on 127.0.0.1."""
+"""The peer transport: the codec round trip, the RaftPeer service and the TCP message listener
+refusing what they must, and the client over both (real gRPC servers and sockets on 127.0.0.1)."""
 from __future__ import annotations
 
 import asyncio
@@ -25,6 +25,8 @@ from raft.core.messages import (
 )
 from raft.core.types import Entry, EntryType, SnapshotMeta
 from raft.transport.codec import CodecError, from_proto, to_proto
+from raft.transport.frames import FrameReader, frame
+from raft.transport.message_listener import MessageListener
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import SERVER_OPTIONS, PeerService
 
@@ -74,16 +76,29 @@ def test_snapshot_data_does_not_travel() -> None:
 # ---- the service over real gRPC ----------------------------------------------------------------
 
 class Peer:
-    """A PeerService for node n2 of cluster "c1" on a free port, collecting what it delivers."""
+    """A PeerService for node n2 of cluster "c1" on a free port, collecting what it delivers; with
+    transport "tcp" also a MessageListener, whose port its Hello tells."""
 
-    def __init__(self) -> None:
+    def __init__(self, transport: str = "grpc") -> None:
         self.delivered: list[Message] = []
         self.arrived = asyncio.Event()
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
-        raft_pb2_grpc.add_RaftPeerServicer_to_server(
-            PeerService("n2", "c1", ["n1", "n2", "n3"], self._deliver), self.server)
+        service = PeerService("n2", "c1", ["n1", "n2", "n3"], self._deliver,
+                              message_port=lambda: self.listener.port if self.listener else 0)
+        self.listener = MessageListener(service.check, self._deliver) if transport == "tcp" else None
+        raft_pb2_grpc.add_RaftPeerServicer_to_server(service, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        if self.listener is not None:
+            await self.listener.start("127.0.0.1", 0)
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop(None)
+        if self.listener is not None:
+            await self.listener.close()
 
     def _deliver(self, messages: list[Message]) -> None:
         self.delivered.extend(messages)
@@ -132,11 +147,15 @@ def test_send_refusals_and_garbage() -> None:
     _run(main())
 
 
-def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture) -> None:
+TRANSPORTS = pytest.mark.parametrize("transport", ["tcp", "grpc"])
+
+
+@TRANSPORTS
+def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture, transport: str) -> None:
     caplog.set_level(logging.INFO, logger="raft.transport.peer_client")
 
     async def main() -> None:
-        peer = Peer()
+        peer = Peer(transport)
         client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
         try:
             # Nothing listens yet: the call fails and the peer is reported unreachable, once.
@@ -144,7 +163,7 @@ def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture)
                 await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n2", term=1))
             assert client.reachable("n2") is False
             assert sum("unreachable" in r.message for r in caplog.records) == 1
-            await peer.server.start()
+            await peer.start()
             # A healed link carries traffic again after a short reconnect backoff.
             loop = asyncio.get_running_loop()
             started = loop.time()
@@ -156,9 +175,10 @@ def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture)
             assert loop.time() - started < 1.0
             assert client.reachable("n2") is True
             assert any("reachable again" in r.message for r in caplog.records)
+            assert (client._links["n2"].connection is not None) == (transport == "tcp")
         finally:
             await client.close()
-            await peer.server.stop(None)
+            await peer.stop()
 
     _run(main())
 
@@ -172,14 +192,15 @@ async def _send_and_settle(client: PeerClient, msg: Message) -> None:
     await asyncio.wait_for(link.checked.wait(), 5)
 
 
-def test_client_drops_beyond_inflight_bound() -> None:
+@TRANSPORTS
+def test_client_drops_beyond_inflight_bound(transport: str) -> None:
     async def main() -> None:
         # An address that accepts TCP but never answers HTTP/2 keeps calls in flight until their
         # deadline: a bare listening socket.
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": f"127.0.0.1:{port}"},
-                            rpc_timeout_ms=300, max_inflight=4)
+                            rpc_timeout_ms=300, max_inflight=4, peer_transport=transport)
         try:
             for _ in range(10):
                 client.send([HeartbeatRequest(src="n1", dst="n2", term=1)])
@@ -193,15 +214,17 @@ def test_client_drops_beyond_inflight_bound() -> None:
     _run(main())
 
 
-def test_no_batch_is_lost_after_an_outage() -> None:
+@TRANSPORTS
+def test_no_batch_is_lost_after_an_outage(transport: str) -> None:
     """Every failed reconnect attempt leaves gRPC's consumer of that call's request iterator
     alive; it must not take (and drop) batches meant for the stream that finally connects. The
     regression: after a peer's restart its pre-votes and votes vanished for up to 40 s, one per
     failed attempt, so a cluster of two live nodes could not elect a leader."""
 
     async def main() -> None:
-        peer = Peer()
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
+        peer = Peer(transport)
+        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500,
+                            peer_transport=transport)
         link = client._links["n2"]
         try:
             # The peer is down: the pump's reconnect attempts fail one after another.
@@ -210,7 +233,7 @@ def test_no_batch_is_lost_after_an_outage() -> None:
                 link.checked.clear()
                 await asyncio.wait_for(link.checked.wait(), 5)
             assert client.reachable("n2") is False
-            await peer.server.start()
+            await peer.start()
             while client.reachable("n2") is not True:
                 link.checked.clear()
                 await asyncio.wait_for(link.checked.wait(), 5)
@@ -220,6 +243,100 @@ def test_no_batch_is_lost_after_an_outage() -> None:
             assert [m.term for m in peer.delivered] == [7]
         finally:
             await client.close()
-            await peer.server.stop(None)
+            await peer.stop()
+
+    _run(main())
+
+
+# ---- the TCP message listener --------------------------------------------------------------------
+
+async def _exchange(port: int, data: bytes) -> tuple[list[bytes], bool]:
+    """Send raw bytes to a message port; the frames the listener sends back, and whether it then
+    closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        received = await asyncio.wait_for(reader.read(), 5)  # to EOF: the listener closes
+        return FrameReader(1 << 20).feed(received), reader.at_eof()
+    finally:
+        writer.close()
+
+
+def test_listener_refuses_garbage_and_strangers_and_serves_on() -> None:
+    async def main() -> None:
+        peer = Peer("tcp")
+        await peer.start()
+        assert peer.listener is not None
+        port = peer.listener.port
+        try:
+            cases = [(b"\x00\x00\x00\x04\xff\xff\xff\xff", "malformed peer message"),
+                     (b"\xff\xff\xff\xff", "over the limit"),
+                     (frame(_batch(cluster="other").SerializeToString()), "wrong cluster id: got 'other'"),
+                     (frame(_batch(from_id="n9").SerializeToString()), "unknown member id"),
+                     (frame(_batch(dst="n3").SerializeToString()), "reached 'n2'")]
+            for data, words in cases:
+                reasons, closed = await _exchange(port, data)
+                assert len(reasons) == 1 and words in reasons[0].decode(), (words, reasons)
+                assert closed
+            assert peer.delivered == []
+            # A good batch after all that is delivered; one with a bad batch behind it in the
+            # same write keeps the good one (batches are whole) and refuses the rest.
+            good = frame(_batch().SerializeToString())
+            reasons, closed = await _exchange(port, good + frame(_batch(cluster="other").SerializeToString()))
+            assert "wrong cluster id" in reasons[0].decode() and closed
+            assert [type(m) for m in peer.delivered] == [HeartbeatRequest]
+        finally:
+            await peer.stop()
+
+    _run(main())
+
+
+def test_client_logs_a_refusal_once_and_does_not_call_the_peer_gone(caplog: pytest.LogCaptureFixture) -> None:
+    """A node whose --peers puts n3 at n2's address: Hello passes (same cluster, known member),
+    the batches for n3 are refused by n2's listener with the reason, which the client logs once."""
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_client")
+
+    async def main() -> None:
+        peer = Peer("tcp")
+        await peer.start()
+        gone: list[str] = []
+        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n3": peer.address}, rpc_timeout_ms=500,
+                            on_gone=gone.append)
+        link = client._links["n3"]
+        try:
+            for _ in range(3):
+                await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n3", term=1))
+                while link.last_refusal is None:  # the refusal arrives after the connection opened
+                    link.checked.clear()
+                    await asyncio.wait_for(link.checked.wait(), 5)
+            refusals = [r.message for r in caplog.records if "refused our messages" in r.message]
+            assert len(refusals) == 1 and "message for 'n3' reached 'n2'" in refusals[0]
+            assert gone == [] and peer.delivered == []
+        finally:
+            await client.close()
+            await peer.stop()
+
+    _run(main())
+
+
+def test_client_calls_the_peer_gone_when_its_connection_closes() -> None:
+    """A follower learns its leader's process is gone from the closed connection and stands for
+    election sooner (W7): the TCP link must report it as the gRPC stream's UNAVAILABLE did."""
+
+    async def main() -> None:
+        peer = Peer("tcp")
+        await peer.start()
+        gone = asyncio.Event()
+        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500,
+                            on_gone=lambda p: gone.set())
+        try:
+            client.send([HeartbeatRequest(src="n1", dst="n2", term=1)])
+            await asyncio.wait_for(peer.arrived.wait(), 5)
+            assert not gone.is_set()
+            await peer.stop()  # closes the listener's connections
+            await asyncio.wait_for(gone.wait(), 5)
+            assert client.reachable("n2") is False
+        finally:
+            await client.close()
 
     _run(main())
