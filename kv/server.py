@@ -86,8 +86,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
             fsm.close()
         log_store.close()
         raise
-    log.info("node %s serving on %s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
-             node.cluster_id, ",".join(config.members), config.data_dir)
+    messages = f", peer messages on port {node.message_port}" if node.message_port else ""
+    log.info("node %s serving on %s%s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
+             messages, node.cluster_id, ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports)
 
 

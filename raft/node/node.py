@@ -117,13 +117,18 @@ class RaftNode:
         self._bytes_since_snapshot = 0
         self._peer_service = PeerService(self.id, self.cluster_id, self.config.members, self.step,
                                          snapshots=self if self._snapshots is not None else None,
-                                         message_port=lambda: self._listener.port if self._listener else 0)
+                                         message_port=lambda: self.message_port)
 
     def _new_core(self) -> RaftCore:
         return RaftCore(self.id, self.config.members, self._log, self.config.core, self._rng, now_ms(),
                         applied_index=self._applied)
 
     # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def message_port(self) -> int:
+        """Where this node takes peers' message connections (0: none, on the gRPC transport or alone)."""
+        return self._listener.port if self._listener is not None else 0
 
     def peer_service(self) -> PeerService:
         """The RaftPeer servicer to add to this node's gRPC server."""

@@ -66,12 +66,21 @@ class MessageListener:
         """Listen on host:port (port 0: any free port); return the port bound. OSError (with the
         address) when it cannot be bound."""
         loop = asyncio.get_running_loop()
+        bind_host = host.strip("[]") or None
         try:
-            self._server = await loop.create_server(lambda: _Inbound(self), host.strip("[]") or None, port)
+            server = await loop.create_server(lambda: _Inbound(self), bind_host, port)
+            chosen = server.sockets[0].getsockname()[1]
+            if any(s.getsockname()[1] != chosen for s in server.sockets):
+                # A name like "localhost" gave a socket per address family, each with a port of
+                # its own; Hello tells one port, so every family must listen on it.
+                server.close()
+                await server.wait_closed()
+                server = await loop.create_server(lambda: _Inbound(self), bind_host, chosen)
         except OSError as e:
             raise OSError(e.errno, f"cannot listen for peer messages on {host}:{port}: {e.strerror}") from e
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
+        self._server = server
+        self.port = chosen
+        return chosen
 
     async def close(self) -> None:
         if self._server is None:

@@ -340,3 +340,19 @@ def test_client_calls_the_peer_gone_when_its_connection_closes() -> None:
             await client.close()
 
     _run(main())
+
+
+def test_listener_takes_one_port_on_every_address_it_binds() -> None:
+    """An empty host binds IPv4 and IPv6 (where the machine has both), a socket each; `Hello`
+    tells a single port, so both must listen on it."""
+
+    async def main() -> None:
+        listener = MessageListener(lambda batch: [], lambda messages: None)
+        port = await listener.start("", 0)
+        try:
+            assert listener._server is not None
+            assert {s.getsockname()[1] for s in listener._server.sockets} == {port}
+        finally:
+            await listener.close()
+
+    _run(main())
