@@ -41,6 +41,7 @@ class RunningServer:
     fsm: ReplaceableStateMachine
     servers: ServerGroup
     exports: ExportHandler
+    kv_service: KVServicer
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -49,6 +50,7 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
+        await self.kv_service.end_streams()
         await self.servers.stop(grace)
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
@@ -73,10 +75,11 @@ async def start_server(config: NodeConfig) -> RunningServer:
         node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots,
                         cluster_id=cluster_id)
         handler = KVHandler(node, fsm)
+        kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.grpc_servers, [
             (raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service()),
-            (kv_pb2_grpc.add_KVServicer_to_server, KVServicer(handler)),
+            (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
         ])
         await node.start()
@@ -89,7 +92,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     messages = f", peer messages on port {node.message_port}" if node.message_port else ""
     log.info("node %s serving on %s%s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
              messages, node.cluster_id, ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, servers, exports)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
 
 
 def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:

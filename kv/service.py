@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -180,6 +180,9 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     def __init__(self, handler: KVHandler) -> None:
         self._handler = handler
+        # Stream calls waiting for their next request, by handler task.
+        self._idle_streams: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
+        self._ending = False
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
         return await serve_call(self._handler.put(request, context.time_remaining()), context)
@@ -202,9 +205,33 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def Stream(self, requests: AsyncIterator[kv_pb2.StreamRequest],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.StreamReply]:
         """Put, Get and Delete on one long-lived stream, one at a time: each request's reply (or
-        refusal) before the next request is read."""
-        async for request in requests:
+        refusal) before the next request is read. `end_streams` ends it between requests."""
+        task = asyncio.current_task()
+        assert task is not None
+        while not self._ending:
+            self._idle_streams[task] = context
+            try:
+                request = await anext(requests)
+            except StopAsyncIteration:
+                return
+            finally:
+                self._idle_streams.pop(task, None)
             yield await self._stream_reply(request)
+
+    async def end_streams(self) -> None:
+        """On shutdown: end every stream now waiting for its next request with UNAVAILABLE (its
+        client retries elsewhere, as after any stop), and each other one once its request is
+        answered. Left open, they would hold the server's stop for its whole grace period."""
+        self._ending = True
+        for task, context in list(self._idle_streams.items()):
+            try:
+                # Sends the status from this task; the handler's pending read then ends.
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
+            except grpc.aio.AbortError:
+                pass  # abort's way of saying it sent the status
+            except Exception:  # noqa: BLE001 - the client closed the stream meanwhile: no one to tell
+                pass
+            task.cancel()
 
     async def _stream_reply(self, request: kv_pb2.StreamRequest) -> kv_pb2.StreamReply:
         timeout = request.timeout_ms / 1000 if request.timeout_ms else None

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kv import embedded, errors
+from kv import Client, embedded, errors
 from proto import kv_pb2, kv_pb2_grpc
 from raft.core.config import CoreConfig
 
@@ -93,3 +93,23 @@ def test_second_node_on_a_taken_port_refuses_to_start(tmp_path: Path) -> None:
             open_node(tmp_path / "b", port)
         db.put(b"still", b"serving")
         assert db.get(b"still") == b"serving"
+
+
+def test_stop_does_not_wait_for_idle_client_streams(tmp_path: Path) -> None:
+    """A kv.Client keeps its request streams open between calls. Stopping the node must end them
+    rather than wait out the shutdown grace (here 60 s; the wait allows 20 s, which only a stop
+    that waits for the streams can exceed); a client still gets a clear error afterwards."""
+    port = free_port()
+    db = open_node(tmp_path, port)
+    client = Client([db.address], timeout=5)
+    try:
+        db.put(b"k", b"v")  # elected
+        for _ in range(3):
+            assert client.get(b"k") == b"v"
+        assert client._streams is not None and client._streams._idle[db.address]  # one open, idle
+        db._submit(db._running.stop(grace=60)).result(20)
+        with pytest.raises(errors.UnavailableError):
+            client.get(b"k")
+    finally:
+        client.close()
+        db.close()
