@@ -81,6 +81,8 @@ class RaftCore:
         self._role = Role.FOLLOWER
         self._leader: str | None = None
         self._leader_contact = _NEVER
+        # The _leader_contact whose silence peer_unreachable has already acted on.
+        self._gone_reported_for: int | None = None
         self._commit = applied_index
         self._applied = applied_index
         self._apply_handed = applied_index  # committed entries handed to the driver up to here
@@ -188,9 +190,16 @@ class RaftCore:
         leader's last message: it stands (pre-vote) as soon as a pre-vote can succeed, when no
         follower can have heard from the leader for T, plus up to T/4 of jitter so two followers
         seldom stand together (two at once split the vote and wait another [T, 2T)). Only a timer
-        moves, so a wrong report costs nothing: the leader's next message resets it."""
+        moves, so a wrong report costs nothing: the leader's next message resets it.
+
+        The transport reports again on every failed reconnect (every 50 ms). Only the first
+        report of a silence draws the jitter: keeping the earliest of twenty draws left both
+        followers standing within a few ms of T, and one election in four split."""
         if self._role != Role.FOLLOWER or peer != self._leader:
             return
+        if self._gone_reported_for == self._leader_contact:
+            return
+        self._gone_reported_for = self._leader_contact
         t = self.config.election_timeout_ms
         soon = self._leader_contact + t + self._rng.randrange(max(1, t // 4))
         self._election_deadline = min(self._election_deadline, soon)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from raft.core import (
-    CoreConfig, Entry, HardState, InstallSnapshotRequest, MemoryLogStore, NotLeaderError, PushCode,
+    CoreConfig, Entry, HardState, HeartbeatRequest, InstallSnapshotRequest, MemoryLogStore, NotLeaderError, PushCode,
     PushRequest, PushResponse, PushType, RaftCore, Role, SnapshotMeta, VoteRequest,
 )
 from raft.core.dispatcher import Dispatcher, DispatchState
@@ -283,3 +283,30 @@ def test_follower_refuses_a_truncate_claiming_no_entry_below_the_leaders_commit(
     h, log = handler_for([1, 1, 2, 2])
     [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=0, commit_index=4), now=0, commit_index=1)
     assert r.code == PushCode.REFUSED and log.last_index() == 4
+
+
+def _pre_vote_time(reports: int) -> int:
+    """When a follower that last heard its leader at 1000 ms, and is then told `reports` times
+    that the leader's connection failed, stands for election (virtual ms)."""
+    core = RaftCore("f", ["f", "L", "o"], store_with([1]), CoreConfig(), random.Random(7), now=0)
+    core.tick(1000)
+    core.step(HeartbeatRequest("L", "f", 1, commit_index=0, seq=1))
+    core.advance(core.ready())
+    for _ in range(reports):
+        core.peer_unreachable("L")
+    for now in range(1001, 5000):
+        core.tick(now)
+        if core.role is Role.PRE_CANDIDATE:
+            return now
+    raise AssertionError("the follower never stood")
+
+
+def test_repeated_reports_of_a_gone_leader_draw_the_jitter_once() -> None:
+    """The transport reports a gone leader on every failed reconnect (every 50 ms). Each report
+    used to draw the jitter again and keep the earliest deadline, so after twenty reports both
+    followers stood within a few ms of T and split the vote (W7: one kill in four took a second
+    election). Only the first report of a silence moves the timer."""
+    once = _pre_vote_time(1)
+    t = CoreConfig().election_timeout_ms
+    assert 1000 + t <= once < 1000 + t + t // 4
+    assert _pre_vote_time(20) == once
