@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from raft.transport.address import split_address
 from raft.transport.input_checks import add_servicer
 from raft.transport.peer_transport import SERVER_OPTIONS
 
@@ -47,7 +48,7 @@ class ServerGroup:
         OSError with the address when the port is taken or cannot be bound."""
         if count < 1:
             raise ValueError(f"a node needs at least one gRPC server, not {count}")
-        host, port = split_listen(listen)
+        host, port = split_address(listen)
         if port != 0:
             refuse_taken_port(listen, host, port)
         servers: list[grpc.aio.Server] = []
@@ -66,14 +67,6 @@ class ServerGroup:
 
     async def stop(self, grace: float | None) -> None:
         await asyncio.gather(*(server.stop(grace) for server in self.servers))
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """"host:port" or "[v6]:port" -> (host as written, port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bad listen address {listen!r}: expected host:port")
-    return host, int(port)
 
 
 def refuse_taken_port(listen: str, host: str, port: int) -> None:

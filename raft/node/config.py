@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raft.core.config import CoreConfig
+from raft.transport.address import split_address
 
 DEFAULT_LISTEN = "127.0.0.1:7001"
 DEFAULT_DATA_DIR = "./raftkv-data"
@@ -95,9 +96,10 @@ class NodeConfig:
         if strangers:
             raise ValueError(f"--peer-message-addresses names {strangers}, which --peers does not")
         for member, address in self.peer_message_addresses.items():
-            port = address.rpartition(":")[2]
-            if not port.isdigit() or not 0 < int(port) <= 65535:
-                raise ValueError(f"--peer-message-addresses: {member}={address} does not end in a port number")
+            try:
+                split_address(address)
+            except ValueError as e:
+                raise ValueError(f"--peer-message-addresses: {member}: {e}") from None
         if self.snapshot_threshold < 1:
             raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:

@@ -35,6 +35,7 @@ from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
 from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
+from raft.transport.address import split_address
 from raft.transport.message_listener import MessageListener
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import PeerService
@@ -139,7 +140,7 @@ class RaftNode:
         (OSError when --peer-port cannot be bound)."""
         if self.config.peer_transport == "tcp" and len(self.config.members) > 1:
             self._listener = MessageListener(self._peer_service.check, self.step)
-            await self._listener.start(self.config.listen.rpartition(":")[0], self.config.peer_port)
+            await self._listener.start(split_address(self.config.listen)[0], self.config.peer_port)
         self._wake = asyncio.Event()
         self._soft_changed = asyncio.Event()
         self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms,

@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from proto import raft_pb2
 from raft.core.messages import Message
+from raft.transport.address import socket_host
 from raft.transport.codec import CodecError
 from raft.transport.frames import FrameError, FrameReader, frame
 from raft.transport.peer_transport import MAX_MESSAGE_BYTES, PeerRefused
@@ -58,15 +59,15 @@ class MessageListener:
         self._check = check
         self._deliver = deliver
         self._max_frame_bytes = max_frame_bytes
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Inbound] = set()
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (port 0: any free port); return the port bound. OSError (with the
-        address) when it cannot be bound."""
+        """Listen on host (as written: "[::1]", "" for every interface) and port (0: any free
+        port); return the port bound. OSError (with the address) when it cannot be bound."""
         loop = asyncio.get_running_loop()
-        bind_host = host.strip("[]") or None
+        bind_host = socket_host(host)
         try:
             server = await loop.create_server(lambda: _Inbound(self), bind_host, port)
             chosen = server.sockets[0].getsockname()[1]

@@ -27,10 +27,11 @@ import grpc
 from proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
+from raft.transport.address import socket_host, split_address
 from raft.transport.codec import meta_to_proto, to_proto
 from raft.transport.frames import FrameError, FrameReader, frame
 from raft.transport.message_listener import configure_peer_socket
-from raft.transport.peer_transport import MAX_MESSAGE_BYTES
+from raft.transport.peer_transport import MAX_MESSAGE_BYTES, PeerRefused
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class PeerClient:
                 self._failed(link, e)
             except asyncio.TimeoutError:
                 self._unreachable(link, "no answer within the call deadline")
-            except PeerRefusedLink as e:
+            except PeerRefused as e:  # the peer closed our message connection and said why
                 self._refused(link, str(e))
             except OSError as e:  # refused, reset, or closed by a peer that gave no reason
                 if self._on_gone is not None:
@@ -192,13 +193,12 @@ class PeerClient:
         loop = asyncio.get_running_loop()
         connection = _Outbound(loop)
         if link.message_address is not None:
-            host, _, port_text = link.message_address.rpartition(":")
-            port = int(port_text)  # NodeConfig checked it is a port number
+            host, port = split_address(link.message_address)
         else:
-            host = link.address.rpartition(":")[0]
-        host = host.strip("[]")
+            host = split_address(link.address)[0]
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: connection, host, port), self._timeout_s)
+            await asyncio.wait_for(loop.create_connection(lambda: connection, socket_host(host), port),
+                                   self._timeout_s)
             self._reachable(link)
             while link.queue:
                 sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
@@ -210,7 +210,7 @@ class PeerClient:
             link.connection = None
             connection.abort()
         if connection.refusal is not None:
-            raise PeerRefusedLink(connection.refusal)
+            raise PeerRefused(connection.refusal)
         raise ConnectionResetError(f"connection closed: {connection.closed.result() or 'by the peer'}")
 
     def _frame(self, sends: Sequence[Sequence[Message]]) -> bytes:
@@ -322,10 +322,6 @@ class PeerClient:
         for link in self._links.values():
             await link.channel.close()
         await asyncio.sleep(0)  # let the cancelled streams' request generators finish on this loop
-
-
-class PeerRefusedLink(Exception):
-    """The peer closed our message connection and said why (a frame with the reason)."""
 
 
 class _Outbound(asyncio.Protocol):

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kv import Client
-from kv.server_group import ServerGroup, refuse_taken_port, split_listen
+from kv.server_group import ServerGroup, refuse_taken_port
+from raft.transport.address import split_address as split_listen
 from tests.unit.test_embedded import free_port, open_node
 
 _LISTEN, _ESTABLISHED = "0A", "01"
