@@ -18,7 +18,7 @@ from kv.replaceable_state import ReplaceableStateMachine
 from kv.server_group import ServerGroup
 from kv.service import KVHandler, KVServicer
 from proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
-from raft.log import LmdbLogStore
+from raft.log import DiskLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
@@ -37,7 +37,7 @@ class RunningServer:
     config: NodeConfig
     node: RaftNode
     handler: KVHandler
-    log_store: LmdbLogStore
+    log_store: DiskLogStore
     fsm: ReplaceableStateMachine
     servers: ServerGroup
     exports: ExportHandler
@@ -62,7 +62,7 @@ class RunningServer:
 async def start_server(config: NodeConfig) -> RunningServer:
     """Open the stores under config.data_dir, start the node and serve on config.listen."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    log_store = LmdbLogStore(config.data_dir / "log", map_size=config.log_map_size, fsync=config.fsync)
+    log_store = open_log_store(config.data_dir, config.log_store, max_bytes=config.log_map_size, fsync=config.fsync)
     fsm: ReplaceableStateMachine | None = None
     try:
         state_dir = config.data_dir / "state"
@@ -95,7 +95,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
 
 
-def reconcile_state_and_log(log_store: LmdbLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
+def reconcile_state_and_log(log_store: DiskLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
     """Bring the state machine and the log back into agreement after a crash at a bad moment.
 
     - The state (which skips fsync) may be behind the log's compaction point after an OS crash:

@@ -23,7 +23,7 @@ the state machine:
 Either way the state directory is complete: the old state or the whole snapshot. Note for the
 driver: the log is reset to the snapshot only after the swap, so after a crash the state may be
 ahead of the log; on start, if the state's applied (index, term) is past the log's end or not in
-it, call LmdbLogStore.reset_to_snapshot(applied index, applied term) before replaying.
+it, call the log store's reset_to_snapshot(applied index, applied term) before replaying.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from raft.core.types import HardState
-from raft.log import LmdbLogStore
+from raft.log import open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from snapshot.durable import fsync_path
 from snapshot.errors import RestoreRefusedError, SnapshotCorruptError
@@ -34,7 +34,6 @@ from snapshot.manifest import SnapshotManifest
 from snapshot.state_payload import count_keys
 
 STATE_DIR = "state"
-LOG_DIR = "log"
 
 
 def new_cluster_id() -> str:
@@ -55,7 +54,7 @@ def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[s
     new_id = cluster_id or new_cluster_id()
     try:
         manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
-        _create_log(data_dir / LOG_DIR, manifest)
+        _create_log(data_dir, manifest)
         resolve_cluster_id(data_dir, new_id, peers)
         fsync_path(data_dir)
     except BaseException:
@@ -96,8 +95,9 @@ def _require_empty(data_dir: Path) -> None:
             "(move the old one aside first: restoring over a node's data would mix two clusters)")
 
 
-def _create_log(path: Path, manifest: SnapshotManifest) -> None:
-    with LmdbLogStore(path) as log:
+def _create_log(data_dir: Path, manifest: SnapshotManifest) -> None:
+    """The restored member's log (of the default kind), beginning after the snapshot."""
+    with open_log_store(data_dir) as log:
         # currentTerm must be at least the last log term, which is now the snapshot's term.
         log.save(HardState(term=manifest.term), None, [])
         log.reset_to_snapshot(manifest.index, manifest.term)

@@ -1,4 +1,4 @@
-"""Errors of the on-disk log store. Each message tells an operator what happened and what to do."""
+"""Errors of the on-disk log stores. Each message tells an operator what happened and what to do."""
 from __future__ import annotations
 
 
@@ -25,7 +25,8 @@ class LogCorruptionError(LogStoreError):
 
 
 class LogFullError(LogStoreError):
-    """The LMDB map or the disk is full. Nothing of the failed write was applied; reads still work."""
+    """The log reached its size limit (the LMDB map, or NodeConfig.log_map_size for the write-ahead
+    log) or the disk is full. Nothing of the failed write was applied; reads still work."""
 
     def __init__(self, path: str, detail: str) -> None:
         self.path = path
@@ -35,4 +36,20 @@ class LogFullError(LogStoreError):
             f"stored. Reads still work, and compacting the log after a snapshot frees pages. If it "
             f"persists, free disk space or restart the node with a larger log map size "
             f"(NodeConfig.log_map_size)."
+        )
+
+
+class LogWriteError(LogStoreError):
+    """The disk failed a write or a sync for a reason other than space (an I/O error). What the
+    failed write left on disk is unknown, so the store refuses every later call; a restart
+    replays the log up to its last complete record."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"raft log at {path} could not be written ({detail}). This node stops using it: what "
+            f"reached the disk is unknown. Check the disk (dmesg, free space, the file system), "
+            f"then restart the node; it replays its log up to the last complete record and the "
+            f"leader sends it anything missing."
         )

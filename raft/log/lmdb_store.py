@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence, TypeVar
 
@@ -24,6 +24,7 @@ import lmdb
 
 from raft.core.types import ENTRY_OVERHEAD, Entry, HardState
 from raft.log.errors import LogCorruptionError, LogFullError
+from raft.log.log_view import LogView
 from raft.log.records import (
     ENTRY_HEADER_SIZE,
     RecordError,
@@ -56,17 +57,6 @@ _LMDB_CORRUPTION: tuple[type[Exception], ...] = tuple(
 _MIN_FREEING_HEADROOM = 1 << 20
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """What the hot-path reads answer from; replaced whole, never mutated."""
-
-    hard_state: HardState
-    before_index: int
-    before_term: int
-    last_index: int
-    runs: TermRuns
 
 
 class LmdbLogStore:
@@ -118,30 +108,13 @@ class LmdbLogStore:
         return self._live().last_index
 
     def term(self, index: int) -> int | None:
-        view = self._live()
-        if index == view.before_index:
-            return view.before_term
-        if view.before_index < index <= view.last_index:
-            return view.runs.term_at(index)
-        return None
+        return self._live().term(index)
 
     def first_index_of_term(self, term: int) -> int | None:
-        view = self._live()
-        if (
-            term == view.before_term
-            and view.before_index > 0
-            and (not view.runs.terms or view.runs.terms[0] >= term)
-        ):
-            # The run may have started inside the snapshot; the boundary is the first we know.
-            return view.before_index
-        return view.runs.first_index(term)
+        return self._live().first_index_of_term(term)
 
     def last_index_of_term(self, term: int) -> int | None:
-        view = self._live()
-        found = view.runs.last_index(term, view.last_index)
-        if found is None and term == view.before_term and view.before_index > 0:
-            return view.before_index
-        return found
+        return self._live().last_index_of_term(term)
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         view = self._live()
@@ -275,7 +248,7 @@ class LmdbLogStore:
 
         self._commit(write)
 
-    def _load(self) -> _View:
+    def _load(self) -> LogView:
         with self._reading() as txn:
             version = self._meta(txn, _FORMAT_KEY, decode_u64)
             if version != _FORMAT_VERSION:
@@ -284,7 +257,7 @@ class LmdbLogStore:
             before_index, before_term = self._meta(txn, _BOUNDARY_KEY, decode_boundary)
             runs = self._load_runs(txn)
             last_index = self._check_entries(txn, before_index, runs)
-        return _View(hard_state, before_index, before_term, last_index, runs)
+        return LogView(hard_state, before_index, before_term, last_index, runs)
 
     def _meta(self, txn: lmdb.Transaction, key: bytes, decode: Callable[[bytes], T]) -> T:
         value = txn.get(key, db=self._meta_db)
@@ -335,7 +308,7 @@ class LmdbLogStore:
 
     # --- helpers ---
 
-    def _live(self) -> _View:
+    def _live(self) -> LogView:
         """The current view, unless the store was found corrupt: then nothing may be served."""
         if self._corruption is not None:
             c = self._corruption
@@ -369,7 +342,7 @@ class LmdbLogStore:
             raise IndexError(f"entry {lo} is compacted (log begins after {before_index})")
         raise self._corrupt("entry missing from the middle of the log", lo)
 
-    def _compact_to(self, view: _View, index: int, term: int) -> None:
+    def _compact_to(self, view: LogView, index: int, term: int) -> None:
         runs = view.runs.compacted(index, view.last_index)
 
         def write(txn: lmdb.Transaction) -> None:

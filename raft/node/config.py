@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raft.core.config import CoreConfig
+from raft.log.opening import LOG_STORES
 from raft.transport.address import split_address
 
 DEFAULT_LISTEN = "127.0.0.1:7001"
@@ -60,7 +61,13 @@ class NodeConfig:
     peer_message_addresses: dict[str, str] = field(default_factory=dict)
     # Every peer RPC carries this deadline.
     rpc_timeout_ms: int = 1000
-    # LMDB map sizes: the most each environment may grow to (sparse files; cost nothing until used).
+    # Which log store (`raftkv serve --log-store`): "wal", the write-ahead log in DATA_DIR/wal (one
+    # fdatasync per write into preallocated segments); "lmdb", the LMDB log store of earlier
+    # versions in DATA_DIR/log; "auto" (the default), whichever the data directory holds, "wal"
+    # for a new one (raft/log/opening.py).
+    log_store: str = "auto"
+    # The most space the log may take on disk (for LMDB its map size: a sparse file that costs
+    # nothing until used) and the state's LMDB map size.
     log_map_size: int = 8 << 30
     state_map_size: int = 8 << 30
     # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
@@ -88,6 +95,8 @@ class NodeConfig:
             raise ValueError("--grpc-servers must be at least 1")
         if self.read_hold_ms < 0 or self.read_hold_siblings < 0:
             raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
+        if self.log_store not in LOG_STORES:
+            raise ValueError(f"--log-store must be one of {', '.join(LOG_STORES)}, not {self.log_store!r}")
         if self.peer_transport not in PEER_TRANSPORTS:
             raise ValueError(f"--peer-transport must be tcp or grpc, not {self.peer_transport!r}")
         if not 0 <= self.peer_port <= 65535:

@@ -1,6 +1,8 @@
-"""One conformance suite for every LogStore (the in-memory one the simulator uses and the LMDB one
-nodes run on), then what only the LMDB store promises: durability across reopen, checksums,
-a full map, and opening a large log quickly."""
+"""One conformance suite for every LogStore (the in-memory one the simulator uses, the write-ahead
+log nodes run on by default, the same reopened after every write so that each test also checks
+its replay, and the LMDB one), then what only the LMDB store promises: durability across reopen,
+checksums, a full map, and opening a large log quickly. The write-ahead log's own promises are in
+test_wal_store.py."""
 from __future__ import annotations
 
 import threading
@@ -13,7 +15,7 @@ import pytest
 
 from raft.core.log_store import LogStore, MemoryLogStore
 from raft.core.types import Entry, EntryType, HardState
-from raft.log import LmdbLogStore, LogCorruptionError, LogFullError
+from raft.log import LmdbLogStore, LogCorruptionError, LogFullError, WalLogStore
 from raft.log.lmdb_store import VERIFY_TAIL_ENTRIES
 from raft.log.records import index_key
 
@@ -27,14 +29,51 @@ def run(first: int, terms: list[int], payload_size: int | None = None) -> list[E
     ]
 
 
-@pytest.fixture(params=["memory", "lmdb"])
+class ReopeningWal:
+    """A WalLogStore with small segments, closed and opened again after every write: whatever a
+    test then reads comes from the replay of what is on disk."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._store = self._open()
+
+    def _open(self) -> WalLogStore:
+        return WalLogStore(self._path, segment_bytes=64 << 10, fsync=False)
+
+    def _reopen(self) -> None:
+        self._store.close()
+        self._store = self._open()
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self._store, name)
+        if name not in ("save", "compact", "reset_to_snapshot"):
+            return attribute
+
+        def write_then_reopen(*args: object) -> None:
+            try:
+                attribute(*args)
+            finally:
+                self._reopen()
+        return write_then_reopen
+
+    def close(self) -> None:
+        self._store.close()
+
+
+@pytest.fixture(params=["memory", "wal", "wal-reopened", "lmdb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogStore]:
     if request.param == "memory":
         yield MemoryLogStore()
         return
-    lmdb_store = LmdbLogStore(tmp_path / "log")
-    yield lmdb_store
-    lmdb_store.close()
+    disk_store: WalLogStore | LmdbLogStore | ReopeningWal
+    if request.param == "wal":
+        disk_store = WalLogStore(tmp_path / "wal")
+    elif request.param == "wal-reopened":
+        disk_store = ReopeningWal(tmp_path / "wal")
+    else:
+        disk_store = LmdbLogStore(tmp_path / "log")
+    yield disk_store  # type: ignore[misc]
+    disk_store.close()
 
 
 # --- conformance: every LogStore ---
