@@ -19,7 +19,7 @@ from kv.errors import RaftKVError
 from kv.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
 from raft.core.config import CoreConfig
-from raft.log import LOG_STORES
+from raft.log import LOG_STORES, LogStoreError
 from raft.node.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -460,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.run
     try:
         return run(args, args.command_parser)
-    except (RaftKVError, SnapshotError, ValueError, TypeError, OSError) as error:
+    except (RaftKVError, SnapshotError, LogStoreError, ValueError, TypeError, OSError) as error:
         print(f"raftkv {args.command}: error: {_describe(error)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

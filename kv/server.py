@@ -1,4 +1,4 @@
-"""A raftkv node as a process: the LMDB log and state, the Raft driver, and its gRPC services (peer,
+"""A raftkv node as a process: the log (raft/log) and the LMDB state, the Raft driver, and its gRPC services (peer,
 client, export) on one listen address, served by a group of grpc.aio servers (kv/server_group.py).
 
     serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)

@@ -18,6 +18,7 @@ LOG_STORES = ("auto", "wal", "lmdb")
 LOG_DIRS = {"wal": "wal", "lmdb": "log"}
 
 DiskLogStore = WalLogStore | LmdbLogStore
+_NAMES = {"wal": "a write-ahead log", "lmdb": "an LMDB log"}
 
 
 class LogStoreMismatchError(LogStoreError):
@@ -37,9 +38,9 @@ def log_store_kind(data_dir: Path, wanted: str = "auto") -> str:
         return present[0] if present else "wal"
     if present and present[0] != wanted:
         raise LogStoreMismatchError(
-            f"{data_dir} holds a {present[0]} log ({LOG_DIRS[present[0]]}/), not the {wanted} log asked "
-            f"for; start the node with --log-store {present[0]} (or auto), or restore the member into "
-            f"a new data directory from a snapshot.")
+            f"{data_dir} holds {_NAMES[present[0]]} ({LOG_DIRS[present[0]]}/), but --log-store {wanted} asks "
+            f"for {_NAMES[wanted]}; start the node with --log-store {present[0]} (or auto), or start the member "
+            f"in a new, empty data directory to have the leader send it its data.")
     return wanted
 
 

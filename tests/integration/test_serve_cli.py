@@ -1,6 +1,7 @@
 """`raftkv serve` with (almost) no flags: a single-node store in ./raftkv-data. The defaults
 themselves (127.0.0.1:7001) are checked through the parser in tests/unit/test_cli.py; here the
-one flag given is --listen on a free port, so the test never collides with a real 7001."""
+one flag given is --listen on a free port, so the test never collides with a real 7001. Then
+`raftkv serve --log-store wal` on a data directory holding an LMDB log: refused at start."""
 from __future__ import annotations
 
 import signal
@@ -12,6 +13,8 @@ import pytest
 
 from kv import Client
 from kv.cluster_up import child_env
+from raft.core.types import Entry, EntryType, HardState
+from raft.log import LmdbLogStore
 from tests.integration.cluster import free_ports, wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,3 +60,34 @@ def test_serve_without_flags_is_a_single_node_store_in_the_cwd(tmp_path: Path):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`raftkv serve --log-store wal` on a data directory an earlier version left with an LMDB log.
+    It must refuse to start: if it started anyway it would serve on --listen until the timeout."""
+    data_dir = tmp_path / "data"
+    with LmdbLogStore(data_dir / "log", map_size=64 << 20) as store:
+        store.save(HardState(1, "n1"), None, [Entry(1, 1, EntryType.NOOP)])
+    (port,) = free_ports(1)
+    try:
+        result = subprocess.run([sys.executable, "-m", "kv", "serve", "--listen", f"127.0.0.1:{port}",
+                                 "--data-dir", str(data_dir), "--log-store", "wal"],
+                                cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=30)
+    except subprocess.TimeoutExpired as hung:  # subprocess.run has killed it
+        raise AssertionError(f"serve did not exit; its stderr:\n{hung.stderr}") from None
+    assert sorted(p.name for p in data_dir.iterdir()) == ["log"]  # nothing created next to the LMDB log
+    return result
+
+
+def test_serve_asking_for_wal_on_an_lmdb_log_exits_with_the_mismatch(tmp_path: Path):
+    result = serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path)
+    assert result.returncode != 0, result.stderr
+    assert "an LMDB log (log/), but --log-store wal asks for a write-ahead log" in result.stderr
+    assert "--log-store lmdb" in result.stderr
+
+
+def test_serve_reports_the_log_store_mismatch_as_one_error_line(tmp_path: Path):
+    result = serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "raftkv serve: error: " in result.stderr and "--log-store lmdb" in result.stderr
+    assert result.returncode == 1  # kv.cli.EXIT_FAILED, as for its other errors

@@ -1,4 +1,5 @@
-"""The asyncio driver with the real core, real LMDB stores and real gRPC on 127.0.0.1: a single
+"""The asyncio driver with the real core, real stores (the log store the node ships with by default,
+the write-ahead log; LMDB for the state) and real gRPC on 127.0.0.1: a single
 node electing itself and applying proposals, read barriers, refusals (queue full, disk full), and
 three nodes in one process replicating."""
 from __future__ import annotations
@@ -14,7 +15,9 @@ import pytest
 
 from proto import kv_pb2
 from raft.core.config import CoreConfig
-from raft.log import LmdbLogStore
+from raft.core.types import HardState
+from raft.log import WalLogStore, open_log_store
+from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, segment_body
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
@@ -43,12 +46,14 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
 
 
 class Single:
-    """A single RaftNode on real LMDB stores, without a gRPC server (it has no peers)."""
+    """A single RaftNode on real stores (the default log store, LMDB state), without a gRPC server
+    (it has no peers)."""
 
     def __init__(self, data_dir: Path, **config: Any) -> None:
         self.config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{free_port()}", data_dir=data_dir, core=FAST,
                                  tick_interval_ms=5, **config)
-        self.log = LmdbLogStore(data_dir / "log", map_size=config.get("log_map_size", 64 << 20))
+        # The shipped default: auto, a write-ahead log in DATA_DIR/wal for a new directory.
+        self.log = open_log_store(data_dir, max_bytes=config.get("log_map_size", 64 << 20))
         self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
         self.node = RaftNode(self.config, self.log, self.fsm)
 
@@ -144,14 +149,38 @@ def test_queue_full_refuses_beyond_the_bound(tmp_path: Path) -> None:
     run(main)
 
 
+def full_segment_value(key: bytes, max_bytes: int, node_id: str = "n1") -> bytes:
+    """A value whose put under `key` makes an ENTRY record of exactly half a segment's room after
+    its SEGMENT record, for a WalLogStore of `max_bytes` (segments of max(64 KiB, max_bytes // 8)):
+    two such entries fill a segment to its last byte. Without that a segment keeps up to an entry's
+    worth of room when the log can take no new segment, and the NOOP a re-elected leader appends
+    fits there: the log would accept writes again a moment after refusing one."""
+    segment = max(64 << 10, max_bytes // 8)
+    header = HEADER_SIZE + len(segment_body(SegmentStart(1, 1, 0, 0, HardState(1, node_id))))
+    assert (segment - header) % 2 == 0
+    record = (segment - header) // 2
+    assert 2 * record <= segment  # a new segment is max(segment, 2 x what did not fit): stays `segment`
+    for size in range(record, 0, -1):
+        value = b"x" * size
+        if HEADER_SIZE + ENTRY_FIELDS_SIZE + len(put_cmd(key, value)) == record:
+            return value
+    raise AssertionError(f"no value makes a record of {record} bytes")
+
+
 def test_full_log_refuses_writes_and_keeps_serving_reads(tmp_path: Path) -> None:
     async def main() -> None:
-        single = Single(tmp_path, log_map_size=1 << 20)
+        max_bytes = 1 << 20
+        single = Single(tmp_path, log_map_size=max_bytes)
+        assert isinstance(single.log, WalLogStore)  # the shipped default, sized by log_map_size
+        big = full_segment_value(b"big000", max_bytes)  # keys of one length: every record the same size
         async with single as node:
             await node.propose(put_cmd(b"kept", b"yes"))
             with pytest.raises(DiskFullError):
-                for i in range(200):  # 200 x 64 KiB cannot fit a 1 MiB map
-                    await node.propose(put_cmd(b"big%d" % i, b"x" * (64 << 10)))
+                for i in range(200):  # 200 x 64 KiB cannot fit a 1 MiB log
+                    await node.propose(put_cmd(b"big%03d" % i, big))
+            # Full to the byte: every segment the cap allows, the last without room for even a NOOP,
+            # so the node stays refusing (on LMDB, a full map does the same).
+            assert single.log.size_bytes() == max_bytes
             with pytest.raises(DiskFullError):
                 await node.propose(put_cmd(b"more", b"1"))
             assert await node.read_barrier("stale") >= 1
