@@ -112,8 +112,10 @@ class Segment:
         return os.pread(self.fd, length, offset)
 
     def cut_tail(self, fsync: bool) -> None:
-        """Make everything from `end` on read as zeros again (after a torn write), keeping the
-        allocation, so no stale byte past the end can ever be mistaken for a record."""
+        """Make everything from `end` on read as zeros again, keeping the allocation. Done to the
+        last segment on every open: a torn write may have left any of its pages past the end
+        (a lost page ends the replay cleanly when it held a record's start), and a later write
+        must never find one of them following its records."""
         os.ftruncate(self.fd, self.end)
         os.posix_fallocate(self.fd, 0, self.size)
         if fsync:
@@ -152,9 +154,16 @@ class SegmentScan:
 
     Iterate for (offset, body) pairs (bodies are copies: the file is mapped only while read). When iteration stops, `end` is where the valid records end
     and `damage` says why a record there was refused (None at a clean end: a zero length or the
-    end of the file). `torn` tells a torn write (part of the record reads as zeros, or it runs
-    off the file: a crash cut the last write short) from damage to data that had been written
-    whole."""
+    end of the file). `torn` tells a torn write from damage to data that had been written whole.
+
+    What a torn write looks like: a crash kept some pages of the last write from the disk, and
+    those read as zeros (the file is preallocated, and everything past the log's end is zeroed on
+    open). A damaged record whose header reached the disk but some later part did not therefore
+    holds a sector, starting inside the record, that reads as zeros from its start to its end (or
+    the end of the file): it was zeros before the write and the write never reached it. Record
+    contents rarely give that (it takes 512 aligned zero bytes of payload at the tail of the log),
+    where a trailing zero byte or two, or a flipped length, are common: those are damage. A
+    length running past the file is damage too, since no write ever goes past it."""
 
     def __init__(self, fd: int, seq: int) -> None:
         self._fd = fd
@@ -191,20 +200,20 @@ class SegmentScan:
             if problem is not None:
                 self.end, self.tail_crc = offset, prev
                 self.damage = f"{problem} at offset {offset}"
-                self.torn = stop > size or length > MAX_RECORD_BYTES or _has_zero_sector(buf, offset, min(stop, size))
+                self.torn = stop <= size and _has_lost_sector(buf, offset, stop, size)
                 return
             yield offset, body
             prev, offset = crc, stop
         self.end, self.tail_crc = offset, prev
 
 
-def _has_zero_sector(buf: mmap.mmap, start: int, stop: int) -> bool:
-    """Whether some 512-byte sector overlapping [start, stop) reads all zeros there: the mark of a
-    page that a crash kept from reaching the disk."""
-    sector = start - start % _SECTOR
+def _has_lost_sector(buf: mmap.mmap, start: int, stop: int, size: int) -> bool:
+    """Whether a 512-byte sector beginning inside the record [start, stop) reads all zeros, up to
+    its end or the file's: a sector the record's write never brought to the disk."""
+    sector = start - start % _SECTOR + _SECTOR
     while sector < stop:
-        lo, hi = max(sector, start), min(sector + _SECTOR, stop)
-        if buf[lo:hi] == bytes(hi - lo):
+        end = min(sector + _SECTOR, size)
+        if buf[sector:end] == bytes(end - sector):
             return True
         sector += _SECTOR
     return False

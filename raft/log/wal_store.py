@@ -14,8 +14,9 @@ reading old records while a save is syncing; the in-memory state changes only af
 short lock.
 
 - A torn write (a crash mid-write) leaves a last record that fails its checksum with part of it
-  still zeros: the replay ends the log there and zeroes the rest of the segment. A bad record
-  anywhere else is corruption, and the store refuses to open.
+  still zeros (wal_segment.SegmentScan says exactly what counts): the replay ends the log there.
+  A bad record anywhere else is corruption, and the store refuses to open. Past the replayed
+  end the last segment is zeroed on every open, so no page of a torn write survives there.
 - Segments fill up to `segment_bytes` (64 MiB); then a new one starts with a SEGMENT record that
   carries the log's state, so segments wholly below a compaction point can be deleted.
 - Recently written entries stay in memory (up to `cache_bytes`): the leader sends and applies
@@ -200,7 +201,7 @@ class WalLogStore:
 
     def _compact_to(self, view: LogView, index: int, term: int) -> None:
         """(write lock held)"""
-        self._write([boundary_body(index, term)])
+        self._write([boundary_body(index, term)], frees_space=True)
         with self._state_lock:
             self._locations.drop_through(index)
             self._uncache_through(index)
@@ -252,17 +253,19 @@ class WalLogStore:
 
     # --- writing ---
 
-    def _write(self, bodies: list[bytes]) -> tuple[Segment, list[int]]:
+    def _write(self, bodies: list[bytes], *, frees_space: bool = False) -> tuple[Segment, list[int]]:
         """Append records for bodies to the current segment (starting a new one if they do not
         fit) and sync: return the segment and each record's offset. A full disk raises
-        LogFullError with nothing changed; any other failure breaks the store (LogWriteError)."""
+        LogFullError with nothing changed; any other failure breaks the store (LogWriteError).
+        A write that frees_space (a compaction) may start a segment past max_bytes, or a full
+        log could never shrink."""
         size = sum(HEADER_SIZE + len(b) for b in bodies)
         segment = self._current()
         if size > segment.room():
             view = self._view
             start = SegmentStart(segment.seq + 1, view.last_index + 1, view.before_index, view.before_term,
                                  view.hard_state)
-            segment = self._new_segment(start, max(self._segment_bytes, 2 * size), check_limit=True)
+            segment = self._new_segment(start, max(self._segment_bytes, 2 * size), check_limit=not frees_space)
         records: list[bytes] = []
         starts: list[int] = []
         position, crc = 0, segment.tail_crc
@@ -441,17 +444,18 @@ class _Replay:
             except (RecordError, ValueError) as e:
                 raise self._corrupt(f"{segment.path.name} offset {offset}: {e}") from None
         if scan.damage is not None:
-            if not (last and scan.torn):
+            if not (last and scan.torn and started):
                 raise self._corrupt(f"{segment.path.name}: {scan.damage}")
             # A crash cut the last write short; that write was never acknowledged.
             log.warning("raft log %s: the last write in %s was torn (%s); the log ends before it",
                         self._path, segment.path.name, scan.damage)
         segment.end, segment.tail_crc = scan.end, scan.tail_crc
         if not started:
-            if not last:
+            if not last or scan.damage is not None:
                 raise self._corrupt(f"{segment.path.name} does not begin with its SEGMENT record")
-            return False  # torn at birth (possible only without fsync): it never held a record
-        if scan.damage is not None:
+            # All zeros: created without fsync and lost in a crash. It never held a record.
+            return False
+        if last:
             segment.cut_tail(fsync)
         return True
 
