@@ -139,10 +139,9 @@ def test_a_lone_read_is_not_held_and_held_reads_fail_when_the_node_stops(tmp_pat
 def test_queue_full_refuses_beyond_the_bound(tmp_path: Path) -> None:
     async def main() -> None:
         async with Single(tmp_path, max_pending_requests=1) as node:
-            first = asyncio.ensure_future(node.propose(put_cmd(b"a", b"1")))
-            await asyncio.sleep(0)  # let it register (no await inside before it does)
-            with pytest.raises(QueueFullError):
-                await node.propose(put_cmd(b"b", b"2"))
+            first = node.propose(put_cmd(b"a", b"1"))  # registered at once: propose is no coroutine
+            with pytest.raises(QueueFullError):  # refused at once, while the first still waits
+                node.propose(put_cmd(b"b", b"2"))
             assert (await first).ok
             assert (await node.propose(put_cmd(b"c", b"3"))).ok  # room again
 
