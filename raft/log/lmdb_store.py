@@ -24,7 +24,7 @@ import lmdb
 
 from raft.core.types import ENTRY_OVERHEAD, Entry, HardState
 from raft.log.errors import LogCorruptionError, LogFullError
-from raft.log.log_view import LogView
+from raft.log.log_view import LogView, ViewReads
 from raft.log.records import (
     ENTRY_HEADER_SIZE,
     RecordError,
@@ -59,7 +59,7 @@ _MIN_FREEING_HEADROOM = 1 << 20
 T = TypeVar("T")
 
 
-class LmdbLogStore:
+class LmdbLogStore(ViewReads):
     """A LogStore on LMDB. With fsync=True (the default, and the only safe setting) every write
     method returns only once its transaction is on disk; fsync=False is for benchmarks."""
 
@@ -95,26 +95,8 @@ class LmdbLogStore:
             self._env.close()
             raise
 
-    # --- LogStore reads ---
-
-    def hard_state(self) -> HardState:
-        return self._live().hard_state
-
-    def before_begin(self) -> tuple[int, int]:
-        view = self._live()
-        return view.before_index, view.before_term
-
-    def last_index(self) -> int:
-        return self._live().last_index
-
-    def term(self, index: int) -> int | None:
-        return self._live().term(index)
-
-    def first_index_of_term(self, term: int) -> int | None:
-        return self._live().first_index_of_term(term)
-
-    def last_index_of_term(self, term: int) -> int | None:
-        return self._live().last_index_of_term(term)
+    # --- LogStore reads (hard_state, before_begin, last_index, term, first/last_index_of_term:
+    # ViewReads) ---
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         view = self._live()
@@ -151,18 +133,7 @@ class LmdbLogStore:
         durable on return. Invalid input raises ValueError before anything is written."""
         with self._write_lock:
             view = self._live()
-            end, runs = view.last_index, view.runs
-            if truncate_from is not None:
-                if truncate_from <= view.before_index:
-                    raise ValueError(f"cannot truncate at {truncate_from}: compacted through {view.before_index}")
-                if truncate_from > end:
-                    truncate_from = None  # nothing there to drop
-                else:
-                    end, runs = truncate_from - 1, runs.truncated(truncate_from)
-            for offset, e in enumerate(entries):
-                if e.index != end + 1 + offset:
-                    raise ValueError(f"entry {e.index} does not follow the log's end {end + offset}")
-            runs = runs.extended(entries)
+            truncate_from, end, runs = view.plan_save(truncate_from, entries)
             records = [(index_key(e.index), encode_entry(e)) for e in entries]
 
             def write(txn: lmdb.Transaction) -> None:

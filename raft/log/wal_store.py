@@ -36,7 +36,7 @@ from typing import Sequence
 from raft.core.types import ENTRY_OVERHEAD, Entry, HardState
 from raft.log.entry_locations import EntryLocations
 from raft.log.errors import LogCorruptionError, LogFullError, LogWriteError
-from raft.log.log_view import LogView
+from raft.log.log_view import LogView, ViewReads
 from raft.log.term_runs import TermRuns
 from raft.log.wal_records import (
     ENTRY_FIELDS_SIZE,
@@ -76,7 +76,7 @@ DEFAULT_CACHE_BYTES = 16 << 20
 _MIN_SEGMENT_BYTES = 64 << 10
 
 
-class WalLogStore:
+class WalLogStore(ViewReads):
     """A LogStore on a write-ahead log. With fsync=True (the default, and the only safe setting)
     every write method returns only once its records are on disk; fsync=False is for benchmarks."""
 
@@ -105,26 +105,8 @@ class WalLogStore:
             self._close_segments()
             raise
 
-    # --- LogStore reads ---
-
-    def hard_state(self) -> HardState:
-        return self._live().hard_state
-
-    def before_begin(self) -> tuple[int, int]:
-        view = self._live()
-        return view.before_index, view.before_term
-
-    def last_index(self) -> int:
-        return self._live().last_index
-
-    def term(self, index: int) -> int | None:
-        return self._live().term(index)
-
-    def first_index_of_term(self, term: int) -> int | None:
-        return self._live().first_index_of_term(term)
-
-    def last_index_of_term(self, term: int) -> int | None:
-        return self._live().last_index_of_term(term)
+    # --- LogStore reads (hard_state, before_begin, last_index, term, first/last_index_of_term:
+    # ViewReads) ---
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         taken: list[Entry] = []
@@ -155,18 +137,7 @@ class WalLogStore:
         sync, durable on return. Invalid input raises ValueError before anything is written."""
         with self._write_lock:
             view = self._live()
-            end, runs = view.last_index, view.runs
-            if truncate_from is not None:
-                if truncate_from <= view.before_index:
-                    raise ValueError(f"cannot truncate at {truncate_from}: compacted through {view.before_index}")
-                if truncate_from > end:
-                    truncate_from = None  # nothing there to drop
-                else:
-                    end, runs = truncate_from - 1, runs.truncated(truncate_from)
-            for k, e in enumerate(entries):
-                if e.index != end + 1 + k:
-                    raise ValueError(f"entry {e.index} does not follow the log's end {end + k}")
-            runs = runs.extended(entries)
+            truncate_from, end, runs = view.plan_save(truncate_from, entries)
             bodies: list[bytes] = []
             if hard_state is not None:
                 bodies.append(state_body(hard_state))

@@ -94,35 +94,36 @@ def test_an_existing_lmdb_log_opens_as_lmdb_and_keeps_its_entries(tmp_path: Path
     assert subdirs(tmp_path) == {"log"}  # no write-ahead log started next to it
 
 
-def test_asking_for_wal_where_an_lmdb_log_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    make_lmdb_log(tmp_path)
-    for attempt in (lambda: log_store_kind(tmp_path, "wal"),
-                    lambda: open_log_store(tmp_path, "wal", max_bytes=SMALL)):
+# What each kind looks like on disk: how to make one, its directory, and how a message names it.
+KINDS = {
+    "lmdb": (make_lmdb_log, "an LMDB log (log/)"),
+    "wal": (make_wal_log, "a write-ahead log (wal/)"),
+}
+
+
+def read_back(data_dir: Path, kind: str) -> list[Entry]:
+    """The first entry of the log of `kind` in data_dir, opened as that kind."""
+    with open_log_store(data_dir, kind, max_bytes=SMALL) as store:
+        return store.entries(1, 2)
+
+
+@pytest.mark.parametrize("present, asked", [("lmdb", "wal"), ("wal", "lmdb")])
+def test_asking_for_the_kind_that_is_not_there_is_refused_with_what_to_do(
+        tmp_path: Path, present: str, asked: str) -> None:
+    make, named = KINDS[present]
+    make(tmp_path)
+    before = read_back(tmp_path, present)
+    for attempt in (lambda: log_store_kind(tmp_path, asked),
+                    lambda: open_log_store(tmp_path, asked, max_bytes=SMALL)):
         with pytest.raises(LogStoreMismatchError) as refused:
             attempt()
         message = str(refused.value)
         assert str(tmp_path) in message
-        assert "an LMDB log (log/)" in message  # the kind present, and where
-        assert "--log-store lmdb" in message  # the flag that opens it
+        assert named in message  # the kind present, and where
+        assert f"--log-store {present}" in message  # the flag that opens it
     assert isinstance(refused.value, LogStoreError)
-    assert subdirs(tmp_path) == {"log"}  # refused before anything was created
-    with LmdbLogStore(tmp_path / "log", map_size=SMALL) as store:  # and the LMDB log is untouched
-        assert store.entries(1, 6) == entries(1, [1, 1, 2, 3, 3])
-
-
-def test_asking_for_lmdb_where_a_write_ahead_log_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    make_wal_log(tmp_path)
-    for attempt in (lambda: log_store_kind(tmp_path, "lmdb"),
-                    lambda: open_log_store(tmp_path, "lmdb", max_bytes=SMALL)):
-        with pytest.raises(LogStoreMismatchError) as refused:
-            attempt()
-        message = str(refused.value)
-        assert str(tmp_path) in message
-        assert "a write-ahead log (wal/)" in message
-        assert "--log-store wal" in message
-    assert subdirs(tmp_path) == {"wal"}
-    with open_log_store(tmp_path, max_bytes=SMALL) as store:
-        assert isinstance(store, WalLogStore) and store.entries(1, 2) == entries(1, [1])
+    assert subdirs(tmp_path) == {"log" if present == "lmdb" else "wal"}  # refused before anything was created
+    assert read_back(tmp_path, present) == before == entries(1, [1])  # and the log is untouched
 
 
 def test_a_data_dir_holding_both_logs_is_refused_whatever_is_asked(tmp_path: Path) -> None:
