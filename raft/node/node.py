@@ -53,6 +53,13 @@ INLINE_APPLY_ENTRIES = 4
 INLINE_APPLY_BYTES = 16 << 10
 
 
+def _needs_driver(rd: Ready) -> bool:
+    """Whether a Ready writes the disk, applies, installs or streams a snapshot, or changes the
+    role: work for the driver's loop, not for a call handling a message or a read."""
+    return bool(rd.must_persist() or rd.snapshot is not None or rd.committed_entries or rd.snapshot_sends
+                or rd.soft_state is not None)
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -103,6 +110,8 @@ class RaftNode:
         self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-log-{self.id}")
         self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-apply-{self.id}")
         self._wake: asyncio.Event | None = None
+        self._driving = False  # the driver is inside a Ready (between ready() and advance())
+        self._taken: Ready | None = None  # a Ready _ready_soon took but left to the driver
         # Set (and replaced by a fresh one) on every new SoftState: a broadcast to waiters.
         self._soft_changed: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -184,7 +193,9 @@ class RaftNode:
                 self._core.step(m)
             except Exception:  # a message the core chokes on must not take the node down
                 log.exception("core refused message %r", m)
-        self._poke()
+        # A follower answers a heartbeat at once; a leader serves its reads at once only when no
+        # other read waits: with many, the driver's turn lets the next round gather more reads.
+        self._ready_soon(at_once=self._core.role is not Role.LEADER or len(self._reads) <= 1)
 
     def propose(self, payload: bytes) -> asyncio.Future[Any]:
         """Replicate one command; the future resolves to the state machine's result for it once
@@ -229,7 +240,7 @@ class RaftNode:
         # always does one or the other); _serve_read and _fail_read skip futures that are done.
         self._reads[ctx] = future
         if not held:  # a held read wakes the driver when the hold ends (_release_reads)
-            self._poke()
+            self._ready_soon(at_once=len(self._reads) == 1)  # a lone reader's round leaves at once
         return future
 
     def _release_reads(self) -> None:
@@ -288,6 +299,24 @@ class RaftNode:
         if self._wake is not None:
             self._wake.set()
 
+    def _ready_soon(self, *, at_once: bool) -> None:
+        """Have the core's next Ready handled. With `at_once`, while the driver is idle, a Ready
+        that only sends messages and serves or fails reads is handled right here, inside the call
+        that made it: a heartbeat's answer or a lone reader's round then leaves without waiting
+        for the driver's next loop turn (one client's linearizable gets: README). Anything else
+        is handed to the driver."""
+        if at_once and not self._driving and self._taken is None and self._core.has_ready():
+            rd = self._core.ready()
+            if not _needs_driver(rd):
+                try:
+                    self._send(rd)
+                    self._finish(rd)
+                except Exception as e:  # as in the driver: stop rather than serve wrong data
+                    self._stop_on_error(e)
+                return
+            self._taken = rd
+        self._poke()
+
     # ---- the loops ---------------------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
@@ -303,14 +332,22 @@ class RaftNode:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._core.has_ready():
-                    await self._handle(self._core.ready())
+                self._driving = True
+                try:
+                    while self._taken is not None or self._core.has_ready():
+                        rd, self._taken = self._taken or self._core.ready(), None
+                        await self._handle(rd)
+                finally:
+                    self._driving = False
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a broken store (corruption): stop serving rather than serve wrong data
-            log.exception("node %s stopped: %s", self.id, e)
-            self._stopped = f"node stopped on an error: {e}"
-            self._fail_all(lambda: NodeStoppedError(self._stopped or "stopped"))
+            self._stop_on_error(e)
+
+    def _stop_on_error(self, e: Exception) -> None:
+        log.exception("node %s stopped: %s", self.id, e)
+        self._stopped = f"node stopped on an error: {e}"
+        self._fail_all(lambda: NodeStoppedError(self._stopped or "stopped"))
 
     async def _handle(self, rd: Ready) -> None:
         """One Ready, in ready.py's order. Returns without advancing only when the core was
@@ -355,6 +392,22 @@ class RaftNode:
             return
         for send in rd.snapshot_sends:
             self._start_snapshot_stream(send.peer, send.term)
+        self._finish(rd)
+        if self._applied != applied_before:
+            self._core.applied_to(self._applied)
+            self._note_caught_up()
+            self._maybe_snapshot()
+
+    def _send(self, rd: Ready) -> None:
+        """(a Ready that needs no disk write: both lists go out together)"""
+        assert self._transport is not None
+        if rd.leader_messages:
+            self._transport.send(rd.leader_messages)
+        if rd.messages:
+            self._transport.send(rd.messages)
+
+    def _finish(self, rd: Ready) -> None:
+        """The end of every Ready: serve and fail reads, fail dropped proposals, advance."""
         for rs in rd.reads:
             self._serve_read(rs.ctx, rs.index)
         for fr in rd.failed_reads:
@@ -362,10 +415,6 @@ class RaftNode:
         for dp in rd.failed_proposals:
             self._fail_dropped(dp)
         self._core.advance(rd)
-        if self._applied != applied_before:
-            self._core.applied_to(self._applied)
-            self._note_caught_up()
-            self._maybe_snapshot()
 
     # ---- apply -------------------------------------------------------------------------------
 
