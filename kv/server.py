@@ -1,5 +1,6 @@
-"""A raftkv node as a process: the log (raft/log) and the LMDB state, the Raft driver, and its gRPC services (peer,
-client, export) on one listen address, served by a group of grpc.aio servers (kv/server_group.py).
+"""A raftkv node as a process: the log (raft/log) and the LMDB state, the Raft driver, and its gRPC
+services (peer, client, export) on one listen address, served by a group of grpc.aio servers
+(kv/server_group.py).
 
     serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)
     running = await start_server(config)  # on a running loop; `await running.stop()` when done

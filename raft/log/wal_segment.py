@@ -152,9 +152,10 @@ def _write_all(fd: int, data: bytes, at: int) -> None:
 class SegmentScan:
     """Reads a segment's records in order, checking each one's crc and the chain.
 
-    Iterate for (offset, body) pairs (bodies are copies: the file is mapped only while read). When iteration stops, `end` is where the valid records end
-    and `damage` says why a record there was refused (None at a clean end: a zero length or the
-    end of the file). `torn` tells a torn write from damage to data that had been written whole.
+    Iterate for (offset, body) pairs (bodies are copies: the file is mapped only while read).
+    When iteration stops, `end` is where the valid records end and `damage` says why a record
+    there was refused (None at a clean end: a zero length or the end of the file). `torn` tells
+    a torn write from damage to data that had been written whole.
 
     What a torn write looks like: a crash kept some pages of the last write from the disk, and
     those read as zeros (the file is preallocated, and everything past the log's end is zeroed on

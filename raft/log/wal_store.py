@@ -27,7 +27,6 @@ short lock.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import replace
 from pathlib import Path
