@@ -177,7 +177,7 @@ class SegmentScan:
     def records(self) -> Iterator[tuple[int, bytes]]:
         size = os.fstat(self._fd).st_size
         if size == 0:
-            self.damage, self.torn = "the file is empty", True
+            self.damage = "the file is empty"
             return
         with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as buf:
             yield from self._walk(buf, size)

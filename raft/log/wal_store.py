@@ -19,8 +19,8 @@ short lock.
   end the last segment is zeroed on every open, so no page of a torn write survives there.
 - Segments fill up to `segment_bytes` (64 MiB); then a new one starts with a SEGMENT record that
   carries the log's state, so segments wholly below a compaction point can be deleted.
-- Recently written entries stay in memory (up to `cache_bytes`): the leader sends and applies
-  those right after writing them. Older ones are read back with pread and checked.
+- Recently written entries stay in memory (entry_cache.py, up to `cache_bytes`): the leader sends
+  and applies those right after writing them. Older ones are read back with pread and checked.
 - The log's size is capped by `max_bytes` (NodeConfig.log_map_size): a save that needs a new
   segment beyond it raises LogFullError, as a full disk does.
 """
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from raft.core.types import ENTRY_OVERHEAD, Entry, HardState
+from raft.log.entry_cache import EntryCache
 from raft.log.entry_locations import EntryLocations
 from raft.log.errors import LogCorruptionError, LogFullError, LogWriteError
 from raft.log.log_view import LogView, ViewReads
@@ -86,15 +87,13 @@ class WalLogStore(ViewReads):
         # Several segments must fit under the cap, or a small cap would be one segment's worth.
         self._segment_bytes = max(_MIN_SEGMENT_BYTES, min(segment_bytes, max_bytes // 8))
         self._fsync = fsync
-        self._cache_bytes = cache_bytes
-        self._write_lock = threading.Lock()  # one writer at a time (the node's persist thread)
+        # One writer at a time: the leader's event loop or a follower's log thread, and the log
+        # thread's compactions and snapshot resets.
+        self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()  # the index, cache and segment list, for readers
         self._segments: dict[int, Segment] = {}  # by sequence number, oldest first
         self._locations = EntryLocations()
-        # Recent entries, a suffix of the log: _cache[k].index == _cache_first + k.
-        self._cache: list[Entry] = []
-        self._cache_first = 1
-        self._cache_size = 0
+        self._cache = EntryCache(cache_bytes)
         self._failure: Exception | None = None
         self._closed = False
         self._view = LogView(HardState(), 0, 0, 0, TermRuns())
@@ -116,7 +115,7 @@ class WalLogStore(ViewReads):
             hi = min(hi, view.last_index + 1)
             size = 0
             for index in range(lo, hi):
-                entry = self._cached(index)
+                entry = self._cache.get(index)
                 if entry is None:
                     seq, offset, length = self._locations.locate(index)
                     payload_size = length - HEADER_SIZE - ENTRY_FIELDS_SIZE
@@ -150,10 +149,10 @@ class WalLogStore(ViewReads):
             with self._state_lock:
                 if truncate_from is not None:
                     self._locations.truncate_from(truncate_from)
-                    self._uncache_from(truncate_from)
+                    self._cache.drop_from(truncate_from)
                 for e, offset, body in zip(entries, offsets[first_entry:], bodies[first_entry:]):
                     self._locations.append(e.index, segment.seq, offset, HEADER_SIZE + len(body))
-                self._cache_entries(entries)
+                self._cache.add(entries)
                 self._view = replace(
                     view, hard_state=hard_state if hard_state is not None else view.hard_state,
                     last_index=end + len(entries), runs=runs,
@@ -174,7 +173,7 @@ class WalLogStore(ViewReads):
         self._write([boundary_body(index, term)], frees_space=True)
         with self._state_lock:
             self._locations.drop_through(index)
-            self._uncache_through(index)
+            self._cache.drop_through(index)
             self._view = replace(view, before_index=index, before_term=term,
                                  last_index=max(view.last_index, index),
                                  runs=view.runs.compacted(index, view.last_index))
@@ -194,7 +193,7 @@ class WalLogStore(ViewReads):
             segment = self._new_segment(start, self._segment_bytes, check_limit=False)
             with self._state_lock:
                 self._locations.reset(index + 1)
-                self._uncache_from(self._cache_first)
+                self._cache.clear()
                 self._view = replace(view, before_index=index, before_term=term, last_index=index, runs=TermRuns())
                 self._delete_segments_before(segment.seq)
 
@@ -288,42 +287,6 @@ class WalLogStore(ViewReads):
     def _current(self) -> Segment:
         return next(reversed(self._segments.values()))
 
-    # --- the cache of recent entries ---
-
-    def _cached(self, index: int) -> Entry | None:
-        k = index - self._cache_first
-        return self._cache[k] if 0 <= k < len(self._cache) else None
-
-    def _cache_entries(self, entries: Sequence[Entry]) -> None:
-        if not entries:
-            return
-        if not self._cache or self._cache_first + len(self._cache) != entries[0].index:
-            self._cache, self._cache_first, self._cache_size = [], entries[0].index, 0
-        self._cache.extend(entries)
-        self._cache_size += sum(e.size() for e in entries)
-        if self._cache_size > self._cache_bytes:
-            # Trim to three quarters, so the list's front is cut once per many saves.
-            drop, freed = 0, 0
-            while drop < len(self._cache) - 1 and self._cache_size - freed > self._cache_bytes * 3 // 4:
-                freed += self._cache[drop].size()
-                drop += 1
-            del self._cache[:drop]
-            self._cache_first += drop
-            self._cache_size -= freed
-
-    def _uncache_from(self, index: int) -> None:
-        k = max(index - self._cache_first, 0)
-        if k < len(self._cache):
-            self._cache_size -= sum(e.size() for e in self._cache[k:])
-            del self._cache[k:]
-
-    def _uncache_through(self, index: int) -> None:
-        k = min(index - self._cache_first + 1, len(self._cache))
-        if k > 0:
-            self._cache_size -= sum(e.size() for e in self._cache[:k])
-            del self._cache[:k]
-            self._cache_first += k
-
     def _read_entry(self, index: int, seq: int, offset: int, length: int) -> Entry:
         segment = self._segments[seq]
         try:
@@ -407,9 +370,12 @@ class _Replay:
             try:
                 kind = record_kind(body)
                 if not started:
-                    if kind != RecordKind.SEGMENT or decode_segment(body).seq != segment.seq:
+                    start = decode_segment(body) if kind == RecordKind.SEGMENT else None
+                    if start is None or start.seq != segment.seq:
                         raise RecordError("the file does not begin with its SEGMENT record")
+                    self._segment_start(start)
                     started = True
+                    continue
                 self._record(kind, body, segment.seq, offset)
             except (RecordError, ValueError) as e:
                 raise self._corrupt(f"{segment.path.name} offset {offset}: {e}") from None
@@ -421,9 +387,9 @@ class _Replay:
                         self._path, segment.path.name, scan.damage)
         segment.end, segment.tail_crc = scan.end, scan.tail_crc
         if not started:
-            if not last or scan.damage is not None:
+            if not last:
                 raise self._corrupt(f"{segment.path.name} does not begin with its SEGMENT record")
-            # All zeros: created without fsync and lost in a crash. It never held a record.
+            # All zeros (damage raised above): created without fsync and lost in a crash.
             return False
         if last:
             segment.cut_tail(fsync)
@@ -468,13 +434,11 @@ class _Replay:
     def _truncate(self, index: int) -> None:
         if index <= self.before_index:
             raise RecordError(f"truncation at {index} reaches into the compacted log (through {self.before_index})")
-        if index <= self.locations.last:
-            self.runs = self.runs.truncated(index) if index > self.locations.first else TermRuns()
+        self.runs = self.runs.truncated(index)
         self.locations.truncate_from(index)
 
     def _boundary(self, index: int, term: int) -> None:
-        last = self.locations.last
-        self.runs = self.runs.compacted(index, last) if index >= self.locations.first else self.runs
+        self.runs = self.runs.compacted(index, self.locations.last)
         self.locations.drop_through(index)
         self.before_index, self.before_term = index, term
 

@@ -3,9 +3,11 @@
 Three things run on the event loop: a tick task (the core learns the time), the peer service
 (stepping incoming messages into the core) and the ready loop, which handles each Ready in the
 order raft/core/ready.py prescribes. The two slow steps, the fsynced log write and applying to
-the state machine, run in their own single-thread executors so the loop keeps receiving messages
-and proposals meanwhile; all of those go into the next Ready, which is where group commit comes
-from (one fsync for everything that arrived during the previous one).
+the state machine, run in their own single-thread executors (except a leader's own log write and
+small applies, which are cheaper on the loop than the hop); messages and proposals arriving
+meanwhile go into the next Ready, which is where group commit comes from (one fsync for
+everything that arrived during the previous one). A Ready that only sends messages and serves
+reads may instead be handled inside the step or read that made it (`_ready_soon`).
 
 Client requests wait on futures: a proposal on its log index (resolved when that index is applied
 with the proposal's term), a linearizable read on its ReadIndex context."""
