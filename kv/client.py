@@ -24,6 +24,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_e
 
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
+from kv.request_pipeline import HUB
 from kv.request_stream import StreamPool
 from kv.status import status_dict
 from proto import kv_pb2, kv_pb2_grpc
@@ -351,19 +352,29 @@ class Client:
 
     def _send(self, target: str, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any,
               stream_field: str, timeout: float) -> Any:
-        """One attempt at `target`: on a request stream when one is free, else a unary call."""
+        """One attempt at `target`: on the node's pipeline when this process has another request
+        in flight there, else on a request stream when one is free, else as a unary call."""
         channel, stub = self._connection(target)
-        pool = self._streams if stream_field else None
-        stream = pool.take(target, channel) if pool is not None else None
-        if pool is None or stream is None:
+        if stream_field and self._streams is not None:
+            busy = HUB.enter(target)
             try:
-                return method(stub)(request, timeout=timeout)
-            except grpc.RpcError as rpc_error:
-                raise from_rpc_error(rpc_error) from None
+                if busy:
+                    pipeline = HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS))
+                    return getattr(pipeline.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
+                                   stream_field)
+                stream = self._streams.take(target, channel)
+                if stream is not None:
+                    try:
+                        return getattr(stream.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
+                                       stream_field)
+                    finally:
+                        self._streams.give_back(stream)
+            finally:
+                HUB.leave(target)
         try:
-            return getattr(stream.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout), stream_field)
-        finally:
-            pool.give_back(stream)
+            return method(stub)(request, timeout=timeout)
+        except grpc.RpcError as rpc_error:
+            raise from_rpc_error(rpc_error) from None
 
     def _reroute(self, attempts: _Attempts, error: RaftKVError) -> None:
         """Pick the next target after `error` from attempts.target."""

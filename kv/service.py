@@ -175,12 +175,57 @@ async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T
         raise  # unreachable: abort raises
 
 
+class _ReplyGather:
+    """A Pipeline call's requests in flight, one task each, and their replies gathered into
+    batches for the call to send."""
+
+    def __init__(self) -> None:
+        self._ready: list[kv_pb2.TaggedReply] = []
+        self._changed = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+
+    def start(self, tag: int, reply: Awaitable[kv_pb2.StreamReply]) -> None:
+        task = asyncio.ensure_future(self._finish(tag, reply))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _finish(self, tag: int, reply: Awaitable[kv_pb2.StreamReply]) -> None:
+        try:
+            answer = await reply  # before touching _ready: next_batch swaps the list meanwhile
+            self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=answer))
+        except Exception as e:  # noqa: BLE001 - not a refusal (those are replies): fail the call
+            self._failure = e
+        self.wake()
+
+    def wake(self, *_: object) -> None:
+        self._changed.set()
+
+    async def next_batch(self, reader: asyncio.Task[None]) -> list[kv_pb2.TaggedReply] | None:
+        """Every reply ready now, waiting for one if none is; None once `reader` is done (the
+        client ended its requests, or reading failed) and nothing is left in flight. `reader`
+        must call `wake` when it ends."""
+        while not self._ready:
+            if self._failure is not None:
+                raise self._failure
+            if reader.done() and not self._running:
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+        batch, self._ready = self._ready, []
+        return batch
+
+    def cancel_all(self) -> None:
+        for task in list(self._running):
+            task.cancel()
+
+
 class KVServicer(kv_pb2_grpc.KVServicer):
     """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata."""
 
     def __init__(self, handler: KVHandler) -> None:
         self._handler = handler
-        # Stream calls waiting for their next request, by handler task.
+        # Stream calls waiting for their next request, and every Pipeline call, by handler task.
         self._idle_streams: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
 
@@ -217,6 +262,33 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             finally:
                 self._idle_streams.pop(task, None)
             yield await self._stream_reply(request)
+
+    async def Pipeline(self, requests: AsyncIterator[kv_pb2.PipelineRequest],
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.PipelineReply]:
+        """Tagged requests, all in flight at once; each reply goes back with its tag as soon as it
+        is ready, together with every other reply ready by then. `end_streams` ends the call with
+        UNAVAILABLE: its client retries what was in flight (writes keep their client id and seq)."""
+        if self._ending:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
+        task = asyncio.current_task()
+        assert task is not None
+        replies = _ReplyGather()
+        reader = asyncio.create_task(self._pipeline_requests(requests, replies))
+        reader.add_done_callback(replies.wake)
+        self._idle_streams[task] = context
+        try:
+            while (out := await replies.next_batch(reader)) is not None:
+                yield kv_pb2.PipelineReply(replies=out)
+            await reader  # raises what ended the reading (an abort for a malformed message)
+        finally:
+            self._idle_streams.pop(task, None)
+            reader.cancel()
+            replies.cancel_all()
+
+    async def _pipeline_requests(self, requests: AsyncIterator[kv_pb2.PipelineRequest], replies: _ReplyGather) -> None:
+        async for batch in requests:
+            for tagged in batch.requests:
+                replies.start(tagged.tag, self._stream_reply(tagged.request))
 
     async def end_streams(self) -> None:
         """On shutdown: end every stream now waiting for its next request with UNAVAILABLE (its

@@ -258,3 +258,31 @@ class StreamReply(_message.Message):
     delete: DeleteResponse
     error: StreamError
     def __init__(self, put: _Optional[_Union[PutResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., error: _Optional[_Union[StreamError, _Mapping]] = ...) -> None: ...
+
+class TaggedRequest(_message.Message):
+    __slots__ = ("tag", "request")
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    tag: int
+    request: StreamRequest
+    def __init__(self, tag: _Optional[int] = ..., request: _Optional[_Union[StreamRequest, _Mapping]] = ...) -> None: ...
+
+class TaggedReply(_message.Message):
+    __slots__ = ("tag", "reply")
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    tag: int
+    reply: StreamReply
+    def __init__(self, tag: _Optional[int] = ..., reply: _Optional[_Union[StreamReply, _Mapping]] = ...) -> None: ...
+
+class PipelineRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[TaggedRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[TaggedRequest, _Mapping]]] = ...) -> None: ...
+
+class PipelineReply(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[TaggedReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TaggedReply, _Mapping]]] = ...) -> None: ...

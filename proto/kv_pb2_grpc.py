@@ -69,6 +69,11 @@ class KVStub:
                 request_serializer=proto_dot_kv__pb2.StreamRequest.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.StreamReply.FromString,
                 _registered_method=True)
+        self.Pipeline = channel.stream_stream(
+                '/raftkv.kv.KV/Pipeline',
+                request_serializer=proto_dot_kv__pb2.PipelineRequest.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.PipelineReply.FromString,
+                _registered_method=True)
         self.SaveSnapshot = channel.unary_stream(
                 '/raftkv.kv.KV/SaveSnapshot',
                 request_serializer=proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
@@ -121,6 +126,12 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pipeline(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SaveSnapshot(self, request, context):
         """Take a snapshot on the leader now (after a ReadIndex round) and stream its file.
         """
@@ -165,6 +176,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Stream,
                     request_deserializer=proto_dot_kv__pb2.StreamRequest.FromString,
                     response_serializer=proto_dot_kv__pb2.StreamReply.SerializeToString,
+            ),
+            'Pipeline': grpc.stream_stream_rpc_method_handler(
+                    servicer.Pipeline,
+                    request_deserializer=proto_dot_kv__pb2.PipelineRequest.FromString,
+                    response_serializer=proto_dot_kv__pb2.PipelineReply.SerializeToString,
             ),
             'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
                     servicer.SaveSnapshot,
@@ -361,6 +377,33 @@ class KV:
             '/raftkv.kv.KV/Stream',
             proto_dot_kv__pb2.StreamRequest.SerializeToString,
             proto_dot_kv__pb2.StreamReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pipeline(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raftkv.kv.KV/Pipeline',
+            proto_dot_kv__pb2.PipelineRequest.SerializeToString,
+            proto_dot_kv__pb2.PipelineReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,7 +99,7 @@ def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
     assert_still_serving(cluster, leader)
 
 
-@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.raft.RaftPeer/Stream",
+@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.kv.KV/Pipeline", "/raftkv.raft.RaftPeer/Stream",
                                     "/raftkv.raft.RaftPeer/InstallSnapshot"])
 def test_garbage_on_a_stream_is_refused(cluster: Cluster, method: str):
     leader = cluster.wait_for_leader()
@@ -107,7 +107,7 @@ def test_garbage_on_a_stream_is_refused(cluster: Cluster, method: str):
     try:
         garbage = iter([b"\xff" * 64])  # no serializers: the bytes go out as they are
         with pytest.raises(grpc.RpcError) as refused:
-            if method == "/raftkv.kv.KV/Stream":
+            if method.startswith("/raftkv.kv.KV/"):
                 list(channel.stream_stream(method)(garbage, timeout=5))
             else:
                 channel.stream_unary(method)(garbage, timeout=5)
@@ -137,6 +137,31 @@ def test_a_refusal_on_the_request_stream_leaves_it_open(cluster: Cluster):
     assert not_leader.error.kind == "NOT_LEADER"
     assert (not_leader.error.leader_id, not_leader.error.leader_address) == (leader, cluster.nodes[leader].address)
     assert stale.WhichOneof("reply") == "get" and not stale.get.found
+
+
+def test_a_pipeline_answers_every_tagged_request_with_its_tag(cluster: Cluster):
+    leader = cluster.wait_for_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    refused = [kv_pb2.StreamRequest(),  # names no operation
+               kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"", value=b"v")),
+               kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"never-written"))]  # a follower: not the leader
+    stale = kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"never-written", consistency=kv_pb2.STALE))
+    messages = [kv_pb2.PipelineRequest(requests=[kv_pb2.TaggedRequest(tag=10 + i, request=r) for i, r in enumerate(refused)]),
+                kv_pb2.PipelineRequest(requests=[kv_pb2.TaggedRequest(tag=99, request=stale)])]
+    channel = grpc.insecure_channel(cluster.nodes[follower].address)
+    try:
+        pipeline = channel.stream_stream("/raftkv.kv.KV/Pipeline",
+                                         request_serializer=kv_pb2.PipelineRequest.SerializeToString,
+                                         response_deserializer=kv_pb2.PipelineReply.FromString)
+        # The call ends once the client has half-closed and every request is answered.
+        replies = {r.tag: r.reply for m in pipeline(iter(messages), timeout=5) for r in m.replies}
+    finally:
+        channel.close()
+    assert sorted(replies) == [10, 11, 12, 99]
+    assert (replies[10].error.kind, replies[11].error.kind) == ("INVALID_ARGUMENT", "INVALID_ARGUMENT")
+    assert "empty" in replies[11].error.message
+    assert replies[12].error.kind == "NOT_LEADER" and replies[12].error.leader_id == leader
+    assert replies[99].WhichOneof("reply") == "get" and not replies[99].get.found
 
 
 def hello(cluster: Cluster, node_id: str, cluster_id: str, from_id: str) -> raft_pb2.HelloReply:

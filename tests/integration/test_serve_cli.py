@@ -4,16 +4,20 @@ one flag given is --listen on a free port, so the test never collides with a rea
 `raftkv serve --log-store wal` on a data directory holding an LMDB log: refused at start."""
 from __future__ import annotations
 
+import queue
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from kv import Client
 from kv.cluster_up import child_env
 from raft.core.types import Entry, EntryType, HardState
+from proto import kv_pb2
 from raft.log import LmdbLogStore
 from tests.integration.cluster import free_ports, wait_until
 
@@ -58,6 +62,44 @@ def test_serve_without_flags_is_a_single_node_store_in_the_cwd(tmp_path: Path):
         try:
             process.wait(15)
         except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path):
+    """A client's pipeline stays open between requests; a stopping node must end it at once, with
+    UNAVAILABLE (its client then retries elsewhere), not hold its stop for the grace period."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    process = subprocess.Popen([sys.executable, "-m", "kv", "serve", "--listen", address, "--data-dir", "data"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
+                               start_new_session=True)
+    requests: queue.SimpleQueue[kv_pb2.PipelineRequest | None] = queue.SimpleQueue()
+
+    def outgoing() -> Iterator[kv_pb2.PipelineRequest]:
+        while (message := requests.get()) is not None:
+            yield message
+
+    channel = grpc.insecure_channel(address)
+    try:
+        with Client(address, timeout=10.0) as client:
+            wait_until("the single node to lead", lambda: client.status()[0].get("role") == "leader")
+        call = channel.stream_stream("/raftkv.kv.KV/Pipeline",
+                                     request_serializer=kv_pb2.PipelineRequest.SerializeToString,
+                                     response_deserializer=kv_pb2.PipelineReply.FromString)(outgoing(), timeout=60)
+        put = kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"k", value=b"v"))
+        requests.put(kv_pb2.PipelineRequest(requests=[kv_pb2.TaggedRequest(tag=7, request=put)]))
+        (answered,) = next(call).replies
+        assert answered.tag == 7 and answered.reply.put.index > 0
+        process.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as ended:
+            next(call)
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in (ended.value.details() or "")
+        assert process.wait(15) == 0
+    finally:
+        requests.put(None)
+        channel.close()
+        if process.poll() is None:
             process.kill()
             process.wait()
 

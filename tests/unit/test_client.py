@@ -2,6 +2,7 @@
 put, get and delete run twice: on the client's request streams and on unary calls."""
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -24,6 +25,7 @@ from kv.errors import (
     from_rpc_error,
     stream_error,
 )
+from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, PipelineHub, outgoing_messages
 from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from proto import kv_pb2, kv_pb2_grpc
 
@@ -84,6 +86,8 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
     data: dict[bytes, bytes] = field(default_factory=dict)
     index: int = 0
     streams_opened: int = 0
+    pipelines_opened: int = 0
+    pipeline_messages: list[int] = field(default_factory=list)  # requests per message
 
     def _run(self, method: str, request: Any, context: grpc.ServicerContext, default: Handler) -> Any:
         self.calls.append((method, request))
@@ -147,13 +151,32 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
         """Each message answered by the scripted Put, Get or Delete, in order."""
         self.streams_opened += 1
         for request in requests:
-            kind = request.WhichOneof("request")
-            try:
-                reply = getattr(self, kind.capitalize())(getattr(request, kind), _StreamMessageContext())
-            except _Aborted as aborted:
-                yield kv_pb2.StreamReply(error=stream_error(from_rpc_error(aborted)))
-            else:
-                yield kv_pb2.StreamReply(**{kind: reply})
+            yield self._stream_answer(request)
+
+    def Pipeline(self, requests, context):
+        """Each message's requests answered by the scripted Put, Get or Delete, in one message
+        and in reverse order (a client must match replies by tag). A "Pipeline" script sees each
+        message first and may abort the call."""
+        self.pipelines_opened += 1
+        for message in requests:
+            self.pipeline_messages.append(len(message.requests))
+            self.script.get("Pipeline", lambda m, c: None)(message, context)
+            yield kv_pb2.PipelineReply(replies=[kv_pb2.TaggedReply(tag=t.tag, reply=self._stream_answer(t.request))
+                                                for t in reversed(message.requests)])
+
+    def _stream_answer(self, request: kv_pb2.StreamRequest) -> kv_pb2.StreamReply:
+        kind = request.WhichOneof("request")
+        try:
+            reply = getattr(self, kind.capitalize())(getattr(request, kind), _StreamMessageContext())
+        except _Aborted as aborted:
+            return kv_pb2.StreamReply(error=stream_error(from_rpc_error(aborted)))
+        return kv_pb2.StreamReply(**{kind: reply})
+
+
+class StreamsOnlyKV(ScriptedKV):
+    """A node from before KV.Pipeline: the generated base class answers it UNIMPLEMENTED."""
+
+    Pipeline = kv_pb2_grpc.KVServicer.Pipeline
 
 
 @dataclass
@@ -167,9 +190,9 @@ class Node:
 def start_node() -> Iterator[Callable[..., Node]]:
     servers: list[grpc.Server] = []
 
-    def start(node_id: str = "n1") -> Node:
+    def start(node_id: str = "n1", kind: type[ScriptedKV] = ScriptedKV) -> Node:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        servicer = ScriptedKV(node_id=node_id)
+        servicer = kind(node_id=node_id)
         kv_pb2_grpc.add_KVServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
@@ -461,3 +484,144 @@ def test_stream_pool_lends_each_stream_to_one_caller(start_node):
     finally:
         pool.close()
         channel.close()
+
+
+# ---- pipelines (kv/request_pipeline.py) ---------------------------------------------------------
+
+
+def test_a_request_while_another_is_in_flight_goes_on_the_pipeline(start_node):
+    node = start_node()
+    first_held = threading.Event()
+    second_arrived = threading.Event()
+
+    def hold_the_first(request, context):
+        if request.key == b"first":
+            first_held.set()
+            assert second_arrived.wait(5), "the second put never reached the node"
+        return kv_pb2.PutResponse(index=1)
+
+    def note(message, context):
+        if any(t.request.put.key == b"second" for t in message.requests):
+            second_arrived.set()
+
+    node.kv.script["Put"] = hold_the_first
+    node.kv.script["Pipeline"] = note
+    with Client(node.address, timeout=5.0) as client:
+        first = threading.Thread(target=client.put, args=("first", "v"))
+        first.start()
+        assert first_held.wait(5)
+        client.put("second", "v")  # the first is still in flight: this one takes the pipeline
+        first.join(5)
+    assert node.kv.streams_opened == 1 and node.kv.pipelines_opened == 1
+    assert [r.key for r in node.kv.requests("Put")] == [b"first", b"second"]
+
+
+def test_many_threads_share_one_pipeline_and_each_gets_its_own_reply(start_node):
+    node = start_node()
+    wrong: list[tuple[str, bytes | None]] = []
+    with Client(node.address, timeout=5.0) as client:
+        def work(worker: int) -> None:
+            for i in range(20):
+                key = f"w{worker}-{i}"
+                client.put(key, key)
+                if (value := client.get(key)) != key.encode():
+                    wrong.append((key, value))
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert wrong == []
+    assert node.kv.count("Put") == 160  # each exactly once
+    assert node.kv.pipelines_opened == 1 and sum(node.kv.pipeline_messages) > 0
+
+
+def test_replies_are_matched_by_tag(start_node):
+    node = start_node()
+    node.kv.data.update({b"a": b"1", b"b": b"2", b"c": b"3"})
+    hub = PipelineHub()
+    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+    queued = [kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=k)) for k in (b"a", b"b", b"c")]
+    with futures.ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda r: pipeline.call(r, 5.0).get.value, queued))
+    assert answers == [b"1", b"2", b"3"]
+    pipeline.close()
+
+
+def test_a_message_takes_everything_queued():
+    queue_: queue.SimpleQueue[kv_pb2.TaggedRequest | None] = queue.SimpleQueue()
+    for tag in (1, 2, 3):
+        queue_.put(kv_pb2.TaggedRequest(tag=tag))
+    queue_.put(None)
+    assert [[t.tag for t in m.requests] for m in outgoing_messages(queue_)] == [[1, 2, 3]]
+
+
+def test_a_message_stays_within_its_byte_bound():
+    queue_: queue.SimpleQueue[kv_pb2.TaggedRequest | None] = queue.SimpleQueue()
+    big = kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"k", value=b"v" * (MAX_BYTES_PER_MESSAGE // 3)))
+    for tag in range(1, 6):
+        queue_.put(kv_pb2.TaggedRequest(tag=tag, request=big))
+    queue_.put(None)
+    messages = list(outgoing_messages(queue_))
+    assert [[t.tag for t in m.requests] for m in messages] == [[1, 2], [3, 4], [5]]
+    assert all(m.ByteSize() <= MAX_BYTES_PER_MESSAGE for m in messages)
+
+
+def test_a_late_pipeline_reply_answers_no_later_request(start_node):
+    node = start_node()
+    release = threading.Event()
+
+    def slow_for_late(request, context):
+        if request.key == b"late":
+            release.wait(5)
+        return kv_pb2.GetResponse(found=True, value=request.key)
+
+    node.kv.script["Get"] = slow_for_late
+    pipeline = PipelineHub().pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+    with pytest.raises(TimeoutError):
+        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"late")), 0.3)
+    release.set()  # the late reply goes out now, on the same call
+    assert pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"fresh")), 5.0).get.value == b"fresh"
+    assert node.kv.pipelines_opened == 1
+    pipeline.close()
+
+
+def test_a_failed_pipeline_fails_its_callers_as_unavailable_and_the_next_call_opens_another(start_node):
+    node = start_node()
+    aborts = [1]
+
+    def abort_once(message, context):
+        if aborts[0]:
+            aborts[0] -= 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
+
+    node.kv.script["Pipeline"] = abort_once
+    hub = PipelineHub()
+    open_channel = lambda: grpc.insecure_channel(node.address)  # noqa: E731
+    broken = hub.pipeline(node.address, open_channel)
+    with pytest.raises(UnavailableError, match="UNAVAILABLE"):
+        broken.call(kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"k", value=b"v")), 5.0)
+    assert broken.broken
+    fresh = hub.pipeline(node.address, open_channel)
+    assert fresh is not broken
+    assert fresh.call(kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"k", value=b"v")), 5.0).put.index == 1
+    assert node.kv.pipelines_opened == 2
+    fresh.close()
+
+
+def test_a_node_without_pipelines_is_left_to_streams(start_node):
+    node = start_node(kind=StreamsOnlyKV)
+    hub = PipelineHub()
+    assert hub.enter(node.address) is False and hub.enter(node.address) is True
+    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+    with pytest.raises(UnavailableError, match="UNIMPLEMENTED"):
+        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
+    assert hub.enter(node.address) is False  # busy, but the node takes streams only
+
+
+def test_concurrent_calls_to_a_node_without_pipelines_still_succeed(start_node):
+    node = start_node(kind=StreamsOnlyKV)
+    with Client(node.address, timeout=5.0) as client:
+        with futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: client.put(f"k{i}", "v"), range(64)))
+    assert node.kv.count("Put") == 64 and node.kv.pipelines_opened == 0

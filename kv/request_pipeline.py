@@ -1,0 +1,180 @@
+"""Many requests in flight on one KV.Pipeline call per node, shared by every Client in a process.
+
+A request stream (kv/request_stream.py) carries one request at a time, so a node reads one message
+and writes one reply per request, and the client's request crosses three threads. When a process
+already has a request in flight to a node, a Client sends the next one on that node's pipeline
+instead: the request is queued, gRPC's sending thread takes everything queued by then into one
+message, and the node answers with every reply it has ready in one message too. One reader thread
+hands the replies to their callers by tag. With one request at a time the pipeline would only add
+the reader's hop, so a lone request keeps to its stream (`PipelineHub.enter`).
+
+A late reply cannot answer a later request: tags are never reused. When the call fails, every
+request waiting on it fails as unavailable (retryable; a write keeps its client id and seq, so a
+retry applies it at most once), and the next request opens a new call. A node from before
+KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for good."""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import grpc
+
+from kv.errors import UnavailableError, from_stream_error
+from kv.errors import TimeoutError as KVTimeoutError
+from proto import kv_pb2
+
+METHOD = "/raftkv.kv.KV/Pipeline"
+# What one message may carry: more requests wait for the next message. The byte bound keeps a
+# message of large values well inside a node's 64 MiB message limit (one request always goes).
+MAX_REQUESTS_PER_MESSAGE = 64
+MAX_BYTES_PER_MESSAGE = 4 << 20
+
+_END = None  # put on the request queue: half-close the call
+
+
+class Pipeline:
+    """One KV.Pipeline call to one node. `call` may be used by any number of threads at once."""
+
+    def __init__(self, channel: grpc.Channel, address: str, on_unimplemented: Callable[[str], None]) -> None:
+        self.address = address
+        self.channel = channel
+        self.broken = False
+        self._on_unimplemented = on_unimplemented
+        self._tags = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting: dict[int, Future[kv_pb2.StreamReply]] = {}
+        self._requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None] = queue.SimpleQueue()
+        self._call = channel.stream_stream(
+            METHOD,
+            request_serializer=kv_pb2.PipelineRequest.SerializeToString,
+            response_deserializer=kv_pb2.PipelineReply.FromString,
+        )(outgoing_messages(self._requests))
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"raftkv-pipeline-{address}")
+        self._reader.start()
+
+    def call(self, request: kv_pb2.StreamRequest, timeout: float) -> kv_pb2.StreamReply:
+        """The reply to `request` (refusals raised as their RaftKVError), within `timeout` s."""
+        request.timeout_ms = max(1, int(timeout * 1000))
+        waiter: Future[kv_pb2.StreamReply] = Future()
+        tag = next(self._tags)
+        with self._lock:
+            if self.broken:
+                raise UnavailableError(f"the pipeline to {self.address} is closed")
+            self._waiting[tag] = waiter
+        self._requests.put(kv_pb2.TaggedRequest(tag=tag, request=request))
+        try:
+            reply = waiter.result(timeout)
+        except FutureTimeout:
+            with self._lock:
+                self._waiting.pop(tag, None)
+            raise KVTimeoutError(f"no reply from {self.address} within {timeout:.3f}s; "
+                                 "a write may still be applied later, at most once") from None
+        if reply.WhichOneof("reply") == "error":
+            raise from_stream_error(reply.error)
+        return reply
+
+    def close(self) -> None:
+        """End the call; requests waiting on it fail as unavailable."""
+        with self._lock:
+            self.broken = True
+        self._requests.put(_END)
+        self._call.cancel()
+
+    def _read(self) -> None:
+        why = "ended the pipeline"
+        try:
+            for message in self._call:
+                with self._lock:
+                    answered = [(self._waiting.pop(r.tag, None), r.reply) for r in message.replies]
+                for waiter, reply in answered:
+                    if waiter is not None:  # None: its caller gave up waiting
+                        waiter.set_result(reply)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._on_unimplemented(self.address)
+            why = f"failed the pipeline: {e.code().name} {e.details() or ''}".rstrip()
+        except Exception as e:  # noqa: BLE001 - a reply that does not parse, say: fail the callers, never hang them
+            why = f"failed the pipeline: {e!r}"
+        with self._lock:
+            self.broken = True
+            waiting, self._waiting = self._waiting, {}
+        error = UnavailableError(f"{self.address} {why}")
+        for waiter in waiting.values():
+            waiter.set_exception(error)
+
+
+def outgoing_messages(requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None]) -> Iterator[kv_pb2.PipelineRequest]:
+    """The call's messages: each takes everything queued by the time gRPC's sending thread asks
+    for it, within MAX_REQUESTS_PER_MESSAGE and MAX_BYTES_PER_MESSAGE; None on the queue ends them."""
+    held: kv_pb2.TaggedRequest | None = None  # taken, but past the last message's bounds
+    while (first := held or requests.get()) is not _END:
+        batch, size, held = [first], first.ByteSize(), None
+        while len(batch) < MAX_REQUESTS_PER_MESSAGE:
+            try:
+                more = requests.get_nowait()
+            except queue.Empty:
+                break
+            if more is _END:
+                yield kv_pb2.PipelineRequest(requests=batch)
+                return
+            size += more.ByteSize()
+            if size > MAX_BYTES_PER_MESSAGE:
+                held = more
+                break
+            batch.append(more)
+        yield kv_pb2.PipelineRequest(requests=batch)
+
+
+class PipelineHub:
+    """The process's pipelines, one per node address, and its count of requests in flight per
+    address (over streams and pipelines alike), which decides where the next one goes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight: dict[str, int] = {}
+        self._pipelines: dict[str, Pipeline] = {}
+        self._unimplemented: set[str] = set()
+
+    def enter(self, address: str) -> bool:
+        """Count a request to `address`; True when another is in flight there already (and the
+        node takes pipelines), so this one should go on the pipeline. Pair with `leave`."""
+        with self._lock:
+            busy = self._inflight.get(address, 0)
+            self._inflight[address] = busy + 1
+            return busy > 0 and address not in self._unimplemented
+
+    def leave(self, address: str) -> None:
+        with self._lock:
+            self._inflight[address] -= 1
+
+    def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel]) -> Pipeline:
+        """The open pipeline to `address`, opened on a channel of its own when there is none or
+        the last one broke (whose channel is closed then)."""
+        with self._lock:
+            pipeline = self._pipelines.get(address)
+            if pipeline is not None and not pipeline.broken:
+                return pipeline
+            if pipeline is not None:
+                pipeline.channel.close()
+            pipeline = self._pipelines[address] = Pipeline(open_channel(), address, self._left_to_streams)
+            return pipeline
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's calls and threads are not there; start afresh."""
+        self._lock = threading.Lock()
+        self._inflight, self._pipelines, self._unimplemented = {}, {}, set()
+
+    def _left_to_streams(self, address: str) -> None:
+        with self._lock:
+            self._unimplemented.add(address)
+
+
+# Shared by every Client of the process: sharing is the point (16 clients' requests to one node
+# travel together).
+HUB = PipelineHub()
+os.register_at_fork(after_in_child=HUB.forget_after_fork)
