@@ -38,11 +38,12 @@ _END = None  # put on the request queue: half-close the call
 
 
 class Pipeline:
-    """One KV.Pipeline call to one node. `call` may be used by any number of threads at once."""
+    """One KV.Pipeline call to one node, on a channel it owns and closes when the call ends.
+    `call` may be used by any number of threads at once."""
 
     def __init__(self, channel: grpc.Channel, address: str, on_unimplemented: Callable[[str], None]) -> None:
         self.address = address
-        self.channel = channel
+        self._channel = channel
         self.broken = False
         self._on_unimplemented = on_unimplemented
         self._tags = itertools.count(1)
@@ -106,6 +107,7 @@ class Pipeline:
         error = UnavailableError(f"{self.address} {why}")
         for waiter in waiting.values():
             waiter.set_exception(error)
+        self._channel.close()  # the pipeline's own: a broken pipeline is never used again
 
 
 def outgoing_messages(requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None]) -> Iterator[kv_pb2.PipelineRequest]:
@@ -136,9 +138,31 @@ class PipelineHub:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._clients = 0
         self._inflight: dict[str, int] = {}
         self._pipelines: dict[str, Pipeline] = {}
         self._unimplemented: set[str] = set()
+
+    def attach(self) -> Callable[[], None]:
+        """Count a Client in; the function returned (idempotent) counts it out. When the last
+        Client leaves, the pipelines close: open, each would hold a call on its node, a channel
+        and two threads for the life of the process."""
+        with self._lock:
+            self._clients += 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if released.is_set():
+                    return
+                released.set()
+                self._clients -= 1
+                closing = list(self._pipelines.values()) if self._clients == 0 else []
+                if closing:
+                    self._pipelines.clear()
+            for pipeline in closing:
+                pipeline.close()
+        return release
 
     def enter(self, address: str) -> bool:
         """Count a request to `address`; True when another is in flight there already (and the
@@ -153,19 +177,18 @@ class PipelineHub:
             self._inflight[address] -= 1
 
     def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel]) -> Pipeline:
-        """The open pipeline to `address`, opened on a channel of its own when there is none or
-        the last one broke (whose channel is closed then)."""
+        """The open pipeline to `address`, opened on a channel of its own (`open_channel()`) when
+        there is none or the last one broke."""
         with self._lock:
             pipeline = self._pipelines.get(address)
             if pipeline is not None and not pipeline.broken:
                 return pipeline
-            if pipeline is not None:
-                pipeline.channel.close()
             pipeline = self._pipelines[address] = Pipeline(open_channel(), address, self._left_to_streams)
             return pipeline
 
     def forget_after_fork(self) -> None:
-        """In a forked child: the parent's calls and threads are not there; start afresh."""
+        """In a forked child: the parent's calls and threads are not there; start afresh (its
+        Clients are, and still count)."""
         self._lock = threading.Lock()
         self._inflight, self._pipelines, self._unimplemented = {}, {}, set()
 

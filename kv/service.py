@@ -225,8 +225,9 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     def __init__(self, handler: KVHandler) -> None:
         self._handler = handler
-        # Stream calls waiting for their next request, and every Pipeline call, by handler task.
-        self._idle_streams: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
+        # What end_streams ends at once: Stream calls waiting for their next request, and every
+        # Pipeline call, by handler task.
+        self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
@@ -254,13 +255,13 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         task = asyncio.current_task()
         assert task is not None
         while not self._ending:
-            self._idle_streams[task] = context
+            self._stoppable_calls[task] = context
             try:
                 request = await anext(requests)
             except StopAsyncIteration:
                 return
             finally:
-                self._idle_streams.pop(task, None)
+                self._stoppable_calls.pop(task, None)
             yield await self._stream_reply(request)
 
     async def Pipeline(self, requests: AsyncIterator[kv_pb2.PipelineRequest],
@@ -275,13 +276,13 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         replies = _ReplyGather()
         reader = asyncio.create_task(self._pipeline_requests(requests, replies))
         reader.add_done_callback(replies.wake)
-        self._idle_streams[task] = context
+        self._stoppable_calls[task] = context
         try:
             while (out := await replies.next_batch(reader)) is not None:
                 yield kv_pb2.PipelineReply(replies=out)
             await reader  # raises what ended the reading (an abort for a malformed message)
         finally:
-            self._idle_streams.pop(task, None)
+            self._stoppable_calls.pop(task, None)
             reader.cancel()
             replies.cancel_all()
 
@@ -291,11 +292,12 @@ class KVServicer(kv_pb2_grpc.KVServicer):
                 replies.start(tagged.tag, self._stream_reply(tagged.request))
 
     async def end_streams(self) -> None:
-        """On shutdown: end every stream now waiting for its next request with UNAVAILABLE (its
-        client retries elsewhere, as after any stop), and each other one once its request is
-        answered. Left open, they would hold the server's stop for its whole grace period."""
+        """On shutdown: end every stream now waiting for its next request, and every pipeline,
+        with UNAVAILABLE (their client retries elsewhere, as after any stop), and each other
+        stream once its request is answered. Left open, they would hold the server's stop for its
+        whole grace period."""
         self._ending = True
-        for task, context in list(self._idle_streams.items()):
+        for task, context in list(self._stoppable_calls.items()):
             try:
                 # Sends the status from this task; the handler's pending read then ends.
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")

@@ -625,3 +625,18 @@ def test_concurrent_calls_to_a_node_without_pipelines_still_succeed(start_node):
         with futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: client.put(f"k{i}", "v"), range(64)))
     assert node.kv.count("Put") == 64 and node.kv.pipelines_opened == 0
+
+
+def test_pipelines_close_when_the_last_client_closes(start_node):
+    node = start_node()
+    hub = PipelineHub()
+    first, second = hub.attach(), hub.attach()
+    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+    assert pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0).get.found is False
+    first()
+    first()  # idempotent: still one client in
+    assert not pipeline.broken
+    second()
+    assert pipeline.broken
+    with pytest.raises(UnavailableError):
+        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
