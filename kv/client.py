@@ -151,8 +151,8 @@ class Client:
         if self._streams is not None:
             # A client dropped without close() must not leave its streams' threads waiting forever.
             weakref.finalize(self, self._streams.close)
-            self._leave_pipelines = HUB.attach()
-            weakref.finalize(self, self._leave_pipelines)
+            self._pipelines = HUB.attach()
+            weakref.finalize(self, self._pipelines.release_later)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ class Client:
             channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         if self._streams is not None:
             self._streams.close()
-            self._leave_pipelines()
+            self._pipelines.release()
         for channel in channels:
             channel.close()
 

@@ -104,10 +104,28 @@ class Pipeline:
         with self._lock:
             self.broken = True
             waiting, self._waiting = self._waiting, {}
+        self._requests.put(_END)  # gRPC's sending thread waits on the queue: let it end
         error = UnavailableError(f"{self.address} {why}")
         for waiter in waiting.values():
             waiter.set_exception(error)
         self._channel.close()  # the pipeline's own: a broken pipeline is never used again
+
+
+class Membership:
+    """One Client's place in the hub's count (`PipelineHub.attach`)."""
+
+    def __init__(self, hub: PipelineHub) -> None:
+        self._hub = hub
+        self.released = False  # under the hub's lock
+
+    def release(self) -> None:
+        """Leave the count (the second call does nothing)."""
+        self._hub._leave(self)
+
+    def release_later(self) -> None:
+        """For a finalizer: garbage collection may run it on any thread, even one holding the
+        hub's lock, so it only queues the release (SimpleQueue.put is safe there)."""
+        self._hub._collected.put(self)
 
 
 def outgoing_messages(requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None]) -> Iterator[kv_pb2.PipelineRequest]:
@@ -142,31 +160,43 @@ class PipelineHub:
         self._inflight: dict[str, int] = {}
         self._pipelines: dict[str, Pipeline] = {}
         self._unimplemented: set[str] = set()
+        # Memberships of Clients collected without close(), left here by their finalizers and
+        # released at the hub's next attach or enter (see Membership.release_later).
+        self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
 
-    def attach(self) -> Callable[[], None]:
-        """Count a Client in; the function returned (idempotent) counts it out. When the last
-        Client leaves, the pipelines close: open, each would hold a call on its node, a channel
-        and two threads for the life of the process."""
+    def attach(self) -> Membership:
+        """Count a Client in until its membership is released. When the last Client leaves, the
+        pipelines close: open, each would hold a call on its node, a channel and two threads for
+        the life of the process."""
+        self._release_collected()
         with self._lock:
             self._clients += 1
-        released = threading.Event()
+        return Membership(self)
 
-        def release() -> None:
-            with self._lock:
-                if released.is_set():
-                    return
-                released.set()
-                self._clients -= 1
-                closing = list(self._pipelines.values()) if self._clients == 0 else []
-                if closing:
-                    self._pipelines.clear()
-            for pipeline in closing:
-                pipeline.close()
-        return release
+    def _leave(self, membership: Membership) -> None:
+        with self._lock:
+            if membership.released:
+                return
+            membership.released = True
+            self._clients -= 1
+            closing = list(self._pipelines.values()) if self._clients == 0 else []
+            if closing:
+                self._pipelines.clear()
+        for pipeline in closing:
+            pipeline.close()
+
+    def _release_collected(self) -> None:
+        while True:
+            try:
+                membership = self._collected.get_nowait()
+            except queue.Empty:
+                return
+            self._leave(membership)
 
     def enter(self, address: str) -> bool:
         """Count a request to `address`; True when another is in flight there already (and the
         node takes pipelines), so this one should go on the pipeline. Pair with `leave`."""
+        self._release_collected()
         with self._lock:
             busy = self._inflight.get(address, 0)
             self._inflight[address] = busy + 1
@@ -191,6 +221,7 @@ class PipelineHub:
         Clients are, and still count)."""
         self._lock = threading.Lock()
         self._inflight, self._pipelines, self._unimplemented = {}, {}, set()
+        self._collected = queue.SimpleQueue()
 
     def _left_to_streams(self, address: str) -> None:
         with self._lock:

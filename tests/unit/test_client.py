@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -633,10 +634,39 @@ def test_pipelines_close_when_the_last_client_closes(start_node):
     first, second = hub.attach(), hub.attach()
     pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
     assert pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0).get.found is False
-    first()
-    first()  # idempotent: still one client in
+    first.release()
+    first.release()  # idempotent: still one client in
     assert not pipeline.broken
-    second()
+    second.release_later()  # as a finalizer does: queued, applied at the hub's next enter
+    assert not pipeline.broken
+    hub.enter(node.address)
     assert pipeline.broken
     with pytest.raises(UnavailableError):
         pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
+
+
+def _threads_feeding_pipelines() -> int:
+    """Threads now inside a pipeline's message generator (gRPC's sending threads)."""
+    count = 0
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code is outgoing_messages.__code__:
+                count += 1
+                break
+            frame = frame.f_back
+    return count
+
+
+def test_a_broken_pipeline_leaves_no_thread_behind(start_node):
+    node = start_node()
+    node.kv.script["Pipeline"] = lambda message, context: context.abort(grpc.StatusCode.UNAVAILABLE, "gone")
+    hub = PipelineHub()
+    before = _threads_feeding_pipelines()
+    for _ in range(5):
+        pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+        with pytest.raises(UnavailableError):
+            pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
+    deadline = time.monotonic() + 5
+    while _threads_feeding_pipelines() > before and time.monotonic() < deadline:
+        time.sleep(0.01)  # the threads end on their own after the call; nothing to wait on
+    assert _threads_feeding_pipelines() <= before
