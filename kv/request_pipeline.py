@@ -11,7 +11,9 @@ the reader's hop, so a lone request keeps to its stream (`PipelineHub.enter`).
 A late reply cannot answer a later request: tags are never reused. When the call fails, every
 request waiting on it fails as unavailable (retryable; a write keeps its client id and seq, so a
 retry applies it at most once), and the next request opens a new call. A node from before
-KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for good."""
+KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for the life of the
+process. The pipelines close when the process's last Client closes (one collected without
+close() counts out at the hub's next use)."""
 from __future__ import annotations
 
 import itertools
