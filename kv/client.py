@@ -24,8 +24,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_e
 
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
-from kv.request_pipeline import HUB
-from kv.request_stream import StreamPool
+from kv.request_pipeline import HUB, Pipeline
+from kv.request_stream import RequestStream, StreamPool
 from kv.status import status_dict
 from proto import kv_pb2, kv_pb2_grpc
 from snapshot.transfer import SnapshotReceiver
@@ -361,17 +361,16 @@ class Client:
         if stream_field and self._streams is not None:
             busy = HUB.enter(target)
             try:
-                if busy:
-                    pipeline = HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS))
-                    return getattr(pipeline.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
-                                   stream_field)
-                stream = self._streams.take(target, channel)
-                if stream is not None:
+                carrier: Pipeline | RequestStream | None = (
+                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS)) if busy
+                    else self._streams.take(target, channel))
+                if carrier is not None:
                     try:
-                        return getattr(stream.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
+                        return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
                                        stream_field)
                     finally:
-                        self._streams.give_back(stream)
+                        if isinstance(carrier, RequestStream):
+                            self._streams.give_back(carrier)
             finally:
                 HUB.leave(target)
         try:

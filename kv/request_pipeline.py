@@ -26,8 +26,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import grpc
 
-from kv.errors import UnavailableError, from_stream_error
-from kv.errors import TimeoutError as KVTimeoutError
+from kv.errors import UnavailableError
+from kv.request_stream import answered, overdue, timeout_ms
 from proto import kv_pb2
 
 METHOD = "/raftkv.kv.KV/Pipeline"
@@ -62,7 +62,7 @@ class Pipeline:
 
     def call(self, request: kv_pb2.StreamRequest, timeout: float) -> kv_pb2.StreamReply:
         """The reply to `request` (refusals raised as their RaftKVError), within `timeout` s."""
-        request.timeout_ms = max(1, int(timeout * 1000))
+        request.timeout_ms = timeout_ms(timeout)
         waiter: Future[kv_pb2.StreamReply] = Future()
         tag = next(self._tags)
         with self._lock:
@@ -75,11 +75,8 @@ class Pipeline:
         except FutureTimeout:
             with self._lock:
                 self._waiting.pop(tag, None)
-            raise KVTimeoutError(f"no reply from {self.address} within {timeout:.3f}s; "
-                                 "a write may still be applied later, at most once") from None
-        if reply.WhichOneof("reply") == "error":
-            raise from_stream_error(reply.error)
-        return reply
+            raise overdue(self.address, timeout) from None
+        return answered(reply)
 
     def close(self) -> None:
         """End the call; requests waiting on it fail as unavailable."""

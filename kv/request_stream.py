@@ -33,6 +33,23 @@ MAX_STREAMS_PER_NODE = 8
 _END = None  # put on the request queue: half-close the stream
 
 
+def timeout_ms(timeout: float) -> int:
+    """A request's timeout_ms: how long the node may work on it."""
+    return max(1, int(timeout * 1000))
+
+
+def answered(reply: kv_pb2.StreamReply) -> kv_pb2.StreamReply:
+    """The reply, or the RaftKVError its refusal stands for, raised."""
+    if reply.WhichOneof("reply") == "error":
+        raise from_stream_error(reply.error)
+    return reply
+
+
+def overdue(address: str, timeout: float) -> KVTimeoutError:
+    return KVTimeoutError(f"no reply from {address} within {timeout:.3f}s; "
+                          "a write may still be applied later, at most once")
+
+
 class RequestStream:
     """One KV.Stream call. `call` sends one request and returns its reply, or raises the
     RaftKVError it stands for. Not for concurrent use: the pool lends it to one caller at a time."""
@@ -51,7 +68,7 @@ class RequestStream:
 
     def call(self, request: kv_pb2.StreamRequest, timeout: float) -> kv_pb2.StreamReply:
         """The reply to `request` (refusals raised as their RaftKVError), within `timeout` s."""
-        request.timeout_ms = max(1, int(timeout * 1000))
+        request.timeout_ms = timeout_ms(timeout)
         self._watchdog.watch(self, time.monotonic() + timeout)
         self._requests.put(request)
         try:
@@ -62,14 +79,11 @@ class RequestStream:
         except grpc.RpcError as e:
             self.broken = True
             if self._expired:
-                raise KVTimeoutError(f"no reply from {self.address} within {timeout:.3f}s; "
-                                     "a write may still be applied later, at most once") from None
+                raise overdue(self.address, timeout) from None
             raise from_rpc_error(e) from None
         finally:
             self._watchdog.unwatch(self)
-        if reply.WhichOneof("reply") == "error":
-            raise from_stream_error(reply.error)
-        return reply
+        return answered(reply)
 
     def expire(self) -> None:
         """The reply is overdue (the watchdog's call): end the stream, which ends the wait."""

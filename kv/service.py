@@ -184,6 +184,12 @@ class _ReplyGather:
         self._changed = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    def read_with(self, reader: asyncio.Task[None]) -> None:
+        """`reader` starts the requests; once it is done and they are answered, the call ends."""
+        self._reader = reader
+        reader.add_done_callback(self._wake)
 
     def start(self, tag: int, reply: Awaitable[kv_pb2.StreamReply]) -> None:
         task = asyncio.ensure_future(self._finish(tag, reply))
@@ -196,19 +202,19 @@ class _ReplyGather:
             self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=answer))
         except Exception as e:  # noqa: BLE001 - not a refusal (those are replies): fail the call
             self._failure = e
-        self.wake()
+        self._wake()
 
-    def wake(self, *_: object) -> None:
+    def _wake(self, *_: object) -> None:
         self._changed.set()
 
-    async def next_batch(self, reader: asyncio.Task[None]) -> list[kv_pb2.TaggedReply] | None:
-        """Every reply ready now, waiting for one if none is; None once `reader` is done (the
-        client ended its requests, or reading failed) and nothing is left in flight. `reader`
-        must call `wake` when it ends."""
+    async def next_batch(self) -> list[kv_pb2.TaggedReply] | None:
+        """Every reply ready now, waiting for one if none is; None once the reader is done (the
+        client ended its requests, or reading failed) and nothing is left in flight."""
+        assert self._reader is not None, "read_with() first"
         while not self._ready:
             if self._failure is not None:
                 raise self._failure
-            if reader.done() and not self._running:
+            if self._reader.done() and not self._running:
                 return None
             self._changed.clear()
             await self._changed.wait()
@@ -275,10 +281,10 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         assert task is not None
         replies = _ReplyGather()
         reader = asyncio.create_task(self._pipeline_requests(requests, replies))
-        reader.add_done_callback(replies.wake)
+        replies.read_with(reader)
         self._stoppable_calls[task] = context
         try:
-            while (out := await replies.next_batch(reader)) is not None:
+            while (out := await replies.next_batch()) is not None:
                 yield kv_pb2.PipelineReply(replies=out)
             await reader  # raises what ended the reading (an abort for a malformed message)
         finally:
