@@ -6,16 +6,24 @@ class LogStoreError(Exception):
     """Base class: the log store cannot do what was asked."""
 
 
-class LogCorruptionError(LogStoreError):
+class _AtPath(LogStoreError):
+    """An error about the log at `path`; `detail` says what went wrong there."""
+
+    def __init__(self, path: str, detail: str, message: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(message)
+
+
+class LogCorruptionError(_AtPath):
     """A stored record fails its checksum or the store's own invariants. The node must not go on
     serving (or acknowledging) from this log: its entries can no longer be trusted."""
 
     def __init__(self, path: str, detail: str, index: int | None = None) -> None:
-        self.path = path
         self.index = index
-        self.detail = detail
         where = f"entry {index}: " if index is not None else ""
         super().__init__(
+            path, detail,
             f"raft log at {path} is corrupt ({where}{detail}). This node stops using it so it cannot "
             f"serve or replicate wrong data. To recover: stop the node, remove its data directory "
             f"(the one holding {path}) and start it again with the same id and peers; it rejoins "
@@ -24,14 +32,13 @@ class LogCorruptionError(LogStoreError):
         )
 
 
-class LogFullError(LogStoreError):
+class LogFullError(_AtPath):
     """The log reached its size limit (the LMDB map, or NodeConfig.log_map_size for the write-ahead
     log) or the disk is full. Nothing of the failed write was applied; reads still work."""
 
     def __init__(self, path: str, detail: str) -> None:
-        self.path = path
-        self.detail = detail
         super().__init__(
+            path, detail,
             f"raft log at {path} is full ({detail}); the write was refused and nothing of it was "
             f"stored. Reads still work, and compacting the log after a snapshot frees pages. If it "
             f"persists, free disk space or restart the node with a larger log map size "
@@ -39,15 +46,14 @@ class LogFullError(LogStoreError):
         )
 
 
-class LogWriteError(LogStoreError):
+class LogWriteError(_AtPath):
     """The disk failed a write or a sync for a reason other than space (an I/O error). What the
     failed write left on disk is unknown, so the store refuses every later call; a restart
     replays the log up to its last complete record."""
 
     def __init__(self, path: str, detail: str) -> None:
-        self.path = path
-        self.detail = detail
         super().__init__(
+            path, detail,
             f"raft log at {path} could not be written ({detail}). This node stops using it: what "
             f"reached the disk is unknown. Check the disk (dmesg, free space, the file system), "
             f"then restart the node; it replays its log up to the last complete record and the "
