@@ -123,6 +123,10 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument("--read-hold-siblings", type=_non_negative_int, default=_DEFAULT_NODE.read_hold_siblings,
                        metavar="N", help="hold a read only when at least N other reads are waiting "
                                          "(a lone reader is never held)")
+    serve.add_argument("--read-spin-us", type=_non_negative_int, default=_DEFAULT_NODE.read_spin_us, metavar="US",
+                       help="while a lone linearizable read waits for its round, and US after it is served, the "
+                            "leader polls instead of sleeping: lower latency for one reader, at the price of a "
+                            "busy core for that long; 0: off")
     serve.add_argument("--peer-transport", choices=PEER_TRANSPORTS, default=_DEFAULT_NODE.peer_transport,
                        help="how Raft messages travel between members: tcp (framed on a plain TCP connection "
                             "to each peer's --peer-port, about five times cheaper per message) or grpc (a "
@@ -316,7 +320,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                       grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
-                      read_hold_siblings=args.read_hold_siblings, peer_transport=args.peer_transport,
+                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
+                      peer_transport=args.peer_transport,
                       peer_port=args.peer_port, log_store=args.log_store,
                       peer_message_addresses=parse_peers(args.peer_message_addresses))
 

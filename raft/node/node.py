@@ -35,6 +35,7 @@ from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
+from raft.node.loop_spin import LoopSpin
 from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
 from raft.transport.address import split_address
@@ -104,6 +105,9 @@ class RaftNode:
         self._read_ctx = itertools.count(1)
         self._read_hold = ReadHold(config.read_hold_ms / 1000, config.read_hold_siblings)
         self._read_release: asyncio.TimerHandle | None = None
+        self._spin: LoopSpin | None = None
+        self._spin_s = config.read_spin_us / 1e6
+        self._lone_read: int | None = None  # the ctx of a read that started with no other waiting
         self._applied_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # heap on index
         self._waiter_seq = itertools.count()
         self._disk_full: str | None = None  # why writes are refused, while the store is full
@@ -154,6 +158,7 @@ class RaftNode:
             await self._listener.start(split_address(self.config.listen)[0], self.config.peer_port)
         self._wake = asyncio.Event()
         self._soft_changed = asyncio.Event()
+        self._spin = LoopSpin(asyncio.get_running_loop())
         self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms,
                                      on_gone=self._peer_gone, peer_transport=self.config.peer_transport,
                                      message_addresses=self.config.peer_message_addresses)
@@ -174,6 +179,8 @@ class RaftNode:
             t.cancel()
         if self._read_release is not None:
             self._read_release.cancel()
+        if self._spin is not None:
+            self._spin.stop()
         await asyncio.gather(*background, return_exceptions=True)
         self._tasks = []
         self._fail_all(lambda: NodeStoppedError("node is shutting down"))
@@ -242,8 +249,19 @@ class RaftNode:
         # always does one or the other); _serve_read and _fail_read skip futures that are done.
         self._reads[ctx] = future
         if not held:  # a held read wakes the driver when the hold ends (_release_reads)
-            self._ready_soon(at_once=len(self._reads) == 1)  # a lone reader's round leaves at once
+            lone = len(self._reads) == 1
+            if lone:
+                self._spin_for_lone_read(ctx)
+            self._ready_soon(at_once=lone)  # a lone reader's round leaves at once
         return future
+
+    def _spin_for_lone_read(self, ctx: int) -> None:
+        """Keep the loop awake while a lone read's round is in flight; _serve_read extends it
+        past the read, for the same client's next request (raft/node/loop_spin.py: one
+        client's linearizable gets about +35% on the bench machine)."""
+        if self._spin is not None and self._core.role is Role.LEADER:
+            self._lone_read = ctx
+            self._spin.keep_awake(self._spin_s)
 
     def _release_reads(self) -> None:
         """Hand the reads ReadHold kept to the core: they ride its next round."""
@@ -586,6 +604,9 @@ class RaftNode:
     # ---- reads and failures ------------------------------------------------------------------
 
     def _serve_read(self, ctx: object, index: int) -> None:
+        if ctx == self._lone_read and self._spin is not None:
+            self._lone_read = None
+            self._spin.keep_awake(self._spin_s)
         future = self._reads.pop(ctx, None)  # type: ignore[call-overload]
         if future is None or future.done():
             return
@@ -671,6 +692,11 @@ class RaftNode:
     @property
     def leader(self) -> str | None:
         return self._core.leader
+
+    @property
+    def spinning(self) -> bool:
+        """Whether the event loop is being kept awake for a lone read (raft/node/loop_spin.py)."""
+        return self._spin is not None and self._spin.awake
 
     def status(self) -> dict[str, Any]:
         s = self._core.status()

@@ -39,6 +39,7 @@ def test_serve_defaults_are_a_single_node_store_on_7001():
     assert (config.max_value_bytes, config.snapshot_threshold) == (expected.max_value_bytes, expected.snapshot_threshold)
     assert config.grpc_servers == expected.grpc_servers
     assert (config.read_hold_ms, config.read_hold_siblings) == (expected.read_hold_ms, expected.read_hold_siblings)
+    assert config.read_spin_us == expected.read_spin_us > 0
 
 
 def test_serve_flags_map_onto_node_config():
@@ -46,7 +47,7 @@ def test_serve_flags_map_onto_node_config():
                  "n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003", "--cluster-id", "c1",
                  "--snapshot-threshold", "50", "--election-timeout-ms", "300", "--heartbeat-interval-ms", "30",
                  "--max-value-bytes", "1000", "--no-fsync", "--log-level", "debug", "--grpc-servers", "3",
-                 "--read-hold-ms", "0.5", "--read-hold-siblings", "0")
+                 "--read-hold-ms", "0.5", "--read-hold-siblings", "0", "--read-spin-us", "0")
     config = cli.node_config(args)
     assert config.listen == "127.0.0.1:7002"  # from --peers, as --listen was not given
     assert config.members == ["n1", "n2", "n3"]
@@ -59,10 +60,12 @@ def test_serve_flags_map_onto_node_config():
     assert config.fsync is False
     assert config.grpc_servers == 3
     assert (config.read_hold_ms, config.read_hold_siblings) == (0.5, 0)
+    assert config.read_spin_us == 0
 
 
 @pytest.mark.parametrize("flag, value", [("--read-hold-ms", "-1"), ("--read-hold-ms", "nan"),
-                                         ("--read-hold-siblings", "-1"), ("--read-hold-siblings", "1.5")])
+                                         ("--read-hold-siblings", "-1"), ("--read-hold-siblings", "1.5"),
+                                         ("--read-spin-us", "-1"), ("--read-spin-us", "0.5")])
 def test_serve_refuses_a_bad_read_hold(flag, value, capsys):
     with pytest.raises(SystemExit) as exited:
         parse("serve", flag, value)

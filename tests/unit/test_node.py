@@ -149,6 +149,35 @@ def test_a_lone_read_is_served_inside_the_call_when_the_driver_is_idle(tmp_path:
     run(main)
 
 
+def test_a_lone_read_keeps_the_leader_loop_awake_and_held_reads_do_not(tmp_path: Path) -> None:
+    """raft/node/loop_spin.py: a lone linearizable read keeps the loop polling until
+    read_spin_us after it is served (a minute here, so the check cannot race the deadline);
+    stopping the node ends the spin. With read_spin_us 0, or for reads held to share a round
+    (a busy leader's), no spin."""
+    async def main() -> None:
+        async with Single(tmp_path / "spin", read_spin_us=60_000_000) as node:
+            assert (await node.propose(put_cmd(b"k", b"v"))).ok
+            assert not node.spinning
+            await asyncio.wait_for(node.read_barrier("linearizable"), WAIT_S)
+            assert node.spinning
+        assert not node.spinning
+        async with Single(tmp_path / "off", read_spin_us=0) as node:
+            assert (await node.propose(put_cmd(b"k", b"v"))).ok
+            await asyncio.wait_for(node.read_barrier("linearizable"), WAIT_S)
+            assert not node.spinning
+        async with Single(tmp_path / "crowd", read_spin_us=60_000_000, read_hold_ms=60_000,
+                          read_hold_siblings=0) as node:
+            assert (await node.propose(put_cmd(b"k", b"v"))).ok
+            # siblings 0: every read is held, so none is ever the lone one handed to the core
+            reads = [node.read_barrier("linearizable") for _ in range(3)]
+            await asyncio.sleep(0)
+            assert not node.spinning
+            for r in reads:
+                r.cancel()
+
+    run(main)
+
+
 def test_held_reads_fail_when_the_node_stops(tmp_path: Path) -> None:
     async def main() -> None:
         # siblings 0: every read is held, for a minute
