@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/raft.proto\x12\x0braftkv.raft\"[\n\x05\x45ntry\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12$\n\x04type\x18\x03 \x01(\x0e\x32\x16.raftkv.raft.EntryType\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"N\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xc1\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12#\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x12.raftkv.raft.Entry\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"<\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0f\n\x07members\x18\x03 \x03(\t\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\x97\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"_\n\x0cMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\t\n\x07SendAck\"\xbb\x01\n\rSnapshotChunk\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\'\n\x04meta\x18\x04 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x05 \x01(\x04\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x0e\n\x06offset\x18\x07 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x12\x0c\n\x04\x64one\x18\t \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"3\n\x0cHelloRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\"\"\n\nHelloReply\x12\x14\n\x0cmessage_port\x18\x01 \x01(\r*!\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03\x32\x88\x02\n\x08RaftPeer\x12\x37\n\x04Send\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck\x12;\n\x06Stream\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck(\x01\x12I\n\x0fInstallSnapshot\x12\x1a.raftkv.raft.SnapshotChunk\x1a\x18.raftkv.raft.SnapshotAck(\x01\x12;\n\x05Hello\x12\x19.raftkv.raft.HelloRequest\x1a\x17.raftkv.raft.HelloReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/raft.proto\x12\x0braftkv.raft\"[\n\x05\x45ntry\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12$\n\x04type\x18\x03 \x01(\x0e\x32\x16.raftkv.raft.EntryType\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"N\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xd9\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12#\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x12.raftkv.raft.Entry\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\x12\x16\n\x0epacked_entries\x18\x08 \x01(\x0c\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"<\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0f\n\x07members\x18\x03 \x03(\t\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\x97\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"_\n\x0cMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\t\n\x07SendAck\"\xbb\x01\n\rSnapshotChunk\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\'\n\x04meta\x18\x04 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x05 \x01(\x04\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x0e\n\x06offset\x18\x07 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x12\x0c\n\x04\x64one\x18\t \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"3\n\x0cHelloRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\":\n\nHelloReply\x12\x14\n\x0cmessage_port\x18\x01 \x01(\r\x12\x16\n\x0epacked_entries\x18\x02 \x01(\x08*!\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03\x32\x88\x02\n\x08RaftPeer\x12\x37\n\x04Send\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck\x12;\n\x06Stream\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck(\x01\x12I\n\x0fInstallSnapshot\x12\x1a.raftkv.raft.SnapshotChunk\x1a\x18.raftkv.raft.SnapshotAck(\x01\x12;\n\x05Hello\x12\x19.raftkv.raft.HelloRequest\x1a\x17.raftkv.raft.HelloReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.raft_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYTYPE']._serialized_start=1936
-  _globals['_ENTRYTYPE']._serialized_end=1969
-  _globals['_PUSHTYPE']._serialized_start=1971
-  _globals['_PUSHTYPE']._serialized_end=2032
-  _globals['_PUSHCODE']._serialized_start=2034
-  _globals['_PUSHCODE']._serialized_end=2104
+  _globals['_ENTRYTYPE']._serialized_start=1984
+  _globals['_ENTRYTYPE']._serialized_end=2017
+  _globals['_PUSHTYPE']._serialized_start=2019
+  _globals['_PUSHTYPE']._serialized_end=2080
+  _globals['_PUSHCODE']._serialized_start=2082
+  _globals['_PUSHCODE']._serialized_end=2152
   _globals['_ENTRY']._serialized_start=33
   _globals['_ENTRY']._serialized_end=124
   _globals['_VOTEREQUEST']._serialized_start=126
@@ -48,29 +48,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATRESPONSE']._serialized_start=312
   _globals['_HEARTBEATRESPONSE']._serialized_end=380
   _globals['_PUSHREQUEST']._serialized_start=383
-  _globals['_PUSHREQUEST']._serialized_end=576
-  _globals['_PUSHRESPONSE']._serialized_start=579
-  _globals['_PUSHRESPONSE']._serialized_end=753
-  _globals['_SNAPSHOTMETA']._serialized_start=755
-  _globals['_SNAPSHOTMETA']._serialized_end=815
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=817
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=882
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=884
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=960
-  _globals['_PEERMESSAGE']._serialized_start=963
-  _globals['_PEERMESSAGE']._serialized_end=1498
-  _globals['_MESSAGEBATCH']._serialized_start=1500
-  _globals['_MESSAGEBATCH']._serialized_end=1595
-  _globals['_SENDACK']._serialized_start=1597
-  _globals['_SENDACK']._serialized_end=1606
-  _globals['_SNAPSHOTCHUNK']._serialized_start=1609
-  _globals['_SNAPSHOTCHUNK']._serialized_end=1796
-  _globals['_SNAPSHOTACK']._serialized_start=1798
-  _globals['_SNAPSHOTACK']._serialized_end=1845
-  _globals['_HELLOREQUEST']._serialized_start=1847
-  _globals['_HELLOREQUEST']._serialized_end=1898
-  _globals['_HELLOREPLY']._serialized_start=1900
-  _globals['_HELLOREPLY']._serialized_end=1934
-  _globals['_RAFTPEER']._serialized_start=2107
-  _globals['_RAFTPEER']._serialized_end=2371
+  _globals['_PUSHREQUEST']._serialized_end=600
+  _globals['_PUSHRESPONSE']._serialized_start=603
+  _globals['_PUSHRESPONSE']._serialized_end=777
+  _globals['_SNAPSHOTMETA']._serialized_start=779
+  _globals['_SNAPSHOTMETA']._serialized_end=839
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=841
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=906
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=908
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=984
+  _globals['_PEERMESSAGE']._serialized_start=987
+  _globals['_PEERMESSAGE']._serialized_end=1522
+  _globals['_MESSAGEBATCH']._serialized_start=1524
+  _globals['_MESSAGEBATCH']._serialized_end=1619
+  _globals['_SENDACK']._serialized_start=1621
+  _globals['_SENDACK']._serialized_end=1630
+  _globals['_SNAPSHOTCHUNK']._serialized_start=1633
+  _globals['_SNAPSHOTCHUNK']._serialized_end=1820
+  _globals['_SNAPSHOTACK']._serialized_start=1822
+  _globals['_SNAPSHOTACK']._serialized_end=1869
+  _globals['_HELLOREQUEST']._serialized_start=1871
+  _globals['_HELLOREQUEST']._serialized_end=1922
+  _globals['_HELLOREPLY']._serialized_start=1924
+  _globals['_HELLOREPLY']._serialized_end=1982
+  _globals['_RAFTPEER']._serialized_start=2155
+  _globals['_RAFTPEER']._serialized_end=2419
 # @@protoc_insertion_point(module_scope)

@@ -85,7 +85,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., seq: _Optional[int] = ..., end_index: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
-    __slots__ = ("type", "pre_index", "pre_term", "entries", "commit_index", "truncate_index", "truncate_term")
+    __slots__ = ("type", "pre_index", "pre_term", "entries", "commit_index", "truncate_index", "truncate_term", "packed_entries")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRE_INDEX_FIELD_NUMBER: _ClassVar[int]
     PRE_TERM_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class PushRequest(_message.Message):
     COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_INDEX_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TERM_FIELD_NUMBER: _ClassVar[int]
+    PACKED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     type: PushType
     pre_index: int
     pre_term: int
@@ -100,7 +101,8 @@ class PushRequest(_message.Message):
     commit_index: int
     truncate_index: int
     truncate_term: int
-    def __init__(self, type: _Optional[_Union[PushType, str]] = ..., pre_index: _Optional[int] = ..., pre_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., commit_index: _Optional[int] = ..., truncate_index: _Optional[int] = ..., truncate_term: _Optional[int] = ...) -> None: ...
+    packed_entries: bytes
+    def __init__(self, type: _Optional[_Union[PushType, str]] = ..., pre_index: _Optional[int] = ..., pre_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., commit_index: _Optional[int] = ..., truncate_index: _Optional[int] = ..., truncate_term: _Optional[int] = ..., packed_entries: _Optional[bytes] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("type", "code", "pre_index", "index", "end_index", "x_term", "x_index")
@@ -225,7 +227,9 @@ class HelloRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("message_port",)
+    __slots__ = ("message_port", "packed_entries")
     MESSAGE_PORT_FIELD_NUMBER: _ClassVar[int]
+    PACKED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     message_port: int
-    def __init__(self, message_port: _Optional[int] = ...) -> None: ...
+    packed_entries: bool
+    def __init__(self, message_port: _Optional[int] = ..., packed_entries: _Optional[bool] = ...) -> None: ...

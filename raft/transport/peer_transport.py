@@ -95,7 +95,7 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
         except PeerRefused as e:
             log.warning("refused a hello from %r: %s", request.from_id, e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        return raft_pb2.HelloReply(message_port=self._message_port())
+        return raft_pb2.HelloReply(message_port=self._message_port(), packed_entries=True)
 
     async def _accept(self, batch: raft_pb2.MessageBatch, context: grpc.aio.ServicerContext) -> None:
         """Deliver the batch's messages, or end the call with the reason it is refused."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 import grpc
 import pytest
@@ -24,21 +25,22 @@ from raft.core.messages import (
     VoteResponse,
 )
 from raft.core.types import Entry, EntryType, SnapshotMeta
-from raft.transport.codec import CodecError, from_proto, to_proto
+from raft.transport.codec import CodecError, from_proto, pack_entries, to_proto
 from raft.transport.frames import FrameReader, frame
 from raft.transport.message_listener import MessageListener
 from raft.transport.peer_client import PeerClient
 from raft.transport.peer_transport import SERVER_OPTIONS, PeerService
 
 H = {"src": "n1", "dst": "n2", "term": 7}
+APPEND = PushRequest(**H, type=PushType.APPEND, pre_index=10, pre_term=5, commit_index=9,
+                     entries=[Entry(11, 7, EntryType.NOOP, b""), Entry(12, 7, EntryType.NORMAL, b"\x00cmd\xff")])
 
 EVERY_MESSAGE: list[Message] = [
     VoteRequest(**H, last_log_index=12, last_log_term=6, pre_vote=True),
     VoteResponse(**H, granted=True, pre_vote=True),
     HeartbeatRequest(**H, commit_index=11, seq=99),
     HeartbeatResponse(**H, success=True, seq=99, end_index=12),
-    PushRequest(**H, type=PushType.APPEND, pre_index=10, pre_term=5, commit_index=9,
-                entries=[Entry(11, 7, EntryType.NOOP, b""), Entry(12, 7, EntryType.NORMAL, b"\x00cmd\xff")]),
+    APPEND,
     PushRequest(**H, type=PushType.TRUNCATE, truncate_index=8, truncate_term=4),
     PushResponse(**H, type=PushType.COMPARE, code=PushCode.INCONSISTENT, pre_index=10, index=3,
                  end_index=9, x_term=4, x_index=6),
@@ -47,12 +49,39 @@ EVERY_MESSAGE: list[Message] = [
 ]
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["entries", "packed"])
 @pytest.mark.parametrize("msg", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
-def test_codec_round_trip(msg: Message) -> None:
-    wire = to_proto(msg).SerializeToString()
+def test_codec_round_trip(msg: Message, packed: bool) -> None:
+    wire = to_proto(msg, packed).SerializeToString()
     back = from_proto(raft_pb2.PeerMessage.FromString(wire))
     assert type(back) is type(msg)
     assert dataclasses.asdict(back) == dataclasses.asdict(msg)
+
+
+def test_packed_entries_take_one_field_and_no_entry_objects() -> None:
+    body = to_proto(APPEND, packed=True).push_request
+    assert len(body.entries) == 0 and body.packed_entries == pack_entries(APPEND.entries)
+    assert len(to_proto(APPEND).push_request.entries) == 2 and not to_proto(APPEND).push_request.packed_entries
+
+
+@pytest.mark.parametrize("cut, words", [
+    (lambda b: b[:10], "inside an entry's header"),
+    (lambda b: b[:-1], "claims 5 payload bytes; 4 are left"),
+    (lambda b: b[:16] + b"\x09" + b[17:], "unknown EntryType value 9"),
+], ids=["header", "payload", "type"])
+def test_codec_refuses_broken_packed_entries(cut: Any, words: str) -> None:
+    packed = pack_entries([Entry(12, 7, EntryType.NORMAL, b"\x00cmd\xff")])
+    bad = raft_pb2.PeerMessage(src="n1", dst="n2", term=7,
+                               push_request=raft_pb2.PushRequest(packed_entries=cut(packed)))
+    with pytest.raises(CodecError, match=words):
+        from_proto(bad)
+
+
+def test_codec_refuses_a_push_with_both_entry_forms() -> None:
+    both = to_proto(APPEND)
+    both.push_request.packed_entries = pack_entries([Entry(13, 7, EntryType.NORMAL, b"x")])
+    with pytest.raises(CodecError, match="both"):
+        from_proto(both)
 
 
 def test_codec_covers_every_body_case() -> None:
@@ -79,13 +108,14 @@ class Peer:
     """A PeerService for node n2 of cluster "c1" on a free port, collecting what it delivers; with
     transport "tcp" also a MessageListener, whose port its Hello tells."""
 
-    def __init__(self, transport: str = "grpc") -> None:
+    def __init__(self, transport: str = "grpc", service_class: type[PeerService] = PeerService) -> None:
         self.delivered: list[Message] = []
+        self.batches: list[raft_pb2.MessageBatch] = []  # every batch, as it came off the wire
         self.arrived = asyncio.Event()
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
-        service = PeerService("n2", "c1", ["n1", "n2", "n3"], self._deliver,
-                              message_port=lambda: self.listener.port if self.listener else 0)
-        self.listener = MessageListener(service.check, self._deliver) if transport == "tcp" else None
+        service = service_class("n2", "c1", ["n1", "n2", "n3"], self._deliver,
+                                message_port=lambda: self.listener.port if self.listener else 0)
+        self.listener = MessageListener(self._recording(service.check), self._deliver) if transport == "tcp" else None
         raft_pb2_grpc.add_RaftPeerServicer_to_server(service, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
@@ -103,6 +133,42 @@ class Peer:
     def _deliver(self, messages: list[Message]) -> None:
         self.delivered.extend(messages)
         self.arrived.set()
+
+    def _recording(self, check: Any) -> Any:
+        def recorded(batch: raft_pb2.MessageBatch) -> list[Message]:
+            self.batches.append(batch)
+            return check(batch)  # type: ignore[no-any-return]
+        return recorded
+
+
+class NodeBeforePackedEntries(PeerService):
+    """A peer from before packed entries: its Hello does not offer them."""
+
+    async def Hello(self, request: raft_pb2.HelloRequest, context: grpc.aio.ServicerContext) -> raft_pb2.HelloReply:
+        reply = await super().Hello(request, context)
+        return raft_pb2.HelloReply(message_port=reply.message_port)
+
+
+@pytest.mark.parametrize("service_class, packed", [(PeerService, True), (NodeBeforePackedEntries, False)],
+                         ids=["peer-reads-packed", "peer-from-before"])
+def test_pushes_go_packed_only_to_a_peer_whose_hello_offers_it(service_class: type[PeerService],
+                                                               packed: bool) -> None:
+    async def main() -> None:
+        peer = Peer("tcp", service_class)
+        await peer.start()
+        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
+        push = APPEND
+        try:
+            client.send([push])
+            await asyncio.wait_for(peer.arrived.wait(), 5)
+            assert peer.delivered == [push]
+            wire = peer.batches[0].messages[0].push_request
+            assert (bool(wire.packed_entries), len(wire.entries)) == ((True, 0) if packed else (False, 2))
+        finally:
+            await client.close()
+            await peer.stop()
+
+    _run(main())
 
 
 def _batch(cluster: str = "c1", from_id: str = "n1", dst: str = "n2") -> raft_pb2.MessageBatch:
