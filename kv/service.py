@@ -5,6 +5,7 @@ caller gets the same semantics without a gRPC hop."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 DEFAULT_SCAN_LIMIT = 1000
 MAX_SCAN_LIMIT = 10_000
@@ -39,7 +41,15 @@ MAX_SCAN_LIMIT = 10_000
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
 
 
+TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
+
+
 class KVHandler:
+    """Each request's work starts in a `begin_*` call, which validates it, hands it to the node
+    and returns a future of the reply, or raises a kv.errors error at once. No task runs per
+    request: the node's own future completes the reply through a callback, which is what lets a
+    pipeline keep hundreds of requests in flight cheaply. The `async` methods await the same."""
+
     def __init__(self, node: RaftNode, fsm: KVStateMachine) -> None:
         self._node = node
         self._fsm = fsm
@@ -48,56 +58,64 @@ class KVHandler:
 
     # ---- writes ------------------------------------------------------------------------------
 
-    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> kv_pb2.PutResponse:
+    def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
         with _invalid_argument():
             validate_key(request.key, self._limits.max_key_bytes)
             validate_value(request.value, self._limits.max_value_bytes)
-        outcome = await self._write([put_op(request.key, request.value)], request.header, timeout)
-        return kv_pb2.PutResponse(index=outcome.index)
+        return self._begin_write([put_op(request.key, request.value)], request.header, timeout,
+                                 lambda outcome: kv_pb2.PutResponse(index=outcome.index))
 
-    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None) -> kv_pb2.DeleteResponse:
+    def begin_delete(self, request: kv_pb2.DeleteRequest,
+                     timeout: float | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
         with _invalid_argument():
             validate_key(request.key, self._limits.max_key_bytes)
-        outcome = await self._write([delete_op(request.key)], request.header, timeout)
-        return kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]), index=outcome.index)
+        return self._begin_write([delete_op(request.key)], request.header, timeout,
+                                 lambda outcome: kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]),
+                                                                       index=outcome.index))
+
+    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> kv_pb2.PutResponse:
+        return await self.begin_put(request, timeout)
+
+    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None) -> kv_pb2.DeleteResponse:
+        return await self.begin_delete(request, timeout)
 
     async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None) -> kv_pb2.BatchResponse:
         ops = list(request.ops)
         with _invalid_argument():
             validate_ops(ops, self._limits)
-        outcome = await self._write(ops, request.header, timeout)
-        return kv_pb2.BatchResponse(index=outcome.index, existed=list(outcome.result.existed))
+        return await self._begin_write(ops, request.header, timeout, lambda outcome: kv_pb2.BatchResponse(
+            index=outcome.index, existed=list(outcome.result.existed)))
 
-    async def _write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None) -> ApplyOutcome:
-        """Propose already validated ops as one Command and wait for its outcome. A bad header is
-        refused here, before it reaches the log (every replica would refuse to apply it)."""
+    def _begin_write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None,
+                     reply: Callable[[ApplyOutcome], R]) -> asyncio.Future[R]:
+        """Propose already validated ops as one Command; a future of `reply(outcome)`. A bad
+        header is refused here, before it reaches the log (every replica would refuse to apply it)."""
         with _invalid_argument():
             validate_header(header)
         payload = encode_command(ops, header.client_id, header.seq)
-        outcome = await self._node_call(lambda: self._node.propose(payload), timeout)
-        if outcome.expired:
-            raise errors.InvalidArgumentError(
-                f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
-                "whether it was applied is unknown (use a fresh sequence number)")
-        if outcome.error is not None:
-            raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
-        return outcome
+        return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
+                               lambda outcome: reply(_applied(outcome, header)))
 
     # ---- reads -------------------------------------------------------------------------------
 
-    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> kv_pb2.GetResponse:
+    def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
         with _invalid_argument():
             validate_key(request.key, self._limits.max_key_bytes)
-        await self._barrier(request.consistency, timeout)
-        index = self._node.applied_index  # read after: the value is at least this fresh
-        value = self._fsm.get(request.key)
+        return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
+
+    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> kv_pb2.GetResponse:
+        return await self.begin_get(request, timeout)
+
+    def _read(self, key: bytes) -> kv_pb2.GetResponse:
+        index = self._node.applied_index  # read after the barrier: the value is at least this fresh
+        value = self._fsm.get(key)
         return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
 
     async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None) -> kv_pb2.ScanResponse:
         if request.prefix and (request.start or request.end):
             raise errors.InvalidArgumentError("give either prefix or start/end, not both")
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
-        await self._barrier(request.consistency, timeout)
+        await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
         with _invalid_argument():
             if request.prefix:
@@ -106,19 +124,19 @@ class KVHandler:
                 items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit)
         return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
 
-    async def _barrier(self, consistency: int, timeout: float | None) -> None:
+    def _begin_barrier(self, consistency: int, timeout: float | None, then: Callable[[int], R]) -> asyncio.Future[R]:
         level = _CONSISTENCY.get(consistency)
         if level is None:
             raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
-        await self._node_call(lambda: self._node.read_barrier(level), timeout)
+        return begin_node_call(self._node, lambda: self._node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
     async def save_snapshot(self, timeout: float | None = None) -> SnapshotInfo:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
         ReadIndex round on the leader), taken now if the newest one is older."""
-        index = await self._node_call(lambda: self._node.read_barrier("linearizable"), timeout)
-        return await self._node_call(lambda: self._node.take_snapshot(at_least=index), timeout)
+        index = await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+        return await node_call(self._node, lambda: self._node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
 
     # ---- status ------------------------------------------------------------------------------
 
@@ -132,30 +150,77 @@ class KVHandler:
             state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id],
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
 
-    async def _node_call(self, start: Callable[[], Awaitable[T]], timeout: float | None) -> T:
-        return await node_call(self._node, start, timeout,
-                               "not done within {:.3f}s; a write may still be applied later, at most once")
+
+def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
+    """A write's outcome, or the InvalidArgumentError it stands for."""
+    if outcome.expired:
+        raise errors.InvalidArgumentError(
+            f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
+            "whether it was applied is unknown (use a fresh sequence number)")
+    if outcome.error is not None:
+        raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
+    return outcome
+
+
+def kv_error(node: RaftNode, e: BaseException) -> BaseException:
+    """The client API's error (kv.errors) for one the node raised: NOT_LEADER with the leader's
+    address, QUEUE_FULL, DISK_FULL, UNAVAILABLE; any other exception as it is."""
+    if isinstance(e, node_errors.NotLeaderError):
+        return errors.NotLeaderError(e.leader, node.config.peers.get(e.leader) if e.leader else None)
+    if isinstance(e, node_errors.QueueFullError):
+        return errors.QueueFullError(str(e))
+    if isinstance(e, node_errors.DiskFullError):
+        return errors.DiskFullError(str(e))
+    if isinstance(e, node_errors.NodeStoppedError):
+        return errors.UnavailableError(str(e))
+    return e
+
+
+def begin_node_call(node: RaftNode, start: Callable[[], asyncio.Future[T]], timeout: float | None,
+                    timeout_message: str, then: Callable[[T], R]) -> asyncio.Future[R]:
+    """Start a node operation (`start` returns its future); a future of `then(its result)`,
+    failed with TimeoutError after `timeout` (`timeout_message` formatted with it) and with the
+    client API's errors (`kv_error`) for the node's. Errors the start raises are raised here."""
+    try:
+        started = start()
+    except (node_errors.NodeError, node_errors.NotLeaderError) as e:
+        raise kv_error(node, e) from None
+    loop = asyncio.get_running_loop()
+    out: asyncio.Future[R] = loop.create_future()
+    timer = None if timeout is None else loop.call_later(timeout, _expire, out, timeout_message.format(timeout))
+    started.add_done_callback(functools.partial(_settle, node, out, timer, then))
+    return out
+
+
+def _expire(out: asyncio.Future[Any], message: str) -> None:
+    if not out.done():
+        out.set_exception(errors.TimeoutError(message))
+
+
+def _settle(node: RaftNode, out: asyncio.Future[R], timer: asyncio.TimerHandle | None, then: Callable[[T], R],
+            started: asyncio.Future[T]) -> None:
+    if timer is not None:
+        timer.cancel()
+    if out.done():  # timed out, or its caller gave up
+        return
+    if started.cancelled():
+        out.cancel()
+        return
+    error = started.exception()
+    if error is not None:
+        out.set_exception(kv_error(node, error))
+        return
+    try:
+        out.set_result(then(started.result()))
+    except Exception as e:  # noqa: BLE001 - a refusal (InvalidArgumentError) or a failed read: the caller's
+        out.set_exception(e)
 
 
 async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: float | None,
                     timeout_message: str) -> T:
-    """Start a node operation and await it within `timeout`, turning the node's errors (raised
-    when it starts or when it ends) into the client API's (kv.errors): NOT_LEADER with the
-    leader's address, QUEUE_FULL, DISK_FULL, UNAVAILABLE. `timeout_message` is formatted with the
-    timeout in seconds."""
-    try:
-        call = start()
-        return await (call if timeout is None else asyncio.wait_for(call, timeout))
-    except asyncio.TimeoutError:
-        raise errors.TimeoutError(timeout_message.format(timeout)) from None
-    except node_errors.NotLeaderError as e:
-        raise errors.NotLeaderError(e.leader, node.config.peers.get(e.leader) if e.leader else None) from None
-    except node_errors.QueueFullError as e:
-        raise errors.QueueFullError(str(e)) from None
-    except node_errors.DiskFullError as e:
-        raise errors.DiskFullError(str(e)) from None
-    except node_errors.NodeStoppedError as e:
-        raise errors.UnavailableError(str(e)) from None
+    """`begin_node_call` for any awaitable (a coroutine runs as a task), awaited."""
+    return await begin_node_call(node, lambda: asyncio.ensure_future(start()), timeout, timeout_message,
+                                 lambda result: result)
 
 
 @contextmanager
@@ -176,13 +241,13 @@ async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T
 
 
 class _ReplyGather:
-    """A Pipeline call's requests in flight, one task each, and their replies gathered into
-    batches for the call to send."""
+    """A Pipeline call's requests in flight and their replies, gathered into batches for the
+    call to send. A request is its handler's reply future and a done callback: no task each."""
 
     def __init__(self) -> None:
         self._ready: list[kv_pb2.TaggedReply] = []
         self._changed = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: set[asyncio.Future[Any]] = set()
         self._failure: BaseException | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -191,15 +256,22 @@ class _ReplyGather:
         self._reader = reader
         reader.add_done_callback(self._wake)
 
-    def start(self, tag: int, reply: Awaitable[kv_pb2.StreamReply]) -> None:
-        task = asyncio.ensure_future(self._finish(tag, reply))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+    def answered(self, tag: int, reply: kv_pb2.StreamReply) -> None:
+        """A reply known at once (a refusal)."""
+        self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=reply))
+        self._wake()
 
-    async def _finish(self, tag: int, reply: Awaitable[kv_pb2.StreamReply]) -> None:
+    def start(self, tag: int, kind: str, pending: asyncio.Future[Any]) -> None:
+        """`pending`: the handler's future of the `kind` ("put", "get", "delete") reply."""
+        self._running.add(pending)
+        pending.add_done_callback(functools.partial(self._finish, tag, kind))
+
+    def _finish(self, tag: int, kind: str, done: asyncio.Future[Any]) -> None:
+        self._running.discard(done)
+        if done.cancelled():  # cancel_all: the call is over
+            return
         try:
-            answer = await reply  # before touching _ready: next_batch swaps the list meanwhile
-            self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=answer))
+            self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=stream_reply_of(kind, done)))
         except Exception as e:  # noqa: BLE001 - not a refusal (those are replies): fail the call
             self._failure = e
         self._wake()
@@ -222,8 +294,23 @@ class _ReplyGather:
         return batch
 
     def cancel_all(self) -> None:
-        for task in list(self._running):
-            task.cancel()
+        for pending in list(self._running):
+            pending.cancel()
+
+
+def stream_reply_of(kind: str, done: asyncio.Future[Any]) -> kv_pb2.StreamReply:
+    """The StreamReply for a finished handler future: its `kind` reply, or the refusal it
+    failed with. Any other failure is raised."""
+    error = done.exception()
+    if error is None:
+        return kv_pb2.StreamReply(**{kind: done.result()})
+    if isinstance(error, errors.RaftKVError):
+        return refusal(error)
+    raise error
+
+
+def refusal(error: errors.RaftKVError) -> kv_pb2.StreamReply:
+    return kv_pb2.StreamReply(error=errors.stream_error(error))
 
 
 class KVServicer(kv_pb2_grpc.KVServicer):
@@ -295,7 +382,12 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def _pipeline_requests(self, requests: AsyncIterator[kv_pb2.PipelineRequest], replies: _ReplyGather) -> None:
         async for batch in requests:
             for tagged in batch.requests:
-                replies.start(tagged.tag, self._stream_reply(tagged.request))
+                try:
+                    kind, pending = self._begin(tagged.request)
+                except errors.RaftKVError as e:
+                    replies.answered(tagged.tag, refusal(e))
+                    continue
+                replies.start(tagged.tag, kind, pending)
 
     async def end_streams(self) -> None:
         """On shutdown: end every stream now waiting for its next request, and every pipeline,
@@ -312,18 +404,24 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             task.cancel()
 
     async def _stream_reply(self, request: kv_pb2.StreamRequest) -> kv_pb2.StreamReply:
+        try:
+            kind, pending = self._begin(request)
+            return kv_pb2.StreamReply(**{kind: await pending})
+        except errors.RaftKVError as e:
+            return refusal(e)
+
+    def _begin(self, request: kv_pb2.StreamRequest) -> tuple[str, asyncio.Future[Any]]:
+        """Start a stream or pipeline request: its kind and the handler's future of its reply.
+        A refusal known at once is raised."""
         timeout = request.timeout_ms / 1000 if request.timeout_ms else None
         kind = request.WhichOneof("request")
-        try:
-            if kind == "put":
-                return kv_pb2.StreamReply(put=await self._handler.put(request.put, timeout))
-            if kind == "get":
-                return kv_pb2.StreamReply(get=await self._handler.get(request.get, timeout))
-            if kind == "delete":
-                return kv_pb2.StreamReply(delete=await self._handler.delete(request.delete, timeout))
-            raise errors.InvalidArgumentError("a stream request needs one of put, get or delete")
-        except errors.RaftKVError as e:
-            return kv_pb2.StreamReply(error=errors.stream_error(e))
+        if kind == "put":
+            return kind, self._handler.begin_put(request.put, timeout)
+        if kind == "get":
+            return kind, self._handler.begin_get(request.get, timeout)
+        if kind == "delete":
+            return kind, self._handler.begin_delete(request.delete, timeout)
+        raise errors.InvalidArgumentError("a stream request needs one of put, get or delete")
 
     async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
