@@ -3,9 +3,9 @@
 Three things run on the event loop: a tick task (the core learns the time), the peer service
 (stepping incoming messages into the core) and the ready loop, which handles each Ready in the
 order raft/core/ready.py prescribes. The two slow steps, the fsynced log write and applying to
-the state machine, run in their own single-thread executors (except a leader's own log write and
-small applies, which are cheaper on the loop than the hop); messages and proposals arriving
-meanwhile go into the next Ready, which is where group commit comes from (one fsync for
+the state machine, run in their own worker threads (raft/node/worker_thread.py), except a
+leader's own log write and small applies, which are cheaper on the loop than the hop; messages
+and proposals arriving meanwhile go into the next Ready, which is where group commit comes from (one fsync for
 everything that arrived during the previous one). A Ready that only sends messages and serves
 reads may instead be handled inside the step or read that made it (`_ready_soon`).
 
@@ -19,7 +19,6 @@ import itertools
 import logging
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
@@ -37,6 +36,7 @@ from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
 from raft.node.loop_spin import LoopSpin
 from raft.node.read_hold import ReadHold
+from raft.node.worker_thread import WorkerThread
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
 from raft.transport.address import split_address
 from raft.transport.message_listener import MessageListener
@@ -113,8 +113,8 @@ class RaftNode:
         self._disk_full: str | None = None  # why writes are refused, while the store is full
         self._stopped: str | None = "not started"
         self._catching_up = True
-        self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-log-{self.id}")
-        self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix=f"raft-apply-{self.id}")
+        self._log_thread = WorkerThread(f"raft-log-{self.id}")
+        self._apply_thread = WorkerThread(f"raft-apply-{self.id}")
         self._wake: asyncio.Event | None = None
         self._driving = False  # the driver is inside a Ready (between ready() and advance())
         self._taken: Ready | None = None  # a Ready _ready_soon took but left to the driver
@@ -188,8 +188,8 @@ class RaftNode:
             await self._transport.close()
         if self._listener is not None:
             await self._listener.close()
-        await asyncio.to_thread(self._persist_pool.shutdown)
-        await asyncio.to_thread(self._apply_pool.shutdown)
+        await asyncio.to_thread(self._log_thread.close)
+        await asyncio.to_thread(self._apply_thread.close)
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -373,7 +373,6 @@ class RaftNode:
         """One Ready, in ready.py's order. Returns without advancing only when the core was
         rebuilt after a full store (the Ready then belongs to a core that no longer exists)."""
         assert self._transport is not None
-        loop = asyncio.get_running_loop()
         if rd.soft_state is not None:
             self._log_soft_state(rd.soft_state)
         if rd.leader_messages:
@@ -390,8 +389,7 @@ class RaftNode:
                     # -12%; followers gained nothing from it (README, Performance).
                     self._log.save(rd.hard_state, rd.truncate_from, rd.entries)
                 else:
-                    await loop.run_in_executor(self._persist_pool, self._log.save, rd.hard_state, rd.truncate_from,
-                                               rd.entries)
+                    await self._log_thread.run(self._log.save, rd.hard_state, rd.truncate_from, rd.entries)
             except LogFullError as e:
                 self._on_store_full(e)
                 return
@@ -447,7 +445,7 @@ class RaftNode:
             if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
                 results = self._fsm.apply(entries)
             else:
-                results = await asyncio.get_running_loop().run_in_executor(self._apply_pool, self._fsm.apply, entries)
+                results = await self._apply_thread.run(self._fsm.apply, entries)
         except self._fsm_full_errors as e:
             self._on_store_full(e)
             return False
@@ -504,7 +502,7 @@ class RaftNode:
             self._snapshot_info, self._bytes_since_snapshot = info, 0
             # Keep a tail behind the snapshot so a slightly slow follower needs no install.
             upto = info.index - self.config.trailing_entries
-            await asyncio.get_running_loop().run_in_executor(self._persist_pool, self._compact_log, upto)
+            await self._log_thread.run(self._compact_log, upto)
             if not self._snapshot_streams:  # never delete a file that is being streamed
                 await asyncio.to_thread(self._snapshots.prune)
             log.info("node %s took a snapshot at index %d; log now begins after %d", self.id, info.index,
@@ -593,9 +591,8 @@ class RaftNode:
         if received is None or (received[0].index, received[0].term) != (meta.index, meta.term):
             raise RuntimeError(f"the core installs snapshot {meta} but no such file was received")
         self._received_snapshot = None
-        loop = asyncio.get_running_loop()
-        info = await loop.run_in_executor(self._apply_pool, self._snapshots.install, received[1])
-        await loop.run_in_executor(self._persist_pool, self._log.reset_to_snapshot, info.index, info.term)
+        info = await self._apply_thread.run(self._snapshots.install, received[1])
+        await self._log_thread.run(self._log.reset_to_snapshot, info.index, info.term)
         self._snapshot_info, self._bytes_since_snapshot = info, 0
         self._applied = self._fsm.applied_index
         self._wake_applied_waiters()
