@@ -5,9 +5,10 @@ Three things run on the event loop: a tick task (the core learns the time), the 
 order raft/core/ready.py prescribes. The two slow steps, the fsynced log write and applying to
 the state machine, run in their own worker threads (raft/node/worker_thread.py), except a
 leader's own log write and small applies, which are cheaper on the loop than the hop; messages
-and proposals arriving meanwhile go into the next Ready, which is where group commit comes from (one fsync for
-everything that arrived during the previous one). A Ready that only sends messages and serves
-reads may instead be handled inside the step or read that made it (`_ready_soon`).
+and proposals arriving meanwhile go into the next Ready, which is where group commit comes from
+(one fsync for everything that arrived during the previous one). A Ready that only sends
+messages and serves reads may instead be handled inside the step or read that made it
+(`_ready_soon`).
 
 Client requests wait on futures: a proposal on its log index (resolved when that index is applied
 with the proposal's term), a linearizable read on its ReadIndex context."""
@@ -36,8 +37,8 @@ from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
 from raft.node.loop_spin import LoopSpin
 from raft.node.read_hold import ReadHold
-from raft.node.worker_thread import WorkerThread
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
+from raft.node.worker_thread import WorkerThread
 from raft.transport.address import split_address
 from raft.transport.message_listener import MessageListener
 from raft.transport.peer_client import PeerClient

@@ -26,10 +26,14 @@ class WorkerThread:
     def __init__(self, name: str) -> None:
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._closed = False
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Call `fn(*args)` on the thread, after everything handed over before; the future (of
-        the running loop) resolves to its result or fails with its exception."""
+        the running loop) resolves to its result or fails with its exception. RuntimeError once
+        closed, as an executor's submit after shutdown."""
+        if self._closed:
+            raise RuntimeError(f"{self._thread.name} is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._calls.put((future, fn, args))
         if self._thread.ident is None:
@@ -38,6 +42,7 @@ class WorkerThread:
 
     def close(self) -> None:
         """Finish the calls handed over, then end the thread (blocks: call it off the loop)."""
+        self._closed = True
         if self._thread.is_alive():
             self._calls.put(_STOP)
             self._thread.join()

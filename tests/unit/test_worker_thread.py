@@ -30,6 +30,8 @@ def test_calls_run_in_order_on_the_worker_and_answer_with_results_and_errors() -
         assert {name for _, name in seen} == {"test-worker"}
         await asyncio.to_thread(worker.close)
         assert not any(t.name == "test-worker" for t in threading.enumerate())
+        with pytest.raises(RuntimeError, match="closed"):
+            worker.run(note, 99)
 
     asyncio.run(main())
 
