@@ -12,7 +12,9 @@ idle thread.
 The price is CPU: the loop burns its core until the deadline. RaftNode therefore spins only for a
 lone linearizable read, while its round is in flight and for a moment after it is served (when
 the same client's next request is likely on its way), never under load, when the loop has work
-anyway. NodeConfig.read_spin_us sets the moment; 0 turns spinning off.
+anyway. NodeConfig.read_spin_us sets the moment; 0 turns spinning off. `NextReadGuess` skips
+the moment after a read when lone reads have lately come further apart than that: a client that
+reads now and then costs the round's spin only.
 """
 from __future__ import annotations
 
@@ -52,3 +54,27 @@ class LoopSpin:
             self._handle = self._loop.call_soon(self._turn)
         else:
             self._handle = None
+
+
+class NextReadGuess:
+    """Whether the next lone read is likely to arrive within `window_s` of the last one served:
+    a moving average of the recent gaps (each new gap weighs `weight`), starting optimistic."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic, weight: float = 0.25) -> None:
+        self._window = window_s
+        self._clock = clock
+        self._weight = weight
+        self._served_at: float | None = None
+        self._gap = 0.0
+
+    def arrived(self) -> None:
+        """A lone read arrived."""
+        if self._served_at is not None:
+            gap = self._clock() - self._served_at
+            self._gap += self._weight * (gap - self._gap)
+            self._served_at = None
+
+    def served(self) -> bool:
+        """A lone read was served; whether to keep polling for the next one."""
+        self._served_at = self._clock()
+        return self._gap <= self._window

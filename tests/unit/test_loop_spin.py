@@ -6,7 +6,7 @@ import asyncio
 import selectors
 from typing import Any
 
-from raft.node.loop_spin import LoopSpin
+from raft.node.loop_spin import LoopSpin, NextReadGuess
 
 
 class RecordingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -84,3 +84,21 @@ def test_keep_awake_extends_but_never_shortens_and_stop_ends_it() -> None:
         assert not spin.awake
 
     run_on_recording_loop(body)
+
+
+def test_next_read_guess_follows_the_recent_gaps_between_lone_reads() -> None:
+    clock = FakeClock()
+    guess = NextReadGuess(0.0005, clock)
+    assert guess.served()  # no history: optimistic
+
+    def read_after(gap_s: float) -> bool:
+        clock.now += gap_s
+        guess.arrived()
+        clock.now += 0.0003  # the read's round
+        return guess.served()
+
+    assert all(read_after(0.0002) for _ in range(10))  # a closed loop: the next read comes at once
+    sparse = [read_after(0.1) for _ in range(5)]  # a client reading now and then
+    assert not any(sparse)
+    busy_again = [read_after(0.0002) for _ in range(30)]
+    assert busy_again[-1]  # the average comes back under the window
