@@ -12,9 +12,9 @@ idle thread.
 The price is CPU: the loop burns its core until the deadline. RaftNode therefore spins only for a
 lone linearizable read, while its round is in flight and for a moment after it is served (when
 the same client's next request is likely on its way), never under load, when the loop has work
-anyway. NodeConfig.read_spin_us sets the moment; 0 turns spinning off. `NextReadGuess` skips
-the moment after a read when lone reads have lately come further apart than that: a client that
-reads now and then costs the round's spin only.
+anyway (`LoneReadSpin`, the policy). NodeConfig.read_spin_us sets the moment; 0 turns spinning
+off. `NextReadGuess` skips the moment after a read when lone reads have lately come further apart
+than that: a client that reads now and then costs the round's spin only.
 """
 from __future__ import annotations
 
@@ -78,3 +78,34 @@ class NextReadGuess:
         """A lone read was served; whether to keep polling for the next one."""
         self._served_at = self._clock()
         return self._gap <= self._window
+
+
+class LoneReadSpin:
+    """The read spin's policy on one leader: poll while a lone read's round is in flight, and for
+    `span_s` after it is served while `NextReadGuess` expects the next lone read within it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, span_s: float) -> None:
+        self._spin = LoopSpin(loop)
+        self._span = span_s
+        self._next = NextReadGuess(span_s)
+        self._ctx: object = None  # the lone read in flight, if any
+
+    @property
+    def awake(self) -> bool:
+        return self._spin.awake
+
+    def started(self, ctx: object) -> None:
+        """A read arrived on the leader with no other read waiting."""
+        self._ctx = ctx
+        self._next.arrived()
+        self._spin.keep_awake(self._span)
+
+    def served(self, ctx: object) -> None:
+        """A read was served (any read: only the lone one in flight counts)."""
+        if ctx is not None and ctx == self._ctx:
+            self._ctx = None
+            if self._next.served():
+                self._spin.keep_awake(self._span)
+
+    def stop(self) -> None:
+        self._spin.stop()

@@ -35,7 +35,7 @@ from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.node.fsm import StateMachine
-from raft.node.loop_spin import LoopSpin, NextReadGuess
+from raft.node.loop_spin import LoneReadSpin
 from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
 from raft.node.worker_thread import WorkerThread
@@ -106,10 +106,7 @@ class RaftNode:
         self._read_ctx = itertools.count(1)
         self._read_hold = ReadHold(config.read_hold_ms / 1000, config.read_hold_siblings)
         self._read_release: asyncio.TimerHandle | None = None
-        self._spin: LoopSpin | None = None
-        self._spin_s = config.read_spin_us / 1e6
-        self._next_read = NextReadGuess(self._spin_s)
-        self._lone_read: int | None = None  # the ctx of a read that started with no other waiting
+        self._read_spin: LoneReadSpin | None = None  # made on the loop, at start()
         self._applied_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # heap on index
         self._waiter_seq = itertools.count()
         self._disk_full: str | None = None  # why writes are refused, while the store is full
@@ -160,7 +157,7 @@ class RaftNode:
             await self._listener.start(split_address(self.config.listen)[0], self.config.peer_port)
         self._wake = asyncio.Event()
         self._soft_changed = asyncio.Event()
-        self._spin = LoopSpin(asyncio.get_running_loop())
+        self._read_spin = LoneReadSpin(asyncio.get_running_loop(), self.config.read_spin_us / 1e6)
         self._transport = PeerClient(self.id, self.cluster_id, self.config.peers, self.config.rpc_timeout_ms,
                                      on_gone=self._peer_gone, peer_transport=self.config.peer_transport,
                                      message_addresses=self.config.peer_message_addresses)
@@ -181,8 +178,8 @@ class RaftNode:
             t.cancel()
         if self._read_release is not None:
             self._read_release.cancel()
-        if self._spin is not None:
-            self._spin.stop()
+        if self._read_spin is not None:
+            self._read_spin.stop()
         await asyncio.gather(*background, return_exceptions=True)
         self._tasks = []
         self._fail_all(lambda: NodeStoppedError("node is shutting down"))
@@ -252,20 +249,12 @@ class RaftNode:
         self._reads[ctx] = future
         if not held:  # a held read wakes the driver when the hold ends (_release_reads)
             lone = len(self._reads) == 1
-            if lone:
-                self._spin_for_lone_read(ctx)
+            if lone and self._read_spin is not None and self._core.role is Role.LEADER:
+                # Poll through the round and, when the next lone read is likely close, a moment
+                # after it (raft/node/loop_spin.py: one client's linearizable gets about +35%).
+                self._read_spin.started(ctx)
             self._ready_soon(at_once=lone)  # a lone reader's round leaves at once
         return future
-
-    def _spin_for_lone_read(self, ctx: int) -> None:
-        """Keep the loop awake while a lone read's round is in flight; _serve_read extends it
-        past the read, for the same client's next request, while lone reads have lately come
-        within the window (raft/node/loop_spin.py: one client's linearizable gets about +35% on
-        the bench machine)."""
-        if self._spin is not None and self._core.role is Role.LEADER:
-            self._lone_read = ctx
-            self._next_read.arrived()
-            self._spin.keep_awake(self._spin_s)
 
     def _release_reads(self) -> None:
         """Hand the reads ReadHold kept to the core: they ride its next round."""
@@ -605,10 +594,8 @@ class RaftNode:
     # ---- reads and failures ------------------------------------------------------------------
 
     def _serve_read(self, ctx: object, index: int) -> None:
-        if ctx == self._lone_read and self._spin is not None:
-            self._lone_read = None
-            if self._next_read.served():
-                self._spin.keep_awake(self._spin_s)
+        if self._read_spin is not None:
+            self._read_spin.served(ctx)
         future = self._reads.pop(ctx, None)  # type: ignore[call-overload]
         if future is None or future.done():
             return
@@ -698,7 +685,7 @@ class RaftNode:
     @property
     def spinning(self) -> bool:
         """Whether the event loop is being kept awake for a lone read (raft/node/loop_spin.py)."""
-        return self._spin is not None and self._spin.awake
+        return self._read_spin is not None and self._read_spin.awake
 
     def status(self) -> dict[str, Any]:
         s = self._core.status()
