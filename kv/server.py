@@ -65,6 +65,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     log_store = open_log_store(config.data_dir, config.log_store, max_bytes=config.log_map_size, fsync=config.fsync)
     fsm: ReplaceableStateMachine | None = None
+    node: RaftNode | None = None
+    servers: ServerGroup | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
@@ -86,6 +88,12 @@ async def start_server(config: NodeConfig) -> RunningServer:
         await node.start()
         await servers.start()
     except BaseException:
+        # Undo what was started, so that the caller (an embedding service) can fix the cause and
+        # start again in the same process: the gRPC port and the peer port free, the stores closed.
+        if servers is not None:
+            await servers.stop(None)
+        if node is not None:
+            await node.stop()
         if fsm is not None:
             fsm.close()
         log_store.close()

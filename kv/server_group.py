@@ -61,11 +61,19 @@ class ServerGroup:
             servers.append(server)
         return cls(servers, port)
 
+    started: int = 0  # how many of `servers` (from the first) were started
+
     async def start(self) -> None:
-        for server in self.servers:
+        for server in self.servers[self.started:]:
             await server.start()
+            self.started += 1
 
     async def stop(self, grace: float | None) -> None:
+        """Stop every server and free the port, also when the group was never (or only partly)
+        started: a grpc.aio server that was bound but never started keeps its listening socket
+        through stop() and garbage collection (grpcio 1.85), so such a server is started first.
+        It then takes calls for that moment, and a failed start_server answers them UNAVAILABLE."""
+        await self.start()
         await asyncio.gather(*(server.stop(grace) for server in self.servers))
 
 

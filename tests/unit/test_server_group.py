@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from kv import Client
+from kv.server import start_server
 from kv.server_group import ServerGroup, refuse_taken_port
+from raft.node.config import NodeConfig
 from raft.transport.address import split_address as split_listen
 from tests.unit.test_embedded import free_port, open_node
 
@@ -103,3 +105,38 @@ def test_a_listen_address_without_a_port_is_refused(bad: str) -> None:
 
 def test_ipv6_listen_addresses_split() -> None:
     assert split_listen("[::1]:7001") == ("[::1]", 7001)
+
+
+def test_a_group_stopped_before_it_started_frees_its_port() -> None:
+    """A bound grpc.aio server that never started keeps listening through stop() unless the
+    group starts it first (a failed start_server stops a group it never started)."""
+    async def main() -> None:
+        group = ServerGroup.bind("127.0.0.1:0", 2, [])
+        assert sockets_on_port(group.port, _LISTEN) == 2
+        await group.stop(None)
+        assert sockets_on_port(group.port, _LISTEN) == 0
+
+    asyncio.run(main())
+
+
+def test_a_node_that_fails_to_start_frees_its_port_and_stores(tmp_path: Path) -> None:
+    """An embedding service can fix what stopped a node from starting (here: its peer port is
+    taken) and start it again in the same process, on the same port and data directory."""
+    async def main() -> None:
+        port = free_port()
+        peers = {"n1": f"127.0.0.1:{port}", "n2": f"127.0.0.1:{free_port()}", "n3": f"127.0.0.1:{free_port()}"}
+        with socket.socket() as blocker:
+            blocker.bind(("127.0.0.1", 0))
+            blocker.listen()
+            config = NodeConfig(node_id="n1", listen=peers["n1"], peers=peers, data_dir=tmp_path / "n1",
+                                peer_port=blocker.getsockname()[1], log_map_size=64 << 20, state_map_size=64 << 20)
+            with pytest.raises(OSError, match="cannot listen for peer messages"):
+                await start_server(config)
+            assert sockets_on_port(port, _LISTEN) == 0
+        server = await start_server(config)  # the peer port is free now
+        try:
+            assert sockets_on_port(port, _LISTEN) == config.grpc_servers
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
