@@ -41,6 +41,12 @@ MAX_SCAN_LIMIT = 10_000
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
 
 
+# Requests one Pipeline call may hold (in flight, or answered but not yet sent). Past it the call
+# reads no further requests until its client takes replies: gRPC's flow control then holds the
+# client's writes, so a client that sends without reading cannot grow the node's memory without
+# bound. Far above what one process's clients keep in flight (one per thread).
+MAX_PIPELINE_HELD = 4096
+
 TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
 
 
@@ -244,9 +250,11 @@ class _ReplyGather:
     """A Pipeline call's requests in flight and their replies, gathered into batches for the
     call to send. A request is its handler's reply future and a done callback: no task each."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._ready: list[kv_pb2.TaggedReply] = []
         self._changed = asyncio.Event()
+        self._taken = asyncio.Event()  # set when next_batch takes replies (room for more)
         self._running: set[asyncio.Future[Any]] = set()
         self._failure: BaseException | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -255,6 +263,21 @@ class _ReplyGather:
         """`reader` starts the requests; once it is done and they are answered, the call ends."""
         self._reader = reader
         reader.add_done_callback(self._wake)
+
+    @property
+    def held(self) -> int:
+        """Requests the call holds: running, or answered and not yet taken."""
+        return len(self._running) + len(self._ready)
+
+    @property
+    def full(self) -> bool:
+        return self.held >= self._limit
+
+    async def room(self) -> None:
+        """Return once the call is not full (at once when it is not)."""
+        while self.full:
+            self._taken.clear()
+            await self._taken.wait()
 
     def answered(self, tag: int, reply: kv_pb2.StreamReply) -> None:
         """A reply known at once (a refusal)."""
@@ -291,6 +314,7 @@ class _ReplyGather:
             self._changed.clear()
             await self._changed.wait()
         batch, self._ready = self._ready, []
+        self._taken.set()
         return batch
 
     def cancel_all(self) -> None:
@@ -366,7 +390,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         task = asyncio.current_task()
         assert task is not None
-        replies = _ReplyGather()
+        replies = _ReplyGather(MAX_PIPELINE_HELD)
         reader = asyncio.create_task(self._pipeline_requests(requests, replies))
         replies.read_with(reader)
         self._stoppable_calls[task] = context
@@ -382,6 +406,8 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def _pipeline_requests(self, requests: AsyncIterator[kv_pb2.PipelineRequest], replies: _ReplyGather) -> None:
         async for batch in requests:
             for tagged in batch.requests:
+                if replies.full:
+                    await replies.room()
                 try:
                     kind, pending = self._begin(tagged.request)
                 except errors.RaftKVError as e:

@@ -3,15 +3,19 @@ callbacks on the node's future (no task each), with the client API's errors and 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
-from kv import errors
-from kv.service import KVHandler, begin_node_call
+from kv import errors, service
+from kv.server import start_server
+from kv.service import KVHandler, KVServicer, _ReplyGather, begin_node_call
 from proto import kv_pb2
 from raft.node import errors as node_errors
-from tests.unit.test_node import WAIT_S, Single, run
+from raft.node.config import NodeConfig
+from tests.unit.test_node import WAIT_S, Single, free_port, run
 
 
 def header(seq: int) -> kv_pb2.WriteHeader:
@@ -71,5 +75,89 @@ def test_node_errors_become_client_errors_when_raised_at_start_or_at_the_end(tmp
             done.set_result(1)
             with pytest.raises(errors.InvalidArgumentError, match="no such thing"):
                 await begin_node_call(node, lambda: done, WAIT_S, "{}", invalid)
+
+    run(main)
+
+
+def test_a_pipeline_holds_at_most_its_limit_and_makes_room_as_replies_are_taken() -> None:
+    async def main() -> None:
+        replies = _ReplyGather(limit=2)
+        reader = asyncio.get_running_loop().create_future()  # the request reader, still reading
+        replies.read_with(reader)  # type: ignore[arg-type]
+        first, second = (asyncio.get_running_loop().create_future() for _ in range(2))
+        replies.start(1, "put", first)
+        assert not replies.full
+        replies.answered(2, kv_pb2.StreamReply())  # a refusal, answered at once
+        assert replies.full
+        room = asyncio.ensure_future(replies.room())
+        settled = asyncio.Event()
+        first.add_done_callback(lambda _: settled.set())  # runs after the gather's own callback
+        first.set_result(kv_pb2.PutResponse(index=7))
+        await settled.wait()
+        assert replies.full and not room.done()  # answered but not yet taken: still held
+        batch = await replies.next_batch()
+        assert sorted(r.tag for r in batch or []) == [1, 2]
+        await room  # taken: there is room again
+        assert not replies.full
+        replies.start(3, "put", second)
+        second.cancel()
+        reader.set_result(None)
+        assert await replies.next_batch() is None
+
+    run(main)
+
+
+def test_a_pipeline_past_its_limit_answers_every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for 4 held requests, a client sending 60 in one message gets all 60 answered,
+    each with its tag: the call reads on as the replies it holds are sent."""
+    monkeypatch.setattr(service, "MAX_PIPELINE_HELD", 4)
+
+    async def main() -> None:
+        port = free_port()
+        config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{port}", data_dir=tmp_path / "n1",
+                            log_map_size=64 << 20, state_map_size=64 << 20)
+        server = await start_server(config)
+        try:
+            await asyncio.wait_for(server.node.wait_for_leader(), WAIT_S)
+            requests = [kv_pb2.TaggedRequest(tag=100 + i, request=kv_pb2.StreamRequest(
+                put=kv_pb2.PutRequest(key=b"k%d" % i, value=b"v", header=header(i + 1)))) for i in range(30)]
+            requests += [kv_pb2.TaggedRequest(tag=200 + i, request=kv_pb2.StreamRequest(
+                get=kv_pb2.GetRequest(key=b"k%d" % i, consistency=kv_pb2.STALE))) for i in range(30)]
+            async with grpc.aio.insecure_channel(config.listen) as channel:
+                pipeline = channel.stream_stream("/raftkv.kv.KV/Pipeline",
+                                                 request_serializer=kv_pb2.PipelineRequest.SerializeToString,
+                                                 response_deserializer=kv_pb2.PipelineReply.FromString)
+                call = pipeline(iter([kv_pb2.PipelineRequest(requests=requests)]), timeout=WAIT_S)
+                tags = [r.tag for message in [m async for m in call] for r in message.replies]
+        finally:
+            await server.stop()
+        assert sorted(tags) == [r.tag for r in requests]
+
+    run(main)
+
+
+def test_a_pipeline_reads_no_request_while_it_holds_its_limit(tmp_path: Path) -> None:
+    """The call's request reader waits for room: the client's requests are never pulled while
+    the call already holds its limit, however fast they come."""
+    async def main() -> None:
+        single = Single(tmp_path)
+        async with single as node:
+            await asyncio.wait_for(node.wait_for_leader(), WAIT_S)
+            servicer = KVServicer(KVHandler(node, single.fsm))
+            replies = _ReplyGather(limit=4)
+            held_at_pull: list[int] = []
+
+            async def requests() -> AsyncIterator[kv_pb2.PipelineRequest]:
+                for tag in range(20):  # never awaits: only the reader's own waits let others run
+                    held_at_pull.append(replies.held)
+                    stale = kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k", consistency=kv_pb2.STALE))
+                    yield kv_pb2.PipelineRequest(requests=[kv_pb2.TaggedRequest(tag=tag, request=stale)])
+
+            replies.read_with(asyncio.create_task(servicer._pipeline_requests(requests(), replies)))
+            tags = []
+            while (batch := await replies.next_batch()) is not None:
+                tags += [r.tag for r in batch]
+        assert sorted(tags) == list(range(20))
+        assert max(held_at_pull) == 4  # pulled with the call full, then it waited for room
 
     run(main)
