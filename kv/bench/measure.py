@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kv.bench import stopping
 
@@ -20,6 +21,8 @@ class LoadResult:
     ops: int
     seconds: float
     latencies_s: list[float] = field(repr=False)
+    # What closed_loop's `probe` returned at the start and at the end of the measured window.
+    probes: tuple[Any, Any] | None = None
 
     @property
     def ops_per_s(self) -> float:
@@ -49,10 +52,12 @@ class _Worker:
     error: BaseException | None = None
 
 
-def closed_loop(operations: list[Operation], duration_s: float, warmup_s: float) -> LoadResult:
+def closed_loop(operations: list[Operation], duration_s: float, warmup_s: float,
+                probe: Callable[[], Any] | None = None) -> LoadResult:
     """Run every operation in its own thread, back to back, for warmup_s + duration_s; count the
     operations that started and finished inside the measured window. A worker's exception stops
-    all and is raised."""
+    all and is raised. `probe` (say, the processes' CPU times) is called as the measured window
+    opens and as it closes."""
     workers = [_Worker(op) for op in operations]
     stop = threading.Event()
     start_line = threading.Barrier(len(workers) + 1)
@@ -82,7 +87,13 @@ def closed_loop(operations: list[Operation], duration_s: float, warmup_s: float)
     now = time.perf_counter()
     window.extend([now + warmup_s, now + warmup_s + duration_s])
     start_line.wait()
+    probes: tuple[Any, Any] | None = None
     try:
+        if probe is not None:
+            _wait_until(window[0], stop)
+            first = probe()
+            _wait_until(window[1], stop)
+            probes = (first, probe())
         for thread in threads:
             stopping.join(thread)
     finally:
@@ -92,4 +103,11 @@ def closed_loop(operations: list[Operation], duration_s: float, warmup_s: float)
         if worker.error is not None:
             raise worker.error
     latencies = [lat for w in workers for lat in w.latencies]
-    return LoadResult(len(latencies), duration_s, latencies)
+    return LoadResult(len(latencies), duration_s, latencies, probes)
+
+
+def _wait_until(instant: float, stop: threading.Event) -> None:
+    """Until time.perf_counter() reaches `instant`, or a worker failed, or Ctrl-C."""
+    while (left := instant - time.perf_counter()) > 0 and not stop.is_set():
+        stopping.stop_requested.wait(min(left, 0.1))
+        stopping.check()

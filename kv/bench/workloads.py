@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kv.bench import stopping
+from kv.bench.cpu import CpuRoles
 from kv.bench.measure import LoadResult, Operation, closed_loop, percentile
 from kv.bench.processes import rss_bytes
 from kv.bench.settings import Sizes
@@ -59,11 +60,21 @@ def value_of(size: int) -> bytes:
     return (b"raftkv-bench-value-" * (size // 19 + 1))[:size]
 
 
-def _load_metrics(workload: str, result: LoadResult, label: str = "") -> list[Metric]:
+def _load_metrics(workload: str, result: LoadResult, label: str = "", roles: CpuRoles | None = None) -> list[Metric]:
     prefix = f"{label} " if label else ""
-    return [Metric(workload, f"{prefix}ops/s", result.ops_per_s, True),
-            Metric(workload, f"{prefix}p50 ms", result.percentile_ms(50), False),
-            Metric(workload, f"{prefix}p99 ms", result.percentile_ms(99), False)]
+    metrics = [Metric(workload, f"{prefix}ops/s", result.ops_per_s, True),
+               Metric(workload, f"{prefix}p50 ms", result.percentile_ms(50), False),
+               Metric(workload, f"{prefix}p99 ms", result.percentile_ms(99), False)]
+    if roles is not None and result.probes is not None:
+        per_op = roles.ms_per_op(*result.probes, result.ops)
+        metrics += [Metric(workload, f"{prefix}{who} CPU ms/op", value, False) for who, value in per_op.items()]
+    return metrics
+
+
+def _measured_load(cluster: Cluster, ctx: Context, operations: list[Operation]) -> tuple[LoadResult, CpuRoles]:
+    """The closed loop over `operations`, with the CPU time of every process over its window."""
+    roles = CpuRoles.of(cluster, cluster.wait_healthy(ctx.sizes.healthy_timeout_s))
+    return closed_loop(operations, ctx.sizes.duration_s, ctx.sizes.warmup_s, roles.probe()), roles
 
 
 def _puts(cluster: Cluster, ctx: Context, workload: str, clients: int) -> list[Metric]:
@@ -73,8 +84,8 @@ def _puts(cluster: Cluster, ctx: Context, workload: str, clients: int) -> list[M
         target = ctx.target(cluster)
         return lambda i: target.put(key(workload, worker, i, ctx.sizes.key_bytes), value)
 
-    result = closed_loop([operation(w) for w in range(clients)], ctx.sizes.duration_s, ctx.sizes.warmup_s)
-    return _load_metrics(workload, result)
+    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(clients)])
+    return _load_metrics(workload, result, roles=roles)
 
 
 def w1_sequential_puts(cluster: Cluster, ctx: Context) -> list[Metric]:
@@ -94,7 +105,8 @@ def load_read_set(cluster: Cluster, ctx: Context) -> None:
         target.bulk_put(pairs[start:start + cluster.max_bulk_ops])
 
 
-def _gets(cluster: Cluster, ctx: Context, workload: str, clients: int, consistency: str) -> LoadResult:
+def _gets(cluster: Cluster, ctx: Context, workload: str, clients: int,
+          consistency: str) -> tuple[LoadResult, CpuRoles]:
     n = ctx.sizes.read_keys
 
     def operation(worker: int) -> Operation:
@@ -106,15 +118,17 @@ def _gets(cluster: Cluster, ctx: Context, workload: str, clients: int, consisten
                 raise AssertionError(f"{cluster.system} lost {wanted!r}")
         return get
 
-    return closed_loop([operation(w) for w in range(clients)], ctx.sizes.duration_s, ctx.sizes.warmup_s)
+    return _measured_load(cluster, ctx, [operation(w) for w in range(clients)])
 
 
 def w3_sequential_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
-    return _load_metrics("W3", _gets(cluster, ctx, "W3", 1, LINEARIZABLE))
+    result, roles = _gets(cluster, ctx, "W3", 1, LINEARIZABLE)
+    return _load_metrics("W3", result, roles=roles)
 
 
 def w4_concurrent_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
-    return _load_metrics("W4", _gets(cluster, ctx, "W4", ctx.sizes.clients, LINEARIZABLE))
+    result, roles = _gets(cluster, ctx, "W4", ctx.sizes.clients, LINEARIZABLE)
+    return _load_metrics("W4", result, roles=roles)
 
 
 def w5_relaxed_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
@@ -122,7 +136,8 @@ def w5_relaxed_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
     metrics: list[Metric] = []
     for consistency in (LEASE, STALE):
         if consistency in cluster.consistencies:
-            metrics += _load_metrics("W5", _gets(cluster, ctx, "W5", ctx.sizes.clients, consistency), consistency)
+            result, roles = _gets(cluster, ctx, "W5", ctx.sizes.clients, consistency)
+            metrics += _load_metrics("W5", result, consistency, roles)
     return metrics
 
 

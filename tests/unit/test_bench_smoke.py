@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kv.bench.cpu import CpuRoles, process_cpu_s
 from kv.bench.etcd import etcd_version
 from kv.bench.measure import percentile
 from kv.bench.report import RoundResult, format_table, summarize
@@ -60,6 +61,9 @@ def test_quick_run_measures_every_workload_and_cleans_up(tmp_path: Path) -> None
                  ("W5", "stale ops/s"), ("W6", "keys/s"), ("W7", "p50 s"), ("W8", "save s"), ("W8", "restore s"),
                  ("W9", "max MB")]:
         assert measured[slot] is not None and measured[slot] > 0, slot
+    for workload in ("W1", "W2"):  # every process works for every put: each spends CPU on it
+        for who in ("leader", "follower", "client"):
+            assert measured[(workload, f"{who} CPU ms/op")] > 0, (workload, who)
     assert report["settings"]["bulk_keys"] == 2_000
     assert report["machine"]["fdatasync_ms"]["p50"] > 0
     assert "W1" in result.stdout and "ops/s" in result.stdout  # the table
@@ -127,3 +131,20 @@ def test_profile_summary_counts_self_and_inclusive(tmp_path: Path) -> None:
     summary = summarize_collapsed(stacks)
     assert "4 samples" in summary
     assert " 75.0  apply (b.py:2)" in summary and "100.0  main (a.py:1)" in summary
+
+
+def test_cpu_per_operation_by_role() -> None:
+    roles = CpuRoles("n2", {"n1": 1, "n2": 2, "n3": 3})
+    before = {"n1": 1.0, "n2": 2.0, "n3": 3.0, "client": 0.5}
+    after = {"n1": 1.2, "n2": 2.6, "n3": 3.4, "client": 0.6}
+    per_op = roles.ms_per_op(before, after, ops=1000)
+    assert per_op == pytest.approx({"leader": 0.6, "follower": 0.3, "client": 0.1})
+    assert roles.ms_per_op(before, after, ops=0) == {}
+
+
+def test_process_cpu_counts_this_process_work() -> None:
+    start = process_cpu_s(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # burn 50 ms of CPU
+        pass
+    assert process_cpu_s(os.getpid()) >= start + 0.03  # /proc counts in 10 ms ticks
