@@ -11,8 +11,9 @@ the reader's hop, so a lone request keeps to its stream (`PipelineHub.enter`).
 A late reply cannot answer a later request: tags are never reused. When the call fails, every
 request waiting on it fails as unavailable (retryable; a write keeps its client id and seq, so a
 retry applies it at most once), and the next request opens a new call. A node from before
-KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for the life of the
-process. The pipelines close when the process's last Client closes (one collected without
+KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for a minute
+(`RECHECK_UNIMPLEMENTED_S`), after which a pipeline is tried again, so that a node upgraded in a
+rolling restart gets pipelines without restarting its clients. The pipelines close when the process's last Client closes (one collected without
 close() counts out at the hub's next use)."""
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -37,6 +39,10 @@ MAX_REQUESTS_PER_MESSAGE = 64
 MAX_BYTES_PER_MESSAGE = 4 << 20
 
 _END = None  # put on the request queue: half-close the call
+# How long an address that answered UNIMPLEMENTED is left to streams before a pipeline is tried
+# again. Each retry costs the one request it carries an UNAVAILABLE attempt, which the Client
+# retries on its stream.
+RECHECK_UNIMPLEMENTED_S = 60.0
 
 
 class Pipeline:
@@ -153,12 +159,13 @@ class PipelineHub:
     """The process's pipelines, one per node address, and its count of requests in flight per
     address (over streams and pipelines alike), which decides where the next one goes."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._clients = 0
         self._inflight: dict[str, int] = {}
         self._pipelines: dict[str, Pipeline] = {}
-        self._unimplemented: set[str] = set()
+        self._unimplemented: dict[str, float] = {}  # address -> when it answered UNIMPLEMENTED
         # Memberships of Clients collected without close(), left here by their finalizers and
         # released at the hub's next attach or enter (see Membership.release_later).
         self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
@@ -199,7 +206,17 @@ class PipelineHub:
         with self._lock:
             busy = self._inflight.get(address, 0)
             self._inflight[address] = busy + 1
-            return busy > 0 and address not in self._unimplemented
+            return busy > 0 and self._takes_pipelines(address)
+
+    def _takes_pipelines(self, address: str) -> bool:
+        """(under the lock) False while `address` is left to streams."""
+        refused = self._unimplemented.get(address)
+        if refused is None:
+            return True
+        if self._clock() - refused < RECHECK_UNIMPLEMENTED_S:
+            return False
+        del self._unimplemented[address]
+        return True
 
     def leave(self, address: str) -> None:
         with self._lock:
@@ -219,12 +236,12 @@ class PipelineHub:
         """In a forked child: the parent's calls and threads are not there; start afresh (its
         Clients are, and still count)."""
         self._lock = threading.Lock()
-        self._inflight, self._pipelines, self._unimplemented = {}, {}, set()
+        self._inflight, self._pipelines, self._unimplemented = {}, {}, {}
         self._collected = queue.SimpleQueue()
 
     def _left_to_streams(self, address: str) -> None:
         with self._lock:
-            self._unimplemented.add(address)
+            self._unimplemented[address] = self._clock()
 
 
 # Shared by every Client of the process: sharing is the point (16 clients' requests to one node

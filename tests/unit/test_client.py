@@ -26,7 +26,7 @@ from kv.errors import (
     from_rpc_error,
     stream_error,
 )
-from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, PipelineHub, outgoing_messages
+from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
 from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from proto import kv_pb2, kv_pb2_grpc
 
@@ -618,6 +618,21 @@ def test_a_node_without_pipelines_is_left_to_streams(start_node):
     with pytest.raises(UnavailableError, match="UNIMPLEMENTED"):
         pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
     assert hub.enter(node.address) is False  # busy, but the node takes streams only
+
+
+def test_an_address_left_to_streams_is_offered_a_pipeline_again_after_a_while(start_node):
+    """A node upgraded in a rolling restart gets pipelines without its clients restarting."""
+    node = start_node(kind=StreamsOnlyKV)
+    now = [1000.0]
+    hub = PipelineHub(clock=lambda: now[0])
+    hub.enter(node.address)
+    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
+    with pytest.raises(UnavailableError, match="UNIMPLEMENTED"):
+        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
+    now[0] += RECHECK_UNIMPLEMENTED_S - 1
+    assert hub.enter(node.address) is False  # still left to streams
+    now[0] += 1
+    assert hub.enter(node.address) is True  # time to ask again
 
 
 def test_concurrent_calls_to_a_node_without_pipelines_still_succeed(start_node):
