@@ -13,8 +13,8 @@ request waiting on it fails as unavailable (retryable; a write keeps its client 
 retry applies it at most once), and the next request opens a new call. A node from before
 KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for a minute
 (`RECHECK_UNIMPLEMENTED_S`), after which a pipeline is tried again, so that a node upgraded in a
-rolling restart gets pipelines without restarting its clients. The pipelines close when the process's last Client closes (one collected without
-close() counts out at the hub's next use)."""
+rolling restart gets pipelines without restarting its clients. The pipelines close when the
+process's last Client closes (one collected without close() counts out at the hub's next use)."""
 from __future__ import annotations
 
 import itertools

@@ -90,13 +90,15 @@ async def start_server(config: NodeConfig) -> RunningServer:
     except BaseException:
         # Undo what was started, so that the caller (an embedding service) can fix the cause and
         # start again in the same process: the gRPC port and the peer port free, the stores closed.
-        if servers is not None:
-            await servers.stop(None)
-        if node is not None:
-            await node.stop()
-        if fsm is not None:
-            fsm.close()
-        log_store.close()
+        try:
+            if servers is not None:
+                await servers.stop(None)
+            if node is not None:
+                await node.stop()
+        finally:
+            if fsm is not None:
+                fsm.close()
+            log_store.close()
         raise
     messages = f", peer messages on port {node.message_port}" if node.message_port else ""
     log.info("node %s serving on %s%s (cluster %s, members %s, data in %s)", config.node_id, config.listen,

@@ -41,6 +41,7 @@ _GROUP_OPTIONS = [*SERVER_OPTIONS, ("grpc.so_reuseport", 1)]
 class ServerGroup:
     servers: list[grpc.aio.Server]
     port: int  # the bound port (the one asked for, or the one chosen for port 0)
+    started: int = 0  # how many of `servers` (from the first) were started
 
     @classmethod
     def bind(cls, listen: str, count: int, services: Sequence[Service]) -> ServerGroup:
@@ -60,8 +61,6 @@ class ServerGroup:
             port = _bind(server, f"{host}:{port}", listen)
             servers.append(server)
         return cls(servers, port)
-
-    started: int = 0  # how many of `servers` (from the first) were started
 
     async def start(self) -> None:
         for server in self.servers[self.started:]:
