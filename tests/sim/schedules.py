@@ -89,6 +89,7 @@ class _Driver:
         self.faults = 0
         self.next_payload = 0
         self.next_read = 0
+        self.bound_ms = p.recovery_bound_ms  # set when the faults stop (run)
 
     def run(self) -> ScheduleResult:
         c, p = self.c, self.p
@@ -99,9 +100,10 @@ class _Driver:
             self._act(t)
             t += ACTION_MS
         self._stop_faults()
-        deadline = c.now + p.recovery_bound_ms
+        self.bound_ms = p.recovery_bound_ms + self._shipping_ms()
+        deadline = c.now + self.bound_ms
         # Raft's liveness: a leader, and every proposal that was not failed committed...
-        if not c.run_until(self._live, p.recovery_bound_ms):
+        if not c.run_until(self._live, self.bound_ms):
             raise SimViolation("liveness", self._why_not("a leader and every proposal resolved"))
         # ...and then every node catches up: applies all that is committed, holds the same log.
         if not c.run_until(self._converged, max(0, deadline - c.now)):
@@ -201,6 +203,17 @@ class _Driver:
 
     # --- recovery phase ---
 
+    def _shipping_ms(self) -> int:
+        """The longest time, once the faults stop, to ship the longest log to a follower that has
+        none of it at the configured rate: no loss then, so each round trip (at most twice the
+        largest delay) carries max_inflight_batches batches of max_batch_entries. Elections and
+        the rest fit in recovery_bound_ms; this keeps a schedule that made a long log from
+        failing for the time its configuration needs to copy it (one entry a round trip at 40 ms
+        delays takes longer to copy 120 entries than 20 election timeouts)."""
+        longest = max(n.log.last_index() for n in self.c.nodes.values())
+        per_trip = self.p.config.max_batch_entries * self.p.config.max_inflight_batches
+        return -(-longest // per_trip) * 2 * self.p.net.max_delay_ms
+
     def _live(self) -> bool:
         return self.c.leader() is not None and not self.c.pending()
 
@@ -217,7 +230,7 @@ class _Driver:
 
     def _why_not(self, goal: str) -> str:
         c = self.c
-        lines = [f"not {goal} within {self.p.recovery_bound_ms} ms after faults stopped at {self.p.fault_ms} ms"]
+        lines = [f"not {goal} within {self.bound_ms} ms after faults stopped at {self.p.fault_ms} ms"]
         for n in c.nodes.values():
             core = n.core
             lines.append(f"  {n.id}: role={core.role.value if core else 'down'} term={core.term if core else '-'} "
