@@ -29,6 +29,7 @@ prefer_polling_io_manager()
 
 import grpc  # noqa: E402
 
+from kv.bench.cpu import process_cpu_s  # noqa: E402
 from kv.bench.measure import closed_loop  # noqa: E402
 from kv.client import CHANNEL_OPTIONS  # noqa: E402
 from kv.cluster_up import free_ports  # noqa: E402
@@ -68,12 +69,6 @@ class Figures:
     client_cpu_ms: float
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(port: int, server_pid: int, clients: int, payload: bytes, seconds: float) -> Figures:
     channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS) for _ in range(clients)]
     try:
@@ -82,9 +77,9 @@ def measure(port: int, server_pid: int, clients: int, payload: bytes, seconds: f
         calls = [channel.unary_unary(METHOD) for channel in channels]
         operations = [lambda i, call=call: call(payload, timeout=5) for call in calls]
         warmup_s = 1.0
-        before = cpu_seconds(server_pid), cpu_seconds(os.getpid())
+        before = process_cpu_s(server_pid), process_cpu_s(os.getpid())
         result = closed_loop(operations, duration_s=seconds, warmup_s=warmup_s)
-        after = cpu_seconds(server_pid), cpu_seconds(os.getpid())
+        after = process_cpu_s(server_pid), process_cpu_s(os.getpid())
     finally:
         for channel in channels:
             channel.close()
