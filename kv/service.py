@@ -193,8 +193,12 @@ def begin_node_call(node: RaftNode, start: Callable[[], asyncio.Future[T]], time
         raise kv_error(node, e) from None
     loop = asyncio.get_running_loop()
     out: asyncio.Future[R] = loop.create_future()
-    timer = None if timeout is None else loop.call_later(timeout, _expire, out, timeout_message.format(timeout))
-    started.add_done_callback(functools.partial(_settle, node, out, timer, then))
+    if timeout is not None:
+        timer = loop.call_later(timeout, _expire, out, timeout_message.format(timeout))
+        # However `out` ends (settled, timed out, or cancelled by a caller that gave up), the
+        # timer goes with it.
+        out.add_done_callback(lambda _: timer.cancel())
+    started.add_done_callback(functools.partial(_settle, node, out, then))
     return out
 
 
@@ -203,10 +207,7 @@ def _expire(out: asyncio.Future[Any], message: str) -> None:
         out.set_exception(errors.TimeoutError(message))
 
 
-def _settle(node: RaftNode, out: asyncio.Future[R], timer: asyncio.TimerHandle | None, then: Callable[[T], R],
-            started: asyncio.Future[T]) -> None:
-    if timer is not None:
-        timer.cancel()
+def _settle(node: RaftNode, out: asyncio.Future[R], then: Callable[[T], R], started: asyncio.Future[T]) -> None:
     if out.done():  # timed out, or its caller gave up
         return
     if started.cancelled():

@@ -161,3 +161,22 @@ def test_a_pipeline_reads_no_request_while_it_holds_its_limit(tmp_path: Path) ->
         assert max(held_at_pull) == 4  # pulled with the call full, then it waited for room
 
     run(main)
+
+
+def test_a_node_call_its_caller_gave_up_on_leaves_no_timer_armed(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Single(tmp_path) as node:
+            loop = asyncio.get_running_loop()
+
+            def armed() -> int:  # asyncio's own timer heap: the test's only window onto it
+                return sum(1 for h in loop._scheduled if not h.cancelled())  # type: ignore[attr-defined]
+
+            never: asyncio.Future[int] = loop.create_future()
+            before = armed()
+            call = begin_node_call(node, lambda: never, 60.0, "{}", lambda r: r)
+            assert armed() == before + 1
+            call.cancel()  # a stream handler cancelled with its client
+            await asyncio.sleep(0)  # done callbacks run on the next loop turn
+            assert armed() == before
+
+    run(main)
