@@ -106,6 +106,13 @@ def _add_serve(commands: Any) -> None:
                        metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
     serve.add_argument("--heartbeat-interval-ms", type=_positive_int, default=_DEFAULT_CORE.heartbeat_interval_ms,
                        metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
+    serve.add_argument("--lazy-push-ms", type=_non_negative_int, default=_DEFAULT_CORE.lazy_push_ms, metavar="MS",
+                       help="thrifty replication: new entries go at once only to the followers a majority "
+                            "needs; the others get full batches, and the rest at least every MS; 0: every "
+                            "follower gets every entry at once")
+    serve.add_argument("--eager-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.eager_timeout_ms,
+                       metavar="MS", help="a follower that leaves a batch unanswered this long loses its place "
+                                          "among those sent every entry at once (what a slow follower costs a write)")
     serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
@@ -315,7 +322,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     election, heartbeat = args.election_timeout_ms, args.heartbeat_interval_ms
     # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
     lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
-    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease)
+    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease,
+                      lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms)
     return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,

@@ -19,6 +19,13 @@ class CoreConfig:
     max_inflight_batches: int = 2
     # An APPEND or COMPARE not answered within this time is sent again (from match + 1).
     push_timeout_ms: int = 1000
+    # Thrifty replication (raft/core/eager_set.py): new entries go at once only to as many
+    # followers as a majority needs ("eager"); the others get them in full batches, and whatever
+    # is pending at least this often. 0: every follower gets every entry at once.
+    lazy_push_ms: int = 100
+    # An eager follower that leaves a batch unanswered this long gives its place to a lazy one,
+    # which gets everything pending at once: what a slow or stopped follower costs a write.
+    eager_timeout_ms: int = 20
     # A follower holds an APPEND that starts past its end this long, waiting for the gap to fill,
     # before it answers INCONSISTENT.
     out_of_order_hold_ms: int = 200
@@ -37,3 +44,5 @@ class CoreConfig:
             raise ValueError("lease_ms must be shorter than election_timeout_ms")
         if self.max_batch_entries < 1 or self.max_inflight_batches < 1:
             raise ValueError("batch limits must be positive")
+        if self.lazy_push_ms < 0 or self.eager_timeout_ms <= 0:
+            raise ValueError("need lazy_push_ms >= 0 and eager_timeout_ms > 0")

@@ -11,8 +11,11 @@ States (each transition happens here and nowhere else, in `_change_state`):
   APPEND           pipelined batches from next_index; a batch unanswered for push_timeout_ms is
                    sent again from match + 1; INCONSISTENT goes back to COMPARE.
   INSTALL_SNAPSHOT the follower needs entries we compacted: the driver streams the newest snapshot.
-The commit index rides on every push; when there is nothing to append and the follower's commit
-is behind, a COMMIT push carries it at the next tick. Not at once: under load the next APPEND
+A lazy dispatcher (thrifty replication, raft/core/eager_set.py) sends APPEND batches only when
+they are full, or once lazy_push_ms has passed since it last sent the log's tail.
+The commit index rides on every push; when there is nothing to append and an eager follower's
+commit is behind, a COMMIT push carries it at the next tick (a lazy one learns it from its next
+batch or heartbeat). Not at once: under load the next APPEND
 carries it anyway, and for a lone write an immediate COMMIT push would cost every node a message
 on that write's path (the leader answers its client once it has applied; followers only need
 the commit index for their own apply)."""
@@ -72,6 +75,8 @@ class Dispatcher:
         self._inflight: deque[Inflight] = deque()
         self._commit_sent = -1
         self._idle_until = 0  # after a failed snapshot stream or a compare without progress: pause
+        self.eager = True  # gets new entries at once (eager_set.py decides, at the leader's ticks)
+        self._tail_due = 0  # lazy: when a batch that is not full may go (lazy_push_ms after the last)
 
     def start(self, now: int) -> list[Outgoing]:
         """A new leader begins by finding where the follower's log matches its own."""
@@ -105,6 +110,12 @@ class Dispatcher:
     def on_heartbeat_response(self, end_index: int) -> None:
         self.follower_end = end_index
 
+    def keeping_up(self, now: int) -> bool:
+        """Appending, with no batch unanswered for eager_timeout_ms: able to help commit a write now."""
+        if self.state != DispatchState.APPEND:
+            return False
+        return not self._inflight or now - self._inflight[0].sent_at < self.leader.config.eager_timeout_ms
+
     def tick(self, now: int) -> list[Outgoing]:
         cfg = self.leader.config
         if self.state == DispatchState.APPEND:
@@ -118,7 +129,7 @@ class Dispatcher:
                 if self.state == DispatchState.INSTALL_SNAPSHOT:
                     return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
                 self._awaiting_since = None  # ask again
-        return self.poll(now) or self._commit_push()
+        return self.poll(now) or (self._commit_push() if self.eager else [])
 
     def poll(self, now: int) -> list[Outgoing]:
         """Send whatever the current state allows now."""
@@ -211,6 +222,10 @@ class Dispatcher:
                                     cfg.max_batch_bytes)
             except LogCompactedError:  # compacted since we looked
                 return out + self._change_state(DispatchState.INSTALL_SNAPSHOT, now)
+            if batch[-1].index == last and len(batch) < cfg.max_batch_entries:  # not a full batch
+                if not self.eager and now < self._tail_due:
+                    break
+                self._tail_due = now + cfg.lazy_push_ms
             out.append(self._push(PushType.APPEND, pre_index=pre, pre_term=pre_term, entries=batch))
             self._inflight.append(Inflight(pre, batch[-1].index, now))
             self.next_index = batch[-1].index + 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from raft.core.config import CoreConfig
-from raft.core.dispatcher import Dispatcher, Outgoing
+from raft.core.dispatcher import Dispatcher, DispatchState, Outgoing
 from raft.core.entry_handler import EntryHandler
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
@@ -28,6 +28,7 @@ from raft.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raft.core.eager_set import choose_eager
 from raft.core.quorum import QuorumTracker, majority
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker
@@ -142,6 +143,18 @@ class RaftCore:
             peers = dict(self._quorum.match)
         return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._applied,
                           self.log.last_index(), self.log.before_begin()[0], peers)
+
+    def replicating_floor(self) -> int | None:
+        """(Leader) The lowest match index of the followers that are appending and answered within
+        an election timeout: the driver's compaction keeps what they still need, so a live
+        follower (a lazy one trails by up to lazy_push_ms) is not sent a snapshot for entries the
+        leader dropped a moment ago. None when not leader or no follower is live."""
+        if self._role != Role.LEADER:
+            return None
+        t = self.config.election_timeout_ms
+        live = [d.match_index for d in self._dispatchers.values()
+                if d.state == DispatchState.APPEND and self.now - self._peer_heard.get(d.peer, _NEVER) < t]
+        return min(live) if live else None
 
     def _committed_in_term(self) -> bool:
         return self.log.term(self._commit) == self._term
@@ -258,7 +271,8 @@ class RaftCore:
             if self._log_grew:
                 self._log_grew = False
                 for d in self._dispatchers.values():
-                    self._send(d.poll(self.now))
+                    if d.eager:  # lazy ones take theirs at a tick (eager_set.py)
+                        self._send(d.poll(self.now))
             if self._reads.wants_round():
                 self._send_read_round()
         rd = Ready()
@@ -497,7 +511,9 @@ class RaftCore:
         if not self._quorum_active():
             self._become_follower(self._term, None)  # check-quorum: we may be cut off
             return
-        for d in self._dispatchers.values():
+        dispatchers = list(self._dispatchers.values())
+        choose_eager(dispatchers, majority(len(self.members)) - 1, self.now, self.config.lazy_push_ms)
+        for d in dispatchers:
             self._send(d.tick(self.now))
 
     def _quorum_active(self) -> bool:
@@ -590,4 +606,5 @@ class RaftCore:
         for d in self._dispatchers.values():
             # Entries waiting to go carry the new commit index now; a COMMIT push on its own waits
             # for the next tick (see the Dispatcher).
-            self._send(d.poll(self.now))
+            if d.eager:
+                self._send(d.poll(self.now))

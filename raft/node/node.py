@@ -493,8 +493,14 @@ class RaftNode:
         try:
             info = await asyncio.to_thread(self._snapshots.take)
             self._snapshot_info, self._bytes_since_snapshot = info, 0
-            # Keep a tail behind the snapshot so a slightly slow follower needs no install.
-            upto = info.index - self.config.trailing_entries
+            # Keep a tail behind the snapshot so a slightly slow follower needs no install, and
+            # (up to as much again) what live followers still lack: a lazy follower trails by up
+            # to lazy_push_ms, which under a fast writer can be more than a short tail.
+            trailing = self.config.trailing_entries
+            upto = info.index - trailing
+            floor = self._core.replicating_floor()
+            if floor is not None:
+                upto = max(min(upto, floor), info.index - 2 * trailing)
             await self._log_thread.run(self._compact_log, upto)
             if not self._snapshot_streams:  # never delete a file that is being streamed
                 await asyncio.to_thread(self._snapshots.prune)

@@ -1,0 +1,39 @@
+"""Thrifty replication: which followers the leader pushes each new entry to at once.
+
+A write commits once a majority holds it: in a cluster of three, the leader and one follower.
+Sending every entry to every follower at once makes each write wake every node; on a machine
+that runs the members side by side (and on any leader, whose socket writes are its costliest
+step under one writer) that work sits on the write's path. So new entries go at once only to
+the followers a majority needs, the *eager* ones. The others, the *lazy* ones, get full batches
+as soon as they are full and whatever else is pending at least every `lazy_push_ms`, so they
+trail by at most that much and write and sync far fewer, larger batches.
+
+What it costs: a write waits for one given follower instead of the fastest of two. An eager
+follower that leaves a batch unanswered for `eager_timeout_ms` (slow disk, paused, crashed, cut
+off) gives its place to a lazy one at the leader's next tick, which then gets everything pending
+at once; when fewer followers keep up than a majority needs, every follower is eager, as without
+this. Safety is untouched: what counts toward a commit is still only what followers report on
+their disks.
+
+The choice is sticky (an eager follower that keeps up stays eager), so the same follower keeps
+its caches warm and the lazy one keeps batching."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from raft.core.dispatcher import Dispatcher
+
+
+def choose_eager(dispatchers: Sequence[Dispatcher], need: int, now: int, lazy_push_ms: int) -> None:
+    """Mark `need` of the dispatchers eager and the rest lazy: the eager ones that keep up stay,
+    vacancies go to the followers furthest along, and all are eager if too few keep up (or if
+    lazy_push_ms is 0, thrifty replication off)."""
+    fit = [d for d in dispatchers if d.keeping_up(now)]
+    if lazy_push_ms == 0 or len(fit) < need:
+        for d in dispatchers:
+            d.eager = True
+        return
+    by_progress = sorted(fit, key=lambda d: (not d.eager, -d.match_index, d.peer))
+    chosen = {id(d) for d in by_progress[:need]}
+    for d in dispatchers:
+        d.eager = id(d) in chosen

@@ -1,0 +1,131 @@
+"""Thrifty replication (raft/core/eager_set.py) on the simulator: new entries go at once only to
+the followers a majority needs; the others get full batches at once and the rest within
+lazy_push_ms; a silent eager follower gives its place within eager_timeout_ms. Every safety
+checker runs after every step, as in test_scenarios.py."""
+from __future__ import annotations
+
+import dataclasses
+
+from raft.core import CoreConfig, PushRequest, PushType
+from tests.sim.cluster import SIM_CONFIG, TICK_MS, Cluster, SimNode
+
+T = SIM_CONFIG.election_timeout_ms
+# Tick-to-tick slack of the timings below: the leader checks its followers at its ticks, and the
+# simulated network delays a message up to 5 ms each way.
+SLACK_MS = 2 * TICK_MS + 10
+
+
+def cluster(n: int, **config: object) -> Cluster:
+    return Cluster(n, seed=21, config=dataclasses.replace(SIM_CONFIG, **config), record=True)
+
+
+def settled_leader(c: Cluster) -> SimNode:
+    assert c.run_until(lambda: c.leader() is not None, 5 * T)
+    lead = c.leader()
+    assert lead is not None and lead.core is not None
+    c.propose(lead.id, [b"first"])
+    assert c.run_until(lambda: all(n.log.last_index() == lead.log.last_index() and not c.pending()
+                                   for n in c.nodes.values()), 20 * T), "cluster did not converge"
+    return lead
+
+
+def appends_of(c: Cluster, lead: SimNode, index: int, since: int) -> dict[str, int]:
+    """follower -> when the leader first sent it an APPEND carrying entry `index`."""
+    first: dict[str, int] = {}
+    for d in c.net.sent[since:]:
+        m = d.msg
+        if (isinstance(m, PushRequest) and m.src == lead.id and m.type == PushType.APPEND
+                and any(e.index == index for e in m.entries)):
+            first.setdefault(m.dst, d.at)
+    return first
+
+
+def write(c: Cluster, lead: SimNode, payload: bytes) -> tuple[int, int, int]:
+    """Propose on the leader and run until it commits: (index, proposed at, committed at)."""
+    assert lead.core is not None
+    mark, t0 = len(c.net.sent), c.now
+    (p,) = c.propose(lead.id, [payload])
+    assert c.run_until(lambda: lead.core is not None and lead.core.commit_index >= p.index, 5 * T)
+    return p.index, t0, mark
+
+
+def test_a_lone_write_goes_at_once_to_one_follower_of_two_and_to_the_other_within_lazy_push_ms() -> None:
+    # (eager_timeout_ms well above the simulated round trip, which may take 10 ms, and the
+    # leader's clock, which moves at its ticks: no swap for slowness here)
+    c = cluster(3, lazy_push_ms=150, eager_timeout_ms=50)
+    lead = settled_leader(c)
+    index, t0, mark = write(c, lead, b"w")
+    sent = appends_of(c, lead, index, mark)
+    at_once = [f for f, at in sent.items() if at == t0]
+    assert len(at_once) == 1  # one follower, at once: it committed the write
+    (eager,) = at_once
+    (lazy,) = set(c.nodes) - {lead.id, eager}
+    assert c.run_until(lambda: c.nodes[lazy].log.last_index() >= index, 150 + SLACK_MS)
+    # Its batch went at a later tick: at the first after the write when its last batch went
+    # lazy_push_ms ago, else at most lazy_push_ms later.
+    assert t0 < appends_of(c, lead, index, mark)[lazy] <= t0 + 150 + TICK_MS
+    # The choice is sticky: the following writes go at once to the same follower.
+    for k in range(5):
+        c.run_for(37)
+        index, t0, mark = write(c, lead, b"w%d" % k)
+        assert [f for f, at in appends_of(c, lead, index, mark).items() if at == t0] == [eager]
+    c.check_all()
+
+
+def test_a_lazy_follower_gets_full_batches_without_waiting() -> None:
+    c = cluster(3, lazy_push_ms=10_000, max_batch_entries=4)
+    lead = settled_leader(c)
+    index, t0, mark = write(c, lead, b"w")  # names the eager follower
+    (eager,) = appends_of(c, lead, index, mark)
+    (lazy,) = set(c.nodes) - {lead.id, eager}
+    mark = len(c.net.sent)
+    first = c.propose(lead.id, [b"b%d" % k for k in range(9)])[0]
+    c.run_for(TICK_MS + 1)
+    to_lazy = [d.msg for d in c.net.sent[mark:] if isinstance(d.msg, PushRequest) and d.msg.dst == lazy
+               and d.msg.type == PushType.APPEND]
+    # The lazy follower missed the lone write (not a full batch) but takes full batches at the
+    # next tick: the lone write with the first three, then the next four; the ninth entry waits.
+    assert [len(m.entries) for m in to_lazy] == [4, 4]
+    assert to_lazy[0].entries[0].index == index and to_lazy[-1].entries[-1].index == first.index + 6
+    c.check_all()
+
+
+def test_a_silent_eager_follower_gives_its_place_within_eager_timeout_ms() -> None:
+    c = cluster(3, lazy_push_ms=10_000, eager_timeout_ms=30)
+    lead = settled_leader(c)
+    index, t0, mark = write(c, lead, b"w")
+    (eager,) = appends_of(c, lead, index, mark)
+    (other,) = set(c.nodes) - {lead.id, eager}
+    c.net.block(eager, lead.id)  # its answers are lost: to the leader it is silent
+    index, t0, mark = write(c, lead, b"w2")
+    took = c.now - t0
+    # (the leader dates a send by its last tick, so it may see the silence up to a tick early)
+    assert 30 - TICK_MS <= took <= 30 + SLACK_MS, f"committed after {took} ms, lazy_push_ms is 10 s"
+    assert set(appends_of(c, lead, index, mark)) == {eager, other}
+    # The follower that answered is eager now: the next write goes to it at once.
+    index, t0, mark = write(c, lead, b"w3")
+    assert appends_of(c, lead, index, mark).get(other) == t0
+    assert c.now - t0 < 30
+    c.check_all()
+
+
+def test_lazy_push_ms_zero_sends_every_entry_to_every_follower_at_once() -> None:
+    c = cluster(3, lazy_push_ms=0)
+    lead = settled_leader(c)
+    index, t0, mark = write(c, lead, b"w")
+    assert appends_of(c, lead, index, mark) == {p: t0 for p in set(c.nodes) - {lead.id}}
+    c.check_all()
+
+
+def test_five_members_push_at_once_to_two_followers() -> None:
+    c = cluster(5, lazy_push_ms=10_000)
+    lead = settled_leader(c)
+    c.run_for(200)  # the lazy followers took their last batch with the first write
+    index, t0, mark = write(c, lead, b"w")
+    sent = appends_of(c, lead, index, mark)
+    assert len(sent) == 2 and set(sent.values()) == {t0}
+    c.check_all()
+
+
+def test_default_config_is_thrifty() -> None:
+    assert CoreConfig().lazy_push_ms > 0 and CoreConfig().eager_timeout_ms > 0
