@@ -15,10 +15,10 @@ A lazy dispatcher (thrifty replication, raft/core/eager_set.py) sends APPEND bat
 they are full, or once lazy_push_ms has passed since it last sent the log's tail.
 The commit index rides on every push; when there is nothing to append and an eager follower's
 commit is behind, a COMMIT push carries it at the next tick (a lazy one learns it from its next
-batch or heartbeat). Not at once: under load the next APPEND
-carries it anyway, and for a lone write an immediate COMMIT push would cost every node a message
-on that write's path (the leader answers its client once it has applied; followers only need
-the commit index for their own apply)."""
+batch or heartbeat). Not at once: under load the next APPEND carries it anyway, and for a lone
+write an immediate COMMIT push would cost every node a message on that write's path (the leader
+answers its client once it has applied; followers only need the commit index for their own
+apply)."""
 from __future__ import annotations
 
 import enum

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from raft.core.config import CoreConfig
 from raft.core.dispatcher import Dispatcher, DispatchState, Outgoing
+from raft.core.eager_set import choose_eager
 from raft.core.entry_handler import EntryHandler
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
@@ -28,7 +29,6 @@ from raft.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.core.eager_set import choose_eager
 from raft.core.quorum import QuorumTracker, majority
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker

@@ -129,3 +129,18 @@ def test_five_members_push_at_once_to_two_followers() -> None:
 
 def test_default_config_is_thrifty() -> None:
     assert CoreConfig().lazy_push_ms > 0 and CoreConfig().eager_timeout_ms > 0
+
+
+def test_the_replicating_floor_is_the_lazy_followers_match_and_leaves_out_a_silent_one() -> None:
+    c = cluster(3, lazy_push_ms=10_000)
+    lead = settled_leader(c)
+    assert lead.core is not None
+    index, _, mark = write(c, lead, b"w")
+    (eager,) = appends_of(c, lead, index, mark)
+    (lazy,) = set(c.nodes) - {lead.id, eager}
+    # The lazy follower lacks the write: compaction must keep it.
+    assert lead.core.replicating_floor() == lead.core.status().peers[lazy] == index - 1
+    c.net.block(lazy, lead.id)  # silent for an election timeout: no longer counted as live
+    c.run_for(T + SLACK_MS)
+    assert lead.core.replicating_floor() == lead.core.status().peers[eager] >= index
+    c.check_all()
