@@ -16,7 +16,9 @@ this. Safety is untouched: what counts toward a commit is still only what follow
 their disks.
 
 The choice is sticky (an eager follower that keeps up stays eager), so the same follower keeps
-its caches warm and the lazy one keeps batching."""
+its caches warm and the lazy one keeps batching. It is made at the leader's ticks, on the time
+the core last learnt (a batch is dated by the tick before it left), so a follower's silence is
+judged up to a tick early and acted on up to a tick late."""
 from __future__ import annotations
 
 from typing import Sequence
