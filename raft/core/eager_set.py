@@ -5,8 +5,8 @@ Sending every entry to every follower at once makes each write wake every node; 
 that runs the members side by side (and on any leader, whose socket writes are its costliest
 step under one writer) that work sits on the write's path. So new entries go at once only to
 the followers a majority needs, the *eager* ones. The others, the *lazy* ones, get full batches
-as soon as they are full and whatever else is pending at least every `lazy_push_ms`, so they
-trail by at most that much and write and sync far fewer, larger batches.
+(at the leader's next tick, or on their own answers) and whatever else is pending at least every
+`lazy_push_ms`, so they trail by at most that much and write and sync far fewer, larger batches.
 
 What it costs: a write waits for one given follower instead of the fastest of two. An eager
 follower that leaves a batch unanswered for `eager_timeout_ms` (slow disk, paused, crashed, cut
@@ -26,16 +26,14 @@ from typing import Sequence
 from raft.core.dispatcher import Dispatcher
 
 
-def choose_eager(dispatchers: Sequence[Dispatcher], need: int, now: int, lazy_push_ms: int) -> None:
+def choose_eager(dispatchers: Sequence[Dispatcher], need: int, now: int) -> None:
     """Mark `need` of the dispatchers eager and the rest lazy: the eager ones that keep up stay,
-    vacancies go to the followers furthest along, and all are eager if too few keep up (or if
-    lazy_push_ms is 0, thrifty replication off)."""
+    vacancies go to the followers furthest along, and all are eager if too few keep up."""
     fit = [d for d in dispatchers if d.keeping_up(now)]
-    if lazy_push_ms == 0 or len(fit) < need:
+    if len(fit) < need:
         for d in dispatchers:
             d.eager = True
         return
-    by_progress = sorted(fit, key=lambda d: (not d.eager, -d.match_index, d.peer))
-    chosen = {id(d) for d in by_progress[:need]}
+    chosen = set(sorted(fit, key=lambda d: (not d.eager, -d.match_index, d.peer))[:need])
     for d in dispatchers:
-        d.eager = id(d) in chosen
+        d.eager = d in chosen

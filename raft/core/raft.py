@@ -511,9 +511,9 @@ class RaftCore:
         if not self._quorum_active():
             self._become_follower(self._term, None)  # check-quorum: we may be cut off
             return
-        dispatchers = list(self._dispatchers.values())
-        choose_eager(dispatchers, majority(len(self.members)) - 1, self.now, self.config.lazy_push_ms)
-        for d in dispatchers:
+        if self.config.lazy_push_ms:  # thrifty replication on (else every dispatcher stays eager)
+            choose_eager(list(self._dispatchers.values()), majority(len(self.members)) - 1, self.now)
+        for d in self._dispatchers.values():
             self._send(d.tick(self.now))
 
     def _quorum_active(self) -> bool:
