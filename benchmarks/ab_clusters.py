@@ -8,9 +8,9 @@ costs little (heartbeats). Not a test; run it by hand:
 
 A configuration is NAME=FLAGS (flags for `raftkv serve`), optionally NAME=FLAGS@VAR=V,VAR=V to
 set environment variables for its members (for experiments switched by a variable). Loads:
-putsN / getsN, N closed-loop clients (256-byte values, 16-byte keys, as the bench's W1-W4).
-Each window prints ops/s, p50, p99 and the three members' CPU per operation; the end prints the
-medians and in how many windows A beat B.
+putsN / getsN run the bench's own W1-W4 code (kv/bench/workloads.py) with N clients. Each window
+prints ops/s, p50, p99 and the CPU per operation of the leader, a follower (the mean of the two)
+and the client; the end prints the medians and in how many windows A beat B.
 """
 from __future__ import annotations
 
@@ -21,18 +21,20 @@ import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kv.bench.cpu import process_cpu_s  # noqa: E402
-from kv.bench.measure import closed_loop  # noqa: E402
 from kv.bench.processes import Registry  # noqa: E402
 from kv.bench.raftkv_cluster import RaftkvCluster  # noqa: E402
-from kv.bench.workloads import key, value_of  # noqa: E402
+from kv.bench.settings import Sizes  # noqa: E402
+from kv.bench.workloads import (  # noqa: E402
+    Context, Metric, load_read_set, w1_sequential_puts, w2_concurrent_puts, w3_sequential_gets, w4_concurrent_gets,
+)
 
-PRELOADED_KEYS = 2000
+# What a window reports, in this order: the bench's own metrics of W1-W4.
+SHOWN = ("ops/s", "p50 ms", "p99 ms", "leader CPU ms/op", "follower CPU ms/op", "client CPU ms/op")
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Config:
     name: str
     flags: list[str]
     env: dict[str, str]
-    windows: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    windows: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
     @staticmethod
     def parse(spec: str) -> "Config":
@@ -49,7 +51,7 @@ class Config:
         return Config(name, shlex.split(flags), dict(kv.split("=", 1) for kv in env.split(",") if kv))
 
 
-def start(config: Config, work: Path, registry: Registry) -> RaftkvCluster:
+def start(config: Config, work: Path, registry: Registry, sizes: Sizes) -> RaftkvCluster:
     saved = dict(os.environ)
     os.environ.update(config.env)  # the members' environment is taken when they are defined
     try:
@@ -58,36 +60,25 @@ def start(config: Config, work: Path, registry: Registry) -> RaftkvCluster:
         os.environ.clear()
         os.environ.update(saved)
     cluster.start()
-    cluster.wait_healthy(30)
-    target = cluster.target(5.0)
-    for i in range(PRELOADED_KEYS):
-        target.put(key("R", 0, i), value_of(256))
-    target.close()
+    cluster.wait_healthy(sizes.healthy_timeout_s)
+    ctx = Context(work, sizes)
+    try:
+        load_read_set(cluster, ctx)
+    finally:
+        ctx.close()
     return cluster
 
 
-def window(cluster: RaftkvCluster, load: str, tag: str, seconds: float) -> tuple[float, float, float, float]:
+def window(cluster: RaftkvCluster, load: str, work: Path, sizes: Sizes) -> dict[str, float]:
+    """One window of the bench's W1 / W2 (putsN) or W3 / W4 (getsN) with N clients."""
     kind, clients = load[:4], int(load[4:])
-    value = value_of(256)
-    targets = [cluster.target(5.0) for _ in range(clients)]
-
-    def operation(w: int):
-        t = targets[w]
-        if kind == "puts":
-            return lambda i: t.put(key(tag, w, i), value)
-        return lambda i: t.get(key("R", 0, (w * 7919 + i) % PRELOADED_KEYS))
-
-    pids = [child.pid for child in cluster.children.values()]
-    cpu: list[float] = []
+    one, many = (w1_sequential_puts, w2_concurrent_puts) if kind == "puts" else (w3_sequential_gets, w4_concurrent_gets)
+    ctx = Context(work, replace(sizes, clients=clients))
     try:
-        result = closed_loop([operation(w) for w in range(clients)], seconds, 0.5,
-                             probe=lambda: cpu.append(sum(process_cpu_s(p) for p in pids)))
+        metrics: list[Metric] = (one if clients == 1 else many)(cluster, ctx)
     finally:
-        for t in targets:
-            t.close()
-    ops = result.ops_per_s * seconds
-    return (result.ops_per_s, result.percentile_ms(50), result.percentile_ms(99),
-            (cpu[-1] - cpu[0]) * 1000 / ops if ops else 0.0)
+        ctx.close()
+    return {m.name: m.value or 0.0 for m in metrics}
 
 
 def main() -> None:
@@ -101,32 +92,35 @@ def main() -> None:
     args = parser.parse_args()
     configs = [Config.parse(args.a), Config.parse(args.b)]
     loads = args.loads.split(",")
+    sizes = Sizes(duration_s=args.seconds, warmup_s=0.5)
     registry, work = Registry(), Path(tempfile.mkdtemp(prefix="ab-clusters-", dir=args.work_dir))
     clusters: dict[str, RaftkvCluster] = {}
     try:
         for c in configs:
-            clusters[c.name] = start(c, work, registry)
+            clusters[c.name] = start(c, work, registry, sizes)
         for r in range(args.rounds):
             for load in loads:
                 for c in configs if r % 2 == 0 else configs[::-1]:  # each goes first in half the rounds
-                    w = window(clusters[c.name], load, f"{load}-{r}", args.seconds)
+                    w = window(clusters[c.name], load, work, sizes)
                     c.windows.setdefault(load, []).append(w)
-                    print(f"round {r} {c.name:10s} {load:8s} {w[0]:7.0f}/s  p50 {w[1]:.2f}  p99 {w[2]:.2f} ms  "
-                          f"members' CPU {w[3]:.3f} ms/op", flush=True)
+                    print(f"round {r} {c.name:10s} {load:8s} {_figures(w)}", flush=True)
         print("medians:")
         a, b = configs
         for load in loads:
             for c in configs:
                 ws = c.windows[load]
-                print(f"  {c.name:10s} {load:8s} {statistics.median(w[0] for w in ws):7.0f}/s  "
-                      f"p50 {statistics.median(w[1] for w in ws):.2f}  p99 {statistics.median(w[2] for w in ws):.2f} ms  "
-                      f"members' CPU {statistics.median(w[3] for w in ws):.3f} ms/op")
-            wins = sum(x[0] > y[0] for x, y in zip(a.windows[load], b.windows[load]))
+                print(f"  {c.name:10s} {load:8s} {_figures({m: statistics.median(w[m] for w in ws) for m in SHOWN})}")
+            wins = sum(x["ops/s"] > y["ops/s"] for x, y in zip(a.windows[load], b.windows[load]))
             print(f"  {a.name} faster than {b.name} in {wins} of {args.rounds} windows")
     finally:
         for cluster in clusters.values():
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _figures(w: dict[str, float]) -> str:
+    return (f"{w['ops/s']:7.0f}/s  p50 {w['p50 ms']:.2f}  p99 {w['p99 ms']:.2f} ms  CPU ms/op: leader "
+            f"{w['leader CPU ms/op']:.3f}, follower {w['follower CPU ms/op']:.3f}, client {w['client CPU ms/op']:.3f}")
 
 
 if __name__ == "__main__":
