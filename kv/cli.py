@@ -112,7 +112,9 @@ def _add_serve(commands: Any) -> None:
                             "follower gets every entry at once")
     serve.add_argument("--eager-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.eager_timeout_ms,
                        metavar="MS", help="a follower that leaves a batch unanswered this long loses its place "
-                                          "among those sent every entry at once (what a slow follower costs a write)")
+                                          "among those sent every entry at once (what a stopped follower costs a "
+                                          "write); so does one that answers more than twice as slowly as another "
+                                          "and by more than a tenth of this")
     serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",

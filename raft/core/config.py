@@ -24,7 +24,9 @@ class CoreConfig:
     # is pending at least this often. 0: every follower gets every entry at once.
     lazy_push_ms: int = 100
     # An eager follower that leaves a batch unanswered this long gives its place to a lazy one,
-    # which gets everything pending at once: what a slow or stopped follower costs a write.
+    # which gets everything pending at once: what a stopped follower costs a write. One that
+    # answers, but more than twice as slowly as a lazy one and by more than a tenth of this,
+    # gives its place too (eager_set.py).
     eager_timeout_ms: int = 20
     # A follower holds an APPEND that starts past its end this long, waiting for the gap to fill,
     # before it answers INCONSISTENT.

@@ -76,6 +76,9 @@ class Dispatcher:
         self._commit_sent = -1
         self._idle_until = 0  # after a failed snapshot stream or a compare without progress: pause
         self.eager = True  # gets new entries at once (eager_set.py decides, at the leader's ticks)
+        # How long this follower takes to answer an APPEND batch, a moving average over its answers
+        # (in the core's tick-resolution time; None until its first answer): eager_set.py compares it.
+        self.answer_ms: float | None = None
         self._tail_due = 0  # lazy: when a batch that is not full may go (lazy_push_ms after the last)
 
     def start(self, now: int) -> list[Outgoing]:
@@ -249,8 +252,14 @@ class Dispatcher:
         if resp.code == PushCode.SUCCESS:
             self.match_index = max(self.match_index, resp.index)
             while self._inflight and self._inflight[0].last_index <= self.match_index:
-                self._inflight.popleft()
+                self._note_answer_time(now - self._inflight.popleft().sent_at)
             return self._send_appends(now)
         if resp.code == PushCode.INCONSISTENT and any(f.pre_index == resp.pre_index for f in self._inflight):
             return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
         return []
+
+    def _note_answer_time(self, ms: int) -> None:
+        if self.answer_ms is None:
+            self.answer_ms = float(ms)
+        else:  # a weight of 1/8: a few dozen answers move it, one late answer does not
+            self.answer_ms += (ms - self.answer_ms) / 8

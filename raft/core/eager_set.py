@@ -8,17 +8,21 @@ the followers a majority needs, the *eager* ones. The others, the *lazy* ones, g
 (at the leader's next tick, or on their own answers) and whatever else is pending at least every
 `lazy_push_ms`, so they trail by at most that much and write and sync far fewer, larger batches.
 
-What it costs: a write waits for one given follower instead of the fastest of two. An eager
-follower that leaves a batch unanswered for `eager_timeout_ms` (slow disk, paused, crashed, cut
-off) gives its place to a lazy one at the leader's next tick, which then gets everything pending
-at once; when fewer followers keep up than a majority needs, every follower is eager, as without
-this. Safety is untouched: what counts toward a commit is still only what followers report on
-their disks.
+What it costs: a write waits for one given follower instead of the fastest of two. So the choice
+is revisited at every tick of the leader:
+- An eager follower that leaves a batch unanswered for `eager_timeout_ms` (paused, crashed, cut
+  off) gives its place to a lazy one, which then gets everything pending at once; when fewer
+  followers keep up than a majority needs, every follower is eager, as without this.
+- An eager follower that answers, but slowly (a slow disk, an overloaded machine), gives its
+  place to a lazy one that answers its batches more than twice as fast and by more than a
+  tenth of `eager_timeout_ms` (2 ms by default): otherwise it would hold every write to its pace.
+Safety is untouched: what counts toward a commit is still only what followers report on their
+disks.
 
-The choice is sticky (an eager follower that keeps up stays eager), so the same follower keeps
-its caches warm and the lazy one keeps batching. It is made at the leader's ticks, on the time
-the core last learnt (a batch is dated by the tick before it left), so a follower's silence is
-judged up to a tick early and acted on up to a tick late."""
+The choice is sticky (an eager follower that keeps up and is not much slower stays eager), so the
+same follower keeps its caches warm and the lazy one keeps batching. Answer times are moving
+averages (Dispatcher.answer_ms) on the time the driver passes in; a lazy follower's come from its
+larger batches, which errs toward keeping the eager one."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,12 +32,28 @@ from raft.core.dispatcher import Dispatcher
 
 def choose_eager(dispatchers: Sequence[Dispatcher], need: int, now: int) -> None:
     """Mark `need` of the dispatchers eager and the rest lazy: the eager ones that keep up stay,
-    vacancies go to the followers furthest along, and all are eager if too few keep up."""
+    vacancies go to the followers furthest along, a much slower eager one is swapped for the
+    fastest lazy one, and all are eager if too few keep up."""
     fit = [d for d in dispatchers if d.keeping_up(now)]
     if len(fit) < need:
         for d in dispatchers:
             d.eager = True
         return
-    chosen = set(sorted(fit, key=lambda d: (not d.eager, -d.match_index, d.peer))[:need])
+    ranked = sorted(fit, key=lambda d: (not d.eager, -d.match_index, d.peer))
+    chosen, rest = ranked[:need], ranked[need:]
+    _swap_if_much_slower(chosen, rest)
     for d in dispatchers:
         d.eager = d in chosen
+
+
+def _swap_if_much_slower(chosen: list[Dispatcher], rest: list[Dispatcher]) -> None:
+    """One swap at most per tick: the slowest chosen for the fastest of the rest, when the former
+    answers more than twice as slowly and by more than a tenth of eager_timeout_ms."""
+    timed_chosen = [(d.answer_ms, d.peer, d) for d in chosen if d.answer_ms is not None]
+    timed_rest = [(d.answer_ms, d.peer, d) for d in rest if d.answer_ms is not None]
+    if not timed_chosen or not timed_rest:
+        return
+    slow_ms, _, slow = max(timed_chosen)
+    fast_ms, _, fast = min(timed_rest)
+    if slow_ms > 2 * fast_ms + slow.leader.config.eager_timeout_ms / 10:
+        chosen[chosen.index(slow)] = fast

@@ -52,8 +52,8 @@ class CoreStatus:
 
 
 class RaftCore:
-    """Inputs: tick(now), step(message), propose(payloads), read_index(ctx), applied_to(index),
-    peer_unreachable(peer).
+    """Inputs: tick(now), clock(now), step(message), propose(payloads), read_index(ctx),
+    applied_to(index), peer_unreachable(peer).
     Outputs: ready() -> Ready, handled by the driver, then advance(ready).
 
     `members` includes this node. `log` is read, never written, by the core. `applied_index` is
@@ -181,6 +181,12 @@ class RaftCore:
         if self.now >= self._election_deadline:
             self._start_pre_vote()
         self._messages.extend(self._handler.expire_held(self.now))
+
+    def clock(self, now: int) -> None:
+        """The driver's time between ticks, passed with other inputs: sends and answers are dated
+        by it (how fast each follower answers, a lease's age), while timers still fire only at
+        ticks. Time never moves backwards."""
+        self.now = max(self.now, now)
 
     def propose(self, payloads: Sequence[bytes]) -> tuple[int, int]:
         if self._role != Role.LEADER:

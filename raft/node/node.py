@@ -196,6 +196,7 @@ class RaftNode:
         """Messages from peers (called by the peer service on the loop)."""
         if self._stopped is not None:
             return
+        self._core.clock(now_ms())
         for m in messages:
             try:
                 self._core.step(m)
@@ -214,6 +215,7 @@ class RaftNode:
         if self._disk_full is not None:
             raise DiskFullError(self._disk_full)
         self._check_queue()
+        self._core.clock(now_ms())
         index, term = self._core.propose([payload])
         # A caller that gives up (cancels) leaves the entry here until it is applied or dropped;
         # _settle and _fail_dropped skip futures that are done.
@@ -235,6 +237,7 @@ class RaftNode:
             done.set_result(self._applied)
             return done
         self._check_queue()
+        self._core.clock(now_ms())
         if consistency == "lease" and self._core.lease_valid():
             return self.wait_applied(self._core.commit_index)
         ctx = next(self._read_ctx)

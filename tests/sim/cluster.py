@@ -137,6 +137,7 @@ class Cluster:
         if node is None or node.core is None:
             return
         self.net.note_delivered(self.now, msg)
+        node.core.clock(node.local_time(self.now))  # as the node's driver passes its time with inputs
         node.core.step(msg)
         self._drain(node)
 
@@ -185,6 +186,7 @@ class Cluster:
         node = self.nodes[node_id]
         if node.core is None:
             return []
+        node.core.clock(node.local_time(self.now))
         try:
             first, term = node.core.propose(list(payloads))
         except NotLeaderError:
@@ -202,6 +204,7 @@ class Cluster:
         if node.core is None:
             return False
         self.checker.on_read_registered(ctx, self.nodes.values())
+        node.core.clock(node.local_time(self.now))
         try:
             node.core.read_index(ctx)
         except NotLeaderError:

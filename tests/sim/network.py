@@ -51,6 +51,8 @@ class SimNetwork:
         self.blocked: set[tuple[str, str]] = set()
         # Scenario hook: a message for which this returns True is dropped at send time.
         self.drop_if: Callable[[Message], bool] | None = None
+        # Scenario hook: node -> extra delay of every message it sends (a slow disk or machine).
+        self.slow: dict[str, int] = {}
         self._trace = hashlib.sha256()
         self.delivered_count = 0
         # Scenarios that inspect traffic set record=True; random schedules only keep the hash.
@@ -91,7 +93,7 @@ class SimNetwork:
         copies = 2 if cfg.dup_rate and self.rng.random() < cfg.dup_rate else 1
         for k in range(copies):
             # A duplicate is a separate object so that nothing one delivery does can leak into the other.
-            self._enqueue(now + self._delay(), msg if k == 0 else copy.copy(msg))
+            self._enqueue(now + self._delay() + self.slow.get(msg.src, 0), msg if k == 0 else copy.copy(msg))
 
     def _delay(self) -> int:
         cfg = self.config

@@ -1,6 +1,7 @@
 """Thrifty replication (raft/core/eager_set.py) on the simulator: new entries go at once only to
 the followers a majority needs; the others get full batches at once and the rest within
-lazy_push_ms; a silent eager follower gives its place within eager_timeout_ms. Every safety
+lazy_push_ms; a silent eager follower gives its place within eager_timeout_ms, a much slower one
+as soon as its answer times show it. Every safety
 checker runs after every step, as in test_scenarios.py."""
 from __future__ import annotations
 
@@ -106,6 +107,40 @@ def test_a_silent_eager_follower_gives_its_place_within_eager_timeout_ms() -> No
     index, t0, mark = write(c, lead, b"w3")
     assert appends_of(c, lead, index, mark).get(other) == t0
     assert c.now - t0 < 30
+    c.check_all()
+
+
+def eager_of(c: Cluster, lead: SimNode, payload: bytes) -> tuple[str, int]:
+    """Write once: (the follower the write went to at once, how long it took to commit)."""
+    index, t0, mark = write(c, lead, payload)
+    (eager,) = [f for f, at in appends_of(c, lead, index, mark).items() if at == t0]
+    return eager, c.now - t0
+
+
+def test_an_eager_follower_that_answers_slowly_gives_its_place_to_a_much_faster_one() -> None:
+    # Its answers take 60 ms more than the other's, well within eager_timeout_ms: only its
+    # slowness can move it. The simulated network takes 1-10 ms each way.
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100)
+    lead = settled_leader(c)
+    eager, _ = eager_of(c, lead, b"w")
+    (other,) = set(c.nodes) - {lead.id, eager}
+    c.net.slow[eager] = 60
+    chosen = [eager_of(c, lead, b"w%d" % k) for k in range(30)]
+    moved = next((k for k, (f, _) in enumerate(chosen) if f == other), None)
+    # Not at the first slow answer (the answer time is a moving average), but within a few dozen.
+    assert moved is not None and moved >= 3, [f for f, _ in chosen]
+    # From then on every write goes at once to the fast follower and commits at its pace.
+    assert all(f == other and took <= 20 + SLACK_MS for f, took in chosen[moved + 1:]), chosen[moved:]
+    c.check_all()
+
+
+def test_followers_alike_in_slowness_keep_the_choice() -> None:
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100)
+    lead = settled_leader(c)
+    eager, _ = eager_of(c, lead, b"w")
+    for f in set(c.nodes) - {lead.id}:
+        c.net.slow[f] = 40
+    assert [eager_of(c, lead, b"w%d" % k)[0] for k in range(30)] == [eager] * 30
     c.check_all()
 
 

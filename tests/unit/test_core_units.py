@@ -185,6 +185,62 @@ def test_pipelined_appends_and_resend_from_match_after_timeout() -> None:
     assert again[0].pre_index == 10  # resent from match + 1
 
 
+def test_answer_time_is_a_moving_average_of_append_round_trips() -> None:
+    leader = _Leader([1] * 4, term=1)
+    leader.config = CoreConfig(max_batch_entries=1, max_inflight_batches=4)
+    d = Dispatcher("F", leader)
+    d.start(0)
+    # An empty follower: the compare at our last index fails, the one at 0 matches.
+    d.on_push_response(PushResponse("F", "L", 1, type=PushType.COMPARE, code=PushCode.INCONSISTENT,
+                                    pre_index=4, end_index=0), 90)
+    sent = d.on_push_response(PushResponse("F", "L", 1, type=PushType.COMPARE, code=PushCode.SUCCESS,
+                                           pre_index=0, end_index=0), 100)
+    assert [(m.type, m.pre_index) for m in sent] == [(PushType.APPEND, i) for i in range(4)]  # at 100
+    assert d.answer_ms is None  # COMPARE answers are not timed
+
+    def ack(index: int, at: int) -> None:
+        d.on_push_response(PushResponse("F", "L", 1, type=PushType.APPEND, code=PushCode.SUCCESS,
+                                        index=index, end_index=index), at)
+
+    ack(1, 104)
+    assert d.answer_ms == 4.0
+    ack(3, 120)  # two batches answered at once, each 20 ms after it left
+    assert d.answer_ms == pytest.approx(4 + 16 / 8 + (20 - 6) / 8)
+
+
+def _appending(peer: str, leader: _Leader, answer_ms: float | None, eager: bool) -> Dispatcher:
+    d = Dispatcher(peer, leader)
+    d.state, d.answer_ms, d.eager = DispatchState.APPEND, answer_ms, eager
+    return d
+
+
+@pytest.mark.parametrize("eager_ms, lazy_ms, swapped", [
+    (7.0, 2.0, True),    # more than twice as slow and by more than a tenth of eager_timeout_ms (2)
+    (6.0, 2.0, False),   # not by enough
+    (2.5, 0.1, True),
+    (2.1, 0.0, True),
+    (1.9, 0.0, False),   # twice as slow, but within 2 ms
+    (50.0, None, False),  # nothing to compare with
+    (None, 1.0, False),
+])
+def test_an_eager_follower_much_slower_than_a_lazy_one_gives_its_place(
+        eager_ms: float | None, lazy_ms: float | None, swapped: bool) -> None:
+    from raft.core.eager_set import choose_eager
+    leader = _Leader([1], term=1)  # eager_timeout_ms 20
+    e, lz = _appending("E", leader, eager_ms, True), _appending("Z", leader, lazy_ms, False)
+    choose_eager([e, lz], 1, now=0)
+    assert (lz.eager, e.eager) == (swapped, not swapped)
+
+
+def test_the_core_clock_only_moves_forward() -> None:
+    core = RaftCore("a", ["a", "b", "c"], MemoryLogStore(), CoreConfig(), random.Random(1), now=10)
+    core.clock(50)
+    core.clock(30)
+    assert core.now == 50
+    core.tick(40)
+    assert core.now == 50
+
+
 # --- quorum, reads -------------------------------------------------------------------------------
 
 def test_quorum_index_is_what_a_majority_holds() -> None:
