@@ -115,6 +115,10 @@ def _add_serve(commands: Any) -> None:
                                           "among those sent every entry at once (what a stopped follower costs a "
                                           "write); so does one that answers more than twice as slowly as another "
                                           "and by more than a tenth of this")
+    serve.add_argument("--eager-trial-every-ms", type=_non_negative_int, default=_DEFAULT_CORE.eager_trial_every_ms,
+                       metavar="MS", help="this often (and once soon after an election) a lazy follower is tried "
+                                          f"as the eager one for {_DEFAULT_CORE.eager_trial_ms} ms and kept if it "
+                                          "answers clearly faster; 0: no trials")
     serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
@@ -325,7 +329,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
     lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
     core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease,
-                      lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms)
+                      lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms,
+                      eager_trial_every_ms=args.eager_trial_every_ms)
     return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
                       cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,

@@ -28,6 +28,11 @@ class CoreConfig:
     # answers, but more than twice as slowly as a lazy one and by more than a tenth of this,
     # gives its place too (eager_set.py).
     eager_timeout_ms: int = 20
+    # Trials of the choice (eager_set.py): eager_trial_ms after a leader starts and then this
+    # often, a lazy follower is made eager for eager_trial_ms, and kept if its batches are
+    # answered clearly faster than those of the one it replaced. 0: no trials.
+    eager_trial_every_ms: int = 30_000
+    eager_trial_ms: int = 1_000
     # A follower holds an APPEND that starts past its end this long, waiting for the gap to fill,
     # before it answers INCONSISTENT.
     out_of_order_hold_ms: int = 200
@@ -48,3 +53,5 @@ class CoreConfig:
             raise ValueError("batch limits must be positive")
         if self.lazy_push_ms < 0 or self.eager_timeout_ms <= 0:
             raise ValueError("need lazy_push_ms >= 0 and eager_timeout_ms > 0")
+        if self.eager_trial_every_ms < 0 or self.eager_trial_ms <= 0:
+            raise ValueError("need eager_trial_every_ms >= 0 and eager_trial_ms > 0")

@@ -57,6 +57,9 @@ class Inflight:
     pre_index: int
     last_index: int
     sent_at: int
+    # Sent eager, with only entries appended since the follower became eager: its round trip is
+    # what a write waits for (a catch-up batch or a lazy one is larger, and says less).
+    timed: bool = False
 
 
 Outgoing = Message | SnapshotSend
@@ -75,10 +78,13 @@ class Dispatcher:
         self._inflight: deque[Inflight] = deque()
         self._commit_sent = -1
         self._idle_until = 0  # after a failed snapshot stream or a compare without progress: pause
-        self.eager = True  # gets new entries at once (eager_set.py decides, at the leader's ticks)
-        # How long this follower takes to answer an APPEND batch, a moving average over its answers
-        # (in the core's tick-resolution time; None until its first answer): eager_set.py compares it.
+        self._eager = True  # gets new entries at once (eager_set.py decides, at the leader's ticks)
+        self._eager_from = leader.log.last_index()  # the log's end when it last became eager
+        # How long this follower takes to answer an APPEND batch, moving averages (None until the
+        # first answer): over all its batches, and over its timed ones (Inflight.timed) only.
+        # eager_set.py compares them.
         self.answer_ms: float | None = None
+        self.eager_answer_ms: float | None = None
         self._tail_due = 0  # lazy: when a batch that is not full may go (lazy_push_ms after the last)
 
     def start(self, now: int) -> list[Outgoing]:
@@ -112,6 +118,16 @@ class Dispatcher:
 
     def on_heartbeat_response(self, end_index: int) -> None:
         self.follower_end = end_index
+
+    @property
+    def eager(self) -> bool:
+        return self._eager
+
+    @eager.setter
+    def eager(self, value: bool) -> None:
+        if value and not self._eager:
+            self._eager_from = self.leader.log.last_index()
+        self._eager = value
 
     def keeping_up(self, now: int) -> bool:
         """Appending, with no batch unanswered for eager_timeout_ms: able to help commit a write now."""
@@ -230,7 +246,7 @@ class Dispatcher:
                     break
                 self._tail_due = now + cfg.lazy_push_ms
             out.append(self._push(PushType.APPEND, pre_index=pre, pre_term=pre_term, entries=batch))
-            self._inflight.append(Inflight(pre, batch[-1].index, now))
+            self._inflight.append(Inflight(pre, batch[-1].index, now, timed=self._eager and pre >= self._eager_from))
             self.next_index = batch[-1].index + 1
         if out:
             self._commit_sent = self.leader.commit_index
@@ -252,14 +268,19 @@ class Dispatcher:
         if resp.code == PushCode.SUCCESS:
             self.match_index = max(self.match_index, resp.index)
             while self._inflight and self._inflight[0].last_index <= self.match_index:
-                self._note_answer_time(now - self._inflight.popleft().sent_at)
+                self._note_answer_time(now, self._inflight.popleft())
             return self._send_appends(now)
         if resp.code == PushCode.INCONSISTENT and any(f.pre_index == resp.pre_index for f in self._inflight):
             return self._change_state(DispatchState.COMPARE, now, probe=self._start_probe())
         return []
 
-    def _note_answer_time(self, ms: int) -> None:
-        if self.answer_ms is None:
-            self.answer_ms = float(ms)
-        else:  # a weight of 1/8: a few dozen answers move it, one late answer does not
-            self.answer_ms += (ms - self.answer_ms) / 8
+    def _note_answer_time(self, now: int, batch: Inflight) -> None:
+        ms = now - batch.sent_at
+        self.answer_ms = _moving_average(self.answer_ms, ms)
+        if batch.timed:
+            self.eager_answer_ms = _moving_average(self.eager_answer_ms, ms)
+
+
+def _moving_average(average: float | None, sample: int) -> float:
+    """A weight of 1/8: a few dozen answers move it, one late answer does not."""
+    return float(sample) if average is None else average + (sample - average) / 8

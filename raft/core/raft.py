@@ -13,7 +13,7 @@ from typing import Sequence
 
 from raft.core.config import CoreConfig
 from raft.core.dispatcher import Dispatcher, DispatchState, Outgoing
-from raft.core.eager_set import choose_eager
+from raft.core.eager_set import EagerSet
 from raft.core.entry_handler import EntryHandler
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
@@ -94,6 +94,7 @@ class RaftCore:
         self._reset_election_timer()
         # Leader-only state, rebuilt by _become_leader.
         self._dispatchers: dict[str, Dispatcher] = {}
+        self._eager_set = EagerSet([], 0, config, now)  # a leader's is made with its dispatchers
         self._quorum = QuorumTracker(self.members)
         self._leader_since = 0
         self._next_heartbeat = 0
@@ -414,6 +415,8 @@ class RaftCore:
         # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
         self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
         self._dispatchers = {p: Dispatcher(p, self) for p in self.peers}
+        self._eager_set = EagerSet(list(self._dispatchers.values()), majority(len(self.members)) - 1, self.config,
+                                   self.now)
         for d in self._dispatchers.values():
             self._send(d.start(self.now))
         self._broadcast_heartbeat()
@@ -518,7 +521,7 @@ class RaftCore:
             self._become_follower(self._term, None)  # check-quorum: we may be cut off
             return
         if self.config.lazy_push_ms:  # thrifty replication on (else every dispatcher stays eager)
-            choose_eager(list(self._dispatchers.values()), majority(len(self.members)) - 1, self.now)
+            self._eager_set.tick(self.now)
         for d in self._dispatchers.values():
             self._send(d.tick(self.now))
 

@@ -57,6 +57,8 @@ class ScheduleParams:
         # replication) stay as they were.
         params.config = dataclasses.replace(config, lazy_push_ms=r.choice([0, 20, 100, 300]),
                                             eager_timeout_ms=r.choice([10, 30, 100]))
+        params.config = dataclasses.replace(params.config, eager_trial_every_ms=r.choice([0, 200, 1000]),
+                                            eager_trial_ms=r.choice([30, 100, 300]))
         return params
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from raft.core import CoreConfig, PushRequest, PushType
 from tests.sim.cluster import SIM_CONFIG, TICK_MS, Cluster, SimNode
 
@@ -119,8 +121,8 @@ def eager_of(c: Cluster, lead: SimNode, payload: bytes) -> tuple[str, int]:
 
 def test_an_eager_follower_that_answers_slowly_gives_its_place_to_a_much_faster_one() -> None:
     # Its answers take 60 ms more than the other's, well within eager_timeout_ms: only its
-    # slowness can move it. The simulated network takes 1-10 ms each way.
-    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100)
+    # slowness can move it (no trials here). The simulated network takes 1-10 ms each way.
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100, eager_trial_every_ms=0)
     lead = settled_leader(c)
     eager, _ = eager_of(c, lead, b"w")
     (other,) = set(c.nodes) - {lead.id, eager}
@@ -135,12 +137,43 @@ def test_an_eager_follower_that_answers_slowly_gives_its_place_to_a_much_faster_
 
 
 def test_followers_alike_in_slowness_keep_the_choice() -> None:
-    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100)
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100, eager_trial_every_ms=0)
     lead = settled_leader(c)
     eager, _ = eager_of(c, lead, b"w")
     for f in set(c.nodes) - {lead.id}:
         c.net.slow[f] = 40
     assert [eager_of(c, lead, b"w%d" % k)[0] for k in range(30)] == [eager] * 30
+    c.check_all()
+
+
+def share_to(c: Cluster, lead: SimNode, follower: str, writes: int) -> float:
+    """The share of `writes` more writes that went at once to `follower`."""
+    return sum(eager_of(c, lead, b"t%d" % k)[0] == follower for k in range(writes)) / writes
+
+
+@pytest.mark.parametrize("trials", [True, False])
+def test_trials_find_a_follower_a_little_faster(trials: bool) -> None:
+    # 10 ms slower: too little for the lazy follower's own answers to show it (above), which
+    # the trials (300 ms every 2 s) do.
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100, eager_trial_ms=300,
+                eager_trial_every_ms=2000 if trials else 0)
+    lead = settled_leader(c)
+    eager, _ = eager_of(c, lead, b"w")
+    (other,) = set(c.nodes) - {lead.id, eager}
+    c.net.slow[eager] = 10
+    share = share_to(c, lead, other, 150)
+    # Once a trial found it, the faster follower is eager but for the slower one's trials.
+    assert (share >= 0.6) if trials else (share == 0.0), share
+    c.check_all()
+
+
+def test_a_trial_of_a_follower_no_faster_gives_the_place_back() -> None:
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100, eager_trial_ms=300, eager_trial_every_ms=2000)
+    lead = settled_leader(c)
+    eager, _ = eager_of(c, lead, b"w")
+    for f in set(c.nodes) - {lead.id}:
+        c.net.slow[f] = 10
+    assert share_to(c, lead, eager, 150) >= 0.7  # but for the other's trials
     c.check_all()
 
 

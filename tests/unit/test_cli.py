@@ -47,7 +47,8 @@ def test_serve_flags_map_onto_node_config():
                  "n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003", "--cluster-id", "c1",
                  "--snapshot-threshold", "50", "--election-timeout-ms", "300", "--heartbeat-interval-ms", "30",
                  "--max-value-bytes", "1000", "--no-fsync", "--log-level", "debug", "--grpc-servers", "3",
-                 "--read-hold-ms", "0.5", "--read-hold-siblings", "0", "--read-spin-us", "0")
+                 "--read-hold-ms", "0.5", "--read-hold-siblings", "0", "--read-spin-us", "0",
+                 "--lazy-push-ms", "50", "--eager-timeout-ms", "30", "--eager-trial-every-ms", "0")
     config = cli.node_config(args)
     assert config.listen == "127.0.0.1:7002"  # from --peers, as --listen was not given
     assert config.members == ["n1", "n2", "n3"]
@@ -61,6 +62,7 @@ def test_serve_flags_map_onto_node_config():
     assert config.grpc_servers == 3
     assert (config.read_hold_ms, config.read_hold_siblings) == (0.5, 0)
     assert config.read_spin_us == 0
+    assert (config.core.lazy_push_ms, config.core.eager_timeout_ms, config.core.eager_trial_every_ms) == (50, 30, 0)
 
 
 @pytest.mark.parametrize("flag, value", [("--read-hold-ms", "-1"), ("--read-hold-ms", "nan"),

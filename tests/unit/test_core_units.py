@@ -11,6 +11,7 @@ from raft.core import (
     PushRequest, PushResponse, PushType, RaftCore, Role, SnapshotMeta, VoteRequest,
 )
 from raft.core.dispatcher import Dispatcher, DispatchState
+from raft.core.eager_set import EagerSet
 from raft.core.entry_handler import EntryHandler
 from raft.core.quorum import QuorumTracker
 from raft.core.raft_log import RaftLog
@@ -225,10 +226,9 @@ def _appending(peer: str, leader: _Leader, answer_ms: float | None, eager: bool)
 ])
 def test_an_eager_follower_much_slower_than_a_lazy_one_gives_its_place(
         eager_ms: float | None, lazy_ms: float | None, swapped: bool) -> None:
-    from raft.core.eager_set import choose_eager
     leader = _Leader([1], term=1)  # eager_timeout_ms 20
     e, lz = _appending("E", leader, eager_ms, True), _appending("Z", leader, lazy_ms, False)
-    choose_eager([e, lz], 1, now=0)
+    EagerSet([e, lz], 1, leader.config, now=0).tick(0)  # (its first trial would come at 1 s)
     assert (lz.eager, e.eager) == (swapped, not swapped)
 
 
