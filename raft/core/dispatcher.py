@@ -85,6 +85,7 @@ class Dispatcher:
         # eager_set.py compares them.
         self.answer_ms: float | None = None
         self.eager_answer_ms: float | None = None
+        self.timed_answer_at: int | None = None  # when the newest timed batch was answered
         self._tail_due = 0  # lazy: when a batch that is not full may go (lazy_push_ms after the last)
 
     def start(self, now: int) -> list[Outgoing]:
@@ -279,6 +280,7 @@ class Dispatcher:
         self.answer_ms = _moving_average(self.answer_ms, ms)
         if batch.timed:
             self.eager_answer_ms = _moving_average(self.eager_answer_ms, ms)
+            self.timed_answer_at = now
 
 
 def _moving_average(average: float | None, sample: int) -> float:

@@ -21,7 +21,7 @@ leader revisits the choice at each of its ticks (EagerSet.tick):
   starts and then every `eager_trial_every_ms`, the lazy follower measured longest ago takes the
   place of the slowest eager one for `eager_trial_ms`. Only batches sent once it has caught up
   are timed (Inflight.timed); it stays if they were answered in under 4/5 of the time the one it
-  replaced took, else the latter comes back. No trial runs while nothing is written.
+  replaced took, else the latter comes back. A trial starts only while writes are answered.
 Safety is untouched: what counts toward a commit is still only what followers report on their
 disks.
 
@@ -81,9 +81,11 @@ class EagerSet:
             self._measured_at[d.peer] = now
 
     def _start_trial(self, chosen: list[Dispatcher], rest: list[Dispatcher], now: int) -> None:
-        timed = [d for d in chosen if d.eager_answer_ms is not None]
+        # Only while writes flow: the one replaced must have a recent time to compare with.
+        recent = now - self._config.eager_trial_ms
+        timed = [d for d in chosen if d.timed_answer_at is not None and d.timed_answer_at >= recent]
         if not rest or not timed:
-            return  # nothing to try, or nothing written since the choice: nothing to compare
+            return
         replaced = max(timed, key=lambda d: (d.eager_answer_ms or 0.0, d.peer))
         candidate = min(rest, key=lambda d: (self._measured_at[d.peer], d.peer))
         candidate.eager_answer_ms = None  # measured afresh, on this trial's batches only

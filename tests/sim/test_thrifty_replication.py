@@ -177,6 +177,20 @@ def test_a_trial_of_a_follower_no_faster_gives_the_place_back() -> None:
     c.check_all()
 
 
+def test_no_trials_while_nothing_is_written() -> None:
+    c = cluster(3, lazy_push_ms=50, eager_timeout_ms=100, eager_trial_ms=100, eager_trial_every_ms=200)
+    lead = settled_leader(c)
+    eager, _ = eager_of(c, lead, b"w")
+    assert lead.core is not None
+    c.run_for(300)  # a trial may start within 100 ms of the write's answer, and lasts 100 ms
+    choices = set()
+    for _ in range(60):  # 3 s: trials would come every 200 ms
+        c.run_for(50)
+        choices.add(tuple(p for p, d in lead.core._dispatchers.items() if d.eager))
+    assert choices == {(eager,)}
+    c.check_all()
+
+
 def test_lazy_push_ms_zero_sends_every_entry_to_every_follower_at_once() -> None:
     c = cluster(3, lazy_push_ms=0)
     lead = settled_leader(c)
