@@ -59,7 +59,7 @@ class Inflight:
     sent_at: int
     # Sent eager, with only entries appended since the follower became eager: its round trip is
     # what a write waits for (a catch-up batch or a lazy one is larger, and says less).
-    timed: bool = False
+    timed: bool
 
 
 Outgoing = Message | SnapshotSend

@@ -18,7 +18,7 @@ leader revisits the choice at each of its ticks (EagerSet.tick):
   machine), gives its place at once.
 - A lazy follower's own answers come from larger batches to an idle process, so they cannot
   show a follower that is only a little faster. Trials can: `eager_trial_ms` after the leader
-  starts and then every `eager_trial_every_ms`, the lazy follower measured longest ago takes the
+  starts and then every `eager_trial_every_ms`, the lazy follower eager longest ago takes the
   place of the slowest eager one for `eager_trial_ms`. Only batches sent once it has caught up
   are timed (Inflight.timed); it stays if they were answered in under 4/5 of the time the one it
   replaced took, else the latter comes back. A trial starts only while writes are answered.
@@ -57,7 +57,7 @@ class EagerSet:
         self._config = config
         self._trial: _Trial | None = None
         self._next_trial = now + config.eager_trial_ms if config.eager_trial_every_ms else _NEVER
-        self._measured_at = {d.peer: now for d in dispatchers}  # when each was last timed as eager
+        self._eager_at = {d.peer: now for d in dispatchers}  # when each was last eager
 
     def tick(self, now: int) -> None:
         """Mark `need` of the dispatchers eager and the rest lazy: the eager ones that keep up stay,
@@ -78,7 +78,7 @@ class EagerSet:
         for d in self._dispatchers:
             d.eager = d in chosen
         for d in chosen:
-            self._measured_at[d.peer] = now
+            self._eager_at[d.peer] = now
 
     def _start_trial(self, chosen: list[Dispatcher], rest: list[Dispatcher], now: int) -> None:
         # Only while writes flow: the one replaced must have a recent time to compare with.
@@ -87,7 +87,7 @@ class EagerSet:
         if not rest or not timed:
             return
         replaced = max(timed, key=lambda d: (d.eager_answer_ms or 0.0, d.peer))
-        candidate = min(rest, key=lambda d: (self._measured_at[d.peer], d.peer))
+        candidate = min(rest, key=lambda d: (self._eager_at[d.peer], d.peer))
         candidate.eager_answer_ms = None  # measured afresh, on this trial's batches only
         chosen[chosen.index(replaced)] = candidate
         self._trial = _Trial(candidate, replaced, now + self._config.eager_trial_ms)
