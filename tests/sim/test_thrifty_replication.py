@@ -1,8 +1,8 @@
 """Thrifty replication (raft/core/eager_set.py) on the simulator: new entries go at once only to
 the followers a majority needs; the others get full batches at once and the rest within
 lazy_push_ms; a silent eager follower gives its place within eager_timeout_ms, a much slower one
-as soon as its answer times show it. Every safety
-checker runs after every step, as in test_scenarios.py."""
+as soon as its answer times show it, a little slower one at a trial. Every safety checker runs
+after every step, as in test_scenarios.py."""
 from __future__ import annotations
 
 import dataclasses
