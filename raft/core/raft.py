@@ -175,7 +175,7 @@ class RaftCore:
     # ------------------------------------------------------------------ inputs
 
     def tick(self, now: int) -> None:
-        self.now = max(self.now, now)
+        self.clock(now)
         if self._role == Role.LEADER:
             self._tick_leader()
             return
