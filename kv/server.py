@@ -158,12 +158,23 @@ async def _serve(config: NodeConfig) -> None:
     running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.info("node %s is already shutting down (%s ignored)", config.node_id, sig.name)
+        stop.set()
+
+    # The handlers stay until the stop is done: a second SIGTERM (a process manager's repeat, or
+    # a signal to the process group followed by one to the process) would otherwise kill the node
+    # half-way through its stop, with its stores still open.
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await stop.wait()
         log.info("node %s shutting down", config.node_id)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await running.stop()
+        try:
+            await running.stop()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)

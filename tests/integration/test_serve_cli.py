@@ -66,9 +66,12 @@ def test_serve_without_flags_is_a_single_node_store_in_the_cwd(tmp_path: Path):
             process.wait()
 
 
-def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path):
+@pytest.mark.parametrize("sigterms", [1, 2], ids=["sigterm", "sigterm-again-while-stopping"])
+def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path, sigterms: int):
     """A client's pipeline stays open between requests; a stopping node must end it at once, with
-    UNAVAILABLE (its client then retries elsewhere), not hold its stop for the grace period."""
+    UNAVAILABLE (its client then retries elsewhere), not hold its stop for the grace period. A
+    second SIGTERM that arrives while it stops (the pipeline's end says it is stopping) must not
+    cut the stop short: the exit stays clean (before the fourteenth session it killed the node)."""
     address = f"127.0.0.1:{free_ports(1)[0]}"
     process = subprocess.Popen([sys.executable, "-m", "kv", "serve", "--listen", address, "--data-dir", "data"],
                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
@@ -95,6 +98,8 @@ def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path):
             next(call)
         assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "shutting down" in (ended.value.details() or "")
+        for _ in range(sigterms - 1):
+            process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
     finally:
         requests.put(None)
