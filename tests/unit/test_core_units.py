@@ -209,6 +209,48 @@ def test_answer_time_is_a_moving_average_of_append_round_trips() -> None:
     assert d.answer_ms == pytest.approx(4 + 16 / 8 + (20 - 6) / 8)
 
 
+def test_a_lazy_follower_gets_a_batch_at_once_when_its_tail_fills_one_and_each_entry_is_read_once() -> None:
+    leader = _Leader([1] * 3, term=1)
+    payload = b"x" * 100
+    size = Entry(0, 1, payload=payload).size()
+    leader.config = CoreConfig(max_batch_entries=8, max_batch_bytes=3 * size)
+    d = Dispatcher("F", leader)
+    d.state, d.match_index, d.next_index, d.eager = DispatchState.APPEND, 3, 4, False
+    d._tail_due = 1_000  # a tail batch went at 900: the next one that is not full waits until 1000
+    reads: list[int] = []
+    read = leader.log.entries
+
+    def counted(lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        got = read(lo, hi, max_bytes)
+        reads.extend(e.index for e in got)
+        return got
+
+    leader.log.entries = counted  # type: ignore[method-assign]
+    for index in (4, 5, 6):  # three entries: exactly max_batch_bytes, not past it
+        leader.log.append([Entry(index, 1, payload=payload)])
+        assert d.poll(index) == []
+    assert sorted(reads) == [4, 5, 6]  # the growing tail is added up, not read again at each poll
+    leader.log.append([Entry(7, 1, payload=payload)])
+    [batch] = d.poll(7)  # past max_batch_bytes: a full batch goes at once, as log.entries cuts it
+    assert [e.index for e in batch.entries] == [4, 5, 6]
+    assert d.poll(8) == []  # entry 7 alone is a tail again: it waits
+    [tail] = d.poll(1_000)
+    assert [e.index for e in tail.entries] == [7]
+
+
+def test_a_lazy_follower_gets_a_batch_at_once_when_its_tail_reaches_max_batch_entries() -> None:
+    leader = _Leader([1] * 3, term=1)
+    leader.config = CoreConfig(max_batch_entries=4)
+    d = Dispatcher("F", leader)
+    d.state, d.match_index, d.next_index, d.eager = DispatchState.APPEND, 3, 4, False
+    d._tail_due = 1_000
+    leader.log.append(entries(4, [1, 1, 1]))
+    assert d.poll(0) == []
+    leader.log.append(entries(7, [1]))
+    [batch] = d.poll(0)
+    assert [e.index for e in batch.entries] == [4, 5, 6, 7]
+
+
 def _appending(peer: str, leader: _Leader, answer_ms: float | None, eager: bool) -> Dispatcher:
     d = Dispatcher(peer, leader)
     d.state, d.answer_ms, d.eager = DispatchState.APPEND, answer_ms, eager
