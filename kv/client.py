@@ -77,6 +77,8 @@ MAX_FREE_HOPS = 3
 
 def to_bytes(value: KeyLike, what: str = "key") -> bytes:
     """Keys and values travel as bytes; str is UTF-8 encoded."""
+    if type(value) is bytes:  # the common case, and immutable: no copy
+        return value
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, (bytes, bytearray, memoryview)):
