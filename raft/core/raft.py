@@ -263,7 +263,7 @@ class RaftCore:
         if self._outstanding is not None:
             return False
         return bool(
-            self._last_soft != self._soft_state() or self._hard_dirty or self._pending_snapshot
+            self._soft_state_changed() or self._hard_dirty or self._pending_snapshot
             or self.log.has_unpersisted() or self._messages or self._leader_messages
             or (not self._installing and self._commit > self._apply_handed)
             or self._failed_proposals or self._failed_reads or self._snapshot_sends
@@ -283,9 +283,8 @@ class RaftCore:
             if self._reads.wants_round():
                 self._send_read_round()
         rd = Ready()
-        soft = self._soft_state()
-        if soft != self._last_soft:
-            rd.soft_state = self._last_soft = soft
+        if self._soft_state_changed():
+            rd.soft_state = self._last_soft = SoftState(self._role, self._leader, self._term)
         if self._hard_dirty:
             rd.hard_state, self._hard_dirty = HardState(self._term, self._voted_for), False
         if self._pending_snapshot is not None:
@@ -323,8 +322,11 @@ class RaftCore:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
 
-    def _soft_state(self) -> SoftState:
-        return SoftState(self._role, self._leader, self._term)
+    def _soft_state_changed(self) -> bool:
+        # Field by field: has_ready runs several times per write, and building a SoftState to
+        # compare cost more than the rest of it.
+        last = self._last_soft
+        return last is None or last.role is not self._role or last.leader != self._leader or last.term != self._term
 
     def _send(self, outgoing: list[Outgoing]) -> None:
         for item in outgoing:
