@@ -23,24 +23,28 @@ class SharedExclusiveLock:
     and new readers wait for a waiting writer, so a swap is never starved)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._shared = _SharedHold(self)
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self) -> _SharedHold:
+        """`with lock.shared():` (one object for every holder: it keeps no state of its own, and
+        every read and apply takes it, where a generator per use cost more than the lock)."""
+        return self._shared
+
+    def _enter_shared(self) -> None:
         with self._cond:
             while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+
+    def _leave_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -56,6 +60,19 @@ class SharedExclusiveLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+class _SharedHold:
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: SharedExclusiveLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock._enter_shared()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock._leave_shared()
 
 
 class ReplaceableStateMachine:
