@@ -64,7 +64,7 @@ class KVHandler:
     # ---- writes ------------------------------------------------------------------------------
 
     def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
             validate_value(request.value, self._limits.max_value_bytes)
         return self._begin_write([put_op(request.key, request.value)], request.header, timeout,
@@ -72,7 +72,7 @@ class KVHandler:
 
     def begin_delete(self, request: kv_pb2.DeleteRequest,
                      timeout: float | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
         return self._begin_write([delete_op(request.key)], request.header, timeout,
                                  lambda outcome: kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]),
@@ -86,7 +86,7 @@ class KVHandler:
 
     async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None) -> kv_pb2.BatchResponse:
         ops = list(request.ops)
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             validate_ops(ops, self._limits)
         return await self._begin_write(ops, request.header, timeout, lambda outcome: kv_pb2.BatchResponse(
             index=outcome.index, existed=list(outcome.result.existed)))
@@ -95,7 +95,7 @@ class KVHandler:
                      reply: Callable[[ApplyOutcome], R]) -> asyncio.Future[R]:
         """Propose already validated ops as one Command; a future of `reply(outcome)`. A bad
         header is refused here, before it reaches the log (every replica would refuse to apply it)."""
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             validate_header(header)
         payload = encode_command(ops, header.client_id, header.seq)
         return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
@@ -104,7 +104,7 @@ class KVHandler:
     # ---- reads -------------------------------------------------------------------------------
 
     def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
         return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
 
@@ -122,7 +122,7 @@ class KVHandler:
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
-        with INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT:
             if request.prefix:
                 items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit)
             else:
@@ -230,7 +230,7 @@ async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: 
 
 
 class _InvalidArgument:
-    """`with INVALID_ARGUMENT:` turns the state machine's InvalidCommandError into kv.errors'
+    """`with _INVALID_ARGUMENT:` turns the state machine's InvalidCommandError into kv.errors'
     InvalidArgumentError. A class rather than @contextmanager: it wraps every request's checks,
     and a generator per use cost more than the checks."""
 
@@ -243,7 +243,7 @@ class _InvalidArgument:
         return False
 
 
-INVALID_ARGUMENT = _InvalidArgument()
+_INVALID_ARGUMENT = _InvalidArgument()
 
 
 async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
