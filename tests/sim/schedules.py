@@ -54,10 +54,11 @@ class ScheduleParams:
             fault_rate=r.choice([0.01, 0.03, 0.06]), max_down_ms=r.choice([2, 5, 10]) * t,
         )
         # Drawn last, so the draws above (and the schedules of seeds pinned before thrifty
-        # replication) stay as they were.
+        # replication) stay as they were; the trials' settings after thrifty replication's
+        # (keyword arguments are evaluated in order).
         params.config = dataclasses.replace(config, lazy_push_ms=r.choice([0, 20, 100, 300]),
-                                            eager_timeout_ms=r.choice([10, 30, 100]))
-        params.config = dataclasses.replace(params.config, eager_trial_every_ms=r.choice([0, 200, 1000]),
+                                            eager_timeout_ms=r.choice([10, 30, 100]),
+                                            eager_trial_every_ms=r.choice([0, 200, 1000]),
                                             eager_trial_ms=r.choice([30, 100, 300]))
         return params
 
