@@ -5,23 +5,24 @@ unary call, and one client's round trip falls from 0.31-0.42 to about 0.22 ms (R
 Performance). The stream carries one request at a time, so a reply always belongs to the request
 before it; a Client keeps a few idle streams per node and lends one to each call (`StreamPool`).
 
-gRPC's synchronous API reads a stream's requests from an iterator in a thread of its own, and a
-reply can only be awaited without a time limit. So the caller waits for its reply itself while a
-`Watchdog` (one thread per pool, asleep until the earliest deadline) cancels a stream whose reply
-is overdue; a reader thread handing replies over to the caller cost the client 11% more CPU per
-request. A stream whose reply does not come in time, or whose call fails, is closed and never
-lent again: a late reply must not answer the next request."""
+The caller's own thread sends the request and polls for the reply (kv/stream_call.py), with no
+gRPC thread in between where grpcio allows it. A reply can only be awaited without a time limit,
+so a `Watchdog` (one thread per pool, asleep until the earliest deadline) cancels a stream whose
+reply is overdue; a reader thread handing replies over to the caller cost the client 11% more
+CPU per request. A stream whose reply does not come in time, or whose call fails, is closed and
+never lent again: a late reply must not answer the next request."""
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 
-from kv.errors import UnavailableError, from_rpc_error, from_stream_error
+from google.protobuf.message import DecodeError
+
+from kv.errors import RaftKVError, UnavailableError, from_rpc_error, from_stream_error
 from kv.errors import TimeoutError as KVTimeoutError
+from kv.stream_call import open_stream_call
 from proto import kv_pb2
 
 METHOD = "/raftkv.kv.KV/Stream"
@@ -29,8 +30,6 @@ METHOD = "/raftkv.kv.KV/Stream"
 # requests) and a task on the node; a caller that finds none idle and this many open uses a
 # unary call instead.
 MAX_STREAMS_PER_NODE = 8
-
-_END = None  # put on the request queue: half-close the stream
 
 
 def timeout_ms(timeout: float) -> int:
@@ -59,45 +58,43 @@ class RequestStream:
         self.broken = False
         self._expired = False
         self._watchdog = watchdog
-        self._requests: queue.SimpleQueue[kv_pb2.StreamRequest | None] = queue.SimpleQueue()
-        self._call = channel.stream_stream(
-            METHOD,
-            request_serializer=kv_pb2.StreamRequest.SerializeToString,
-            response_deserializer=kv_pb2.StreamReply.FromString,
-        )(self._outgoing())
+        self._call = open_stream_call(channel, METHOD)
 
     def call(self, request: kv_pb2.StreamRequest, timeout: float) -> kv_pb2.StreamReply:
         """The reply to `request` (refusals raised as their RaftKVError), within `timeout` s."""
         request.timeout_ms = timeout_ms(timeout)
         self._watchdog.watch(self, time.monotonic() + timeout)
-        self._requests.put(request)
+        # Broken until the reply is in: a stream left in the middle of an exchange (an error, or
+        # an interrupt) must never be lent again, or its late reply would answer the next request.
+        self.broken = True
         try:
-            reply = next(self._call)
-        except StopIteration:
-            self.broken = True
-            raise UnavailableError(f"{self.address} ended the request stream") from None
+            message = self._call.exchange(request.SerializeToString())
         except grpc.RpcError as e:
-            self.broken = True
             if self._expired:
                 raise overdue(self.address, timeout) from None
             raise from_rpc_error(e) from None
         finally:
             self._watchdog.unwatch(self)
+        if message is None:
+            raise UnavailableError(f"{self.address} ended the request stream")
+        try:
+            reply = kv_pb2.StreamReply.FromString(message)
+        except DecodeError:
+            raise RaftKVError(f"INTERNAL: {self.address} sent a reply that does not parse") from None
+        self.broken = self._expired
         return answered(reply)
 
     def expire(self) -> None:
-        """The reply is overdue (the watchdog's call): end the stream, which ends the wait."""
+        """The reply is overdue (the watchdog's call, from its thread): end the call, which ends
+        the wait; the caller then closes the stream."""
         self._expired = True
-        self.close()
-
-    def close(self) -> None:
         self.broken = True
-        self._requests.put(_END)
         self._call.cancel()
 
-    def _outgoing(self) -> Iterator[kv_pb2.StreamRequest]:
-        while (request := self._requests.get()) is not _END:
-            yield request
+    def close(self) -> None:
+        """(not while a call waits: the pool closes a stream when it is idle or given back)"""
+        self.broken = True
+        self._call.close()
 
 
 class Watchdog:

@@ -27,6 +27,7 @@ from kv.errors import (
     stream_error,
 )
 from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
+from kv import stream_call
 from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from proto import kv_pb2, kv_pb2_grpc
 
@@ -205,10 +206,19 @@ def start_node() -> Iterator[Callable[..., Node]]:
         server.stop(grace=None)
 
 
-@pytest.fixture(params=[True, False], ids=["stream", "unary"])
-def streams(request) -> bool:
-    """Whether the client sends put, get and delete on request streams."""
+@pytest.fixture(params=["inline", "queued"])
+def stream_kind(request, monkeypatch) -> str:
+    """Which StreamCall the client's request streams run on (kv/stream_call.py): driven by the
+    caller's thread, or gRPC's public API (the fallback)."""
+    monkeypatch.setattr(stream_call, "_inline_works", request.param == "inline")
     return request.param
+
+
+@pytest.fixture(params=["inline-stream", "queued-stream", "unary"])
+def streams(request, monkeypatch) -> bool:
+    """Whether the client sends put, get and delete on request streams (and which kind)."""
+    monkeypatch.setattr(stream_call, "_inline_works", request.param == "inline-stream")
+    return request.param != "unary"
 
 
 def not_leader(leader: Node | None) -> Handler:
@@ -432,7 +442,7 @@ def test_endpoints_are_validated():
     assert Client("a:1, b:2,a:1").endpoints == ["a:1", "b:2"]
 
 
-def test_calls_share_one_request_stream(start_node):
+def test_calls_share_one_request_stream(start_node, stream_kind):
     node = start_node()
     with Client(node.address, timeout=2.0) as client:
         for i in range(5):
@@ -446,7 +456,7 @@ def test_calls_share_one_request_stream(start_node):
     assert node.kv.streams_opened == 1  # unary only
 
 
-def test_a_reply_too_late_answers_no_later_request(start_node):
+def test_a_reply_too_late_answers_no_later_request(start_node, stream_kind):
     node = start_node()
     release = threading.Event()
     answers = iter([b"late", b"fresh"])
@@ -466,7 +476,7 @@ def test_a_reply_too_late_answers_no_later_request(start_node):
     assert node.kv.streams_opened == 2
 
 
-def test_stream_pool_lends_each_stream_to_one_caller(start_node):
+def test_stream_pool_lends_each_stream_to_one_caller(start_node, stream_kind):
     node = start_node()
     channel = grpc.insecure_channel(node.address)
     pool = StreamPool()
