@@ -91,8 +91,8 @@ class InlineStreamCall:
         self._queue_gone = False  # a signal interrupted the poll: gRPC freed the call and its queue
 
     def exchange(self, message: bytes) -> bytes | None:
-        if self._ended is not None:
-            raise self._ended
+        if self._ended is not None:  # over: None for an OK end, else its error again
+            return self._await_end()
         if not self._start((cygrpc.SendMessageOperation(message, 0),), _SEND) \
                 or not self._start((cygrpc.ReceiveMessageOperation(0),), _RECEIVE):
             return self._await_end()

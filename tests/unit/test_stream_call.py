@@ -72,6 +72,7 @@ def test_a_stream_the_server_ended_with_ok_gives_none(server, channel, kind):
     try:
         assert call.exchange(b"first") == b"only"
         assert call.exchange(b"second") is None
+        assert call.exchange(b"third") is None  # still over, still OK
     finally:
         call.close()
 
