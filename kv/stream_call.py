@@ -14,7 +14,8 @@ one message and the receive of the next, then polls the call's own completion qu
 caller's thread until both are done. It uses gRPC's Cython layer (`grpc._cython.cygrpc`, the same
 calls grpc's own single-threaded unary-stream calls make), which is not public API;
 `open_stream_call` falls back to `QueuedStreamCall`, on the public API, when those calls are not
-there or do not take the arguments this module gives them.
+there or do not take the arguments this module gives them; a call that finds them changed later
+fails as UNAVAILABLE (the client retries it) and the process's later calls use the fallback.
 
 Both carry serialized messages and share one contract: `exchange` from one thread at a time,
 `cancel` from any thread (it ends a waiting `exchange`), `close` once no `exchange` runs."""
@@ -91,6 +92,14 @@ class InlineStreamCall:
         self._queue_gone = False  # a signal interrupted the poll: gRPC freed the call and its queue
 
     def exchange(self, message: bytes) -> bytes | None:
+        try:
+            return self._exchange(message)
+        except _INTERNALS_CHANGED as e:
+            _give_up_inline(e)
+            raise CallEnded(grpc.StatusCode.UNAVAILABLE, f"this grpcio's internals are not what the client "
+                            f"expects ({e!r}); later calls use gRPC's public API", ()) from e
+
+    def _exchange(self, message: bytes) -> bytes | None:
         if self._ended is not None:  # over: None for an OK end, else its error again
             return self._await_end()
         if not self._start((cygrpc.SendMessageOperation(message, 0),), _SEND) \
@@ -109,9 +118,12 @@ class InlineStreamCall:
         self._call.cancel(cygrpc.StatusCode.cancelled, "cancelled by the client")
 
     def close(self) -> None:
-        self.cancel()
-        while self._due and not self._queue_gone:
-            self._next_event()
+        try:
+            self.cancel()
+            while self._due and not self._queue_gone:
+                self._next_event()
+        except _INTERNALS_CHANGED as e:  # the call may be left behind; the client goes on without
+            _give_up_inline(e)
 
     def _start(self, operations: tuple[Any, ...], tag: str) -> bool:
         """Start one batch; False when the call has ended already (nothing was started)."""
@@ -175,13 +187,23 @@ class QueuedStreamCall:
 _inline_works = cygrpc is not None
 
 
+# What gRPC's Cython layer raises when it is not what InlineStreamCall expects (a grpcio whose
+# internals changed): the client then goes on with the public API.
+_INTERNALS_CHANGED = (AttributeError, TypeError, ValueError)
+
+
 def open_stream_call(channel: grpc.Channel, method: str) -> StreamCall:
     """An InlineStreamCall when this grpcio has what it needs, else a QueuedStreamCall."""
-    global _inline_works
     if _inline_works:
         try:
             return InlineStreamCall(channel, method)
-        except (AttributeError, TypeError) as e:  # grpc's internals changed: use the public API
-            _inline_works = False
-            log.warning("gRPC calls driven by their caller are not available (%s); using gRPC's threads", e)
+        except _INTERNALS_CHANGED as e:
+            _give_up_inline(e)
     return QueuedStreamCall(channel, method)
+
+
+def _give_up_inline(error: Exception) -> None:
+    global _inline_works
+    if _inline_works:
+        _inline_works = False
+        log.warning("gRPC calls driven by their caller are not available (%r); using gRPC's threads", error)

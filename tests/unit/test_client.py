@@ -456,6 +456,25 @@ def test_calls_share_one_request_stream(start_node, stream_kind):
     assert node.kv.streams_opened == 1  # unary only
 
 
+def test_a_grpc_whose_internals_changed_leaves_the_client_on_the_public_api(start_node, monkeypatch, caplog):
+    """The caller-driven streams use gRPC's Cython layer (kv/stream_call.py). If a grpcio differs
+    from what they expect in the middle of a call, that call is retried and the process's later
+    streams run on gRPC's public API."""
+    node = start_node()
+    monkeypatch.setattr(stream_call, "_inline_works", True)
+
+    def changed(self, operations, tag):
+        raise AttributeError("'SegregatedCall' object has no attribute 'operate'")
+
+    monkeypatch.setattr(stream_call.InlineStreamCall, "_start", changed)
+    with Client(node.address, timeout=2.0) as client:
+        client.put("k", "v")
+        assert client.get("k") == b"v"
+    assert stream_call._inline_works is False
+    assert node.kv.count("Put") == 1  # the failed attempt sent nothing
+    assert "using gRPC's threads" in caplog.text
+
+
 def test_a_reply_too_late_answers_no_later_request(start_node, stream_kind):
     node = start_node()
     release = threading.Event()
