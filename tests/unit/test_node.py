@@ -21,6 +21,7 @@ from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, s
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
+from raft.node import node as node_module
 from raft.node.node import RaftNode
 from kv.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
@@ -312,6 +313,39 @@ def test_three_nodes_replicate(tmp_path: Path) -> None:
             # Through the client service too (same server, no gRPC hop here).
             response = await leader.handler.get(kv_pb2.GetRequest(key=b"k0"), 5.0)
             assert response.found and response.value == b"v0"
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
+def test_followers_give_way_on_large_batches_and_the_leader_never_does(tmp_path: Path, monkeypatch) -> None:
+    sliced: list[tuple[object, int]] = []  # (the state machine applying, entries)
+    yields: list[int] = []
+    real_apply_in_slices = node_module.apply_in_slices
+
+    def recording_apply_in_slices(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
+        sliced.append((apply.__self__, len(entries)))
+        return real_apply_in_slices(apply, entries, every)
+
+    monkeypatch.setattr(node_module, "apply_in_slices", recording_apply_in_slices)
+    monkeypatch.setattr(node_module, "yield_cpu", lambda: yields.append(1))
+
+    async def main() -> None:
+        servers = await start_cluster(tmp_path, follower_yield_entries=4)
+        try:
+            nodes = {s.node.id: s for s in servers}
+            leader = nodes[await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)]
+            # Proposed together: one Ready, one batch to each follower.
+            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
+            for s in servers:
+                await asyncio.wait_for(s.node.wait_applied(outcomes[-1].index), WAIT_S)
+                assert s.fsm.get(b"k63") == b"v63"
+            followers = {s.node._fsm for s in servers if s is not leader}
+            assert sliced and {fsm for fsm, _ in sliced} <= followers  # never the leader's
+            assert all(n > 4 for _, n in sliced)
+            assert yields  # and a follower's save of the batch gave way first
         finally:
             for s in servers:
                 await s.stop()
