@@ -17,7 +17,6 @@ import threading
 import time
 
 import grpc
-
 from google.protobuf.message import DecodeError
 
 from kv.errors import RaftKVError, UnavailableError, from_rpc_error, from_stream_error
