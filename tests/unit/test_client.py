@@ -28,6 +28,7 @@ from kv.errors import (
 )
 from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
 from kv import stream_call
+from kv.stream_call import CallEnded
 from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from proto import kv_pb2, kv_pb2_grpc
 
@@ -47,22 +48,6 @@ def refuse(context: grpc.ServicerContext, error: RaftKVError) -> None:
     context.abort(error.code, str(error))
 
 
-class _Aborted(grpc.RpcError):
-    """A scripted handler's abort while it answers a stream message."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, metadata: tuple[tuple[str, str], ...]) -> None:
-        self._code, self._details, self._metadata = code, details, metadata
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-
 @dataclass
 class _StreamMessageContext:
     """What a scripted handler is given for one message on KV.Stream: its abort becomes the
@@ -74,7 +59,7 @@ class _StreamMessageContext:
         self.metadata = tuple(metadata)
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise _Aborted(code, details, self.metadata)
+        raise CallEnded(code, details, self.metadata)  # an RpcError with the status's parts
 
 
 @dataclass
@@ -170,7 +155,7 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
         kind = request.WhichOneof("request")
         try:
             reply = getattr(self, kind.capitalize())(getattr(request, kind), _StreamMessageContext())
-        except _Aborted as aborted:
+        except CallEnded as aborted:
             return kv_pb2.StreamReply(error=stream_error(from_rpc_error(aborted)))
         return kv_pb2.StreamReply(**{kind: reply})
 
