@@ -34,8 +34,8 @@ from raft.log.errors import LogFullError
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
-from raft.node.giving_way import apply_in_slices, gives_way, yield_cpu
 from raft.node.fsm import StateMachine
+from raft.node.giving_way import apply_in_slices, gives_way, yield_cpu
 from raft.node.loop_spin import LoneReadSpin
 from raft.node.read_hold import ReadHold
 from raft.node.snapshots import SnapshotHost, SnapshotInfo, SnapshotReceiving
@@ -435,8 +435,8 @@ class RaftNode:
 
     async def _apply(self, entries: list[Entry]) -> bool:
         """Apply (small batches on the loop, others in the apply thread), then settle each entry's
-        proposal. False when the state machine is full (nothing applied; the core was rebuilt to
-        hand the entries out again)."""
+        proposal. False when the state machine is full (the rest of the batch not applied; the
+        core was rebuilt to hand those entries out again)."""
         payload_bytes = sum(len(e.payload) for e in entries)
         try:
             if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
@@ -447,6 +447,9 @@ class RaftNode:
             else:
                 results = await self._apply_thread.run(self._fsm.apply, entries)
         except self._fsm_full_errors as e:
+            # A sliced apply may have committed its first slices: the rebuilt core starts after
+            # what the state machine holds.
+            self._applied = self._fsm.applied_index
             self._on_store_full(e)
             return False
         self._applied = self._fsm.applied_index

@@ -25,6 +25,7 @@ from raft.node import node as node_module
 from raft.node.node import RaftNode
 from kv.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
+from statemachine.errors import StateFullError
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
 
 # Short timeouts keep elections (and so the tests) fast; the ratios match the defaults.
@@ -346,6 +347,51 @@ def test_followers_give_way_on_large_batches_and_the_leader_never_does(tmp_path:
             assert sliced and {fsm for fsm, _ in sliced} <= followers  # never the leader's
             assert all(n > 4 for _, n in sliced)
             assert yields  # and a follower's save of the batch gave way first
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
+async def applied_through(node: RaftNode, index: int) -> None:
+    """Wait until `node` has applied `index`. A store-full rebuild fails the waits it finds (as it
+    fails reads: that core is going away), so wait again after one."""
+    while True:
+        try:
+            await node.wait_applied(index)
+            return
+        except NotLeaderError:
+            await asyncio.sleep(0.01)
+
+
+def test_a_follower_whose_state_fills_in_the_middle_of_a_sliced_apply_goes_on_from_what_it_applied(
+        tmp_path: Path, monkeypatch) -> None:
+    """The first slices of a follower's sliced apply are committed when a later one finds the
+    state machine full: the rebuilt core must start after them, not hand them out again (the
+    state machine would refuse them as out of order and the node would stop)."""
+    failed: list[int] = []
+    real_apply_in_slices = node_module.apply_in_slices
+
+    def full_after_one_slice(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
+        if failed:
+            return real_apply_in_slices(apply, entries, every)
+        apply(entries[:every])
+        failed.append(entries[every].index)
+        raise StateFullError("state machine map is full (the test's)")
+
+    monkeypatch.setattr(node_module, "apply_in_slices", full_after_one_slice)
+
+    async def main() -> None:
+        servers = await start_cluster(tmp_path, follower_yield_entries=4)
+        try:
+            leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
+            leader = next(s for s in servers if s.node.id == leader_id)
+            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
+            for s in servers:
+                await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
+                assert s.fsm.get(b"k63") == b"v63"
+            assert failed  # the fault did happen
         finally:
             for s in servers:
                 await s.stop()
