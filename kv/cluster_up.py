@@ -3,6 +3,7 @@ raftkv out. The integration tests build on the same NodeSpec / serve_command."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,13 +37,44 @@ class NodeSpec:
                 "--peers", peers, *self.extra_args]
 
 
+# free_ports picks from FIRST_PICKED_PORT up to the kernel's ephemeral range.
+FIRST_PICKED_PORT = 20000
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_ports(n: int) -> list[int]:
-    """n loopback ports that were free a moment ago (held open together so that they differ)."""
+    """n loopback ports that were free a moment ago (held open together so that they differ).
+
+    They are picked below the kernel's ephemeral range when it leaves room: a port the kernel
+    hands out for a moment (a bind to port 0) can be handed out again at once, as the local end
+    of some connection or a node's own `--peer-port 0`, before the process meant to listen on it
+    binds ("Address already in use", seen once in the integration tests)."""
+    floor = _ephemeral_floor()
     with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in sockets:
+        ports: list[int] = []
+        if floor is not None and floor - FIRST_PICKED_PORT >= 100 * n:
+            for port in random.sample(range(FIRST_PICKED_PORT, floor), min(floor - FIRST_PICKED_PORT, 50 * n)):
+                s = stack.enter_context(socket.socket())
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                ports.append(port)
+                if len(ports) == n:
+                    return ports
+        while len(ports) < n:  # no room below the range (or no Linux): let the kernel choose
+            s = stack.enter_context(socket.socket())
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def _ephemeral_floor() -> int | None:
+    """The first port of the kernel's ephemeral range, when the system says."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def serve_command(spec: NodeSpec) -> list[str]:
