@@ -20,13 +20,13 @@ from raft.core.types import Entry, Role
 T = TypeVar("T")
 
 
+_sched_yield: Callable[[], None] | None = getattr(os, "sched_yield", None)  # not on Windows
+
+
 def yield_cpu() -> None:
     """Let other runnable threads on this CPU run first; returns at once when there are none."""
     if _sched_yield is not None:
         _sched_yield()
-
-
-_sched_yield: Callable[[], None] | None = getattr(os, "sched_yield", None)  # not on Windows
 
 
 def gives_way(role: Role, entries: int, every: int) -> bool:
