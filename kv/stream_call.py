@@ -37,6 +37,11 @@ except ImportError:  # pragma: no cover - every grpcio wheel has it; the fallbac
 
 _END = None  # put on QueuedStreamCall's queue: half-close the stream
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_NO_FLAGS = 0  # gRPC's operation flags: none (a message is written at once)
+# What gRPC's Cython layer raises when it is not what InlineStreamCall expects (a grpcio whose
+# internals changed): the client then goes on with the public API.
+_INTERNALS_CHANGED = (AttributeError, TypeError, ValueError)
+_inline_works = cygrpc is not None  # until a call finds otherwise
 
 
 class StreamCall(Protocol):
@@ -80,10 +85,9 @@ class InlineStreamCall:
     is polled only while `_due` holds a batch: the status batch stays due until the call ends."""
 
     def __init__(self, channel: grpc.Channel, method: str) -> None:
-        empty_flags = 0
-        batches = ((cygrpc.SendInitialMetadataOperation((), empty_flags),), _START), \
-                  ((cygrpc.ReceiveStatusOnClientOperation(empty_flags),), _STATUS), \
-                  ((cygrpc.ReceiveInitialMetadataOperation(empty_flags),), _HEADERS)
+        batches = ((cygrpc.SendInitialMetadataOperation((), _NO_FLAGS),), _START), \
+                  ((cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS),), _STATUS), \
+                  ((cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),), _HEADERS)
         self._call = channel._channel.segregated_call(  # the grpc.Channel's cygrpc.Channel
             cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, method.encode(), None, None, None, None,
             batches, cygrpc.build_census_context(), None)
@@ -102,8 +106,8 @@ class InlineStreamCall:
     def _exchange(self, message: bytes) -> bytes | None:
         if self._ended is not None:  # over: None for an OK end, else its error again
             return self._await_end()
-        if not self._start((cygrpc.SendMessageOperation(message, 0),), _SEND) \
-                or not self._start((cygrpc.ReceiveMessageOperation(0),), _RECEIVE):
+        if not self._start((cygrpc.SendMessageOperation(message, _NO_FLAGS),), _SEND) \
+                or not self._start((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), _RECEIVE):
             return self._await_end()
         reply: bytes | None = None
         while _SEND in self._due or _RECEIVE in self._due:
@@ -182,14 +186,6 @@ class QueuedStreamCall:
     def _outgoing(self) -> Iterator[bytes]:
         while (message := self._messages.get()) is not _END:
             yield message
-
-
-_inline_works = cygrpc is not None
-
-
-# What gRPC's Cython layer raises when it is not what InlineStreamCall expects (a grpcio whose
-# internals changed): the client then goes on with the public API.
-_INTERNALS_CHANGED = (AttributeError, TypeError, ValueError)
 
 
 def open_stream_call(channel: grpc.Channel, method: str) -> StreamCall:
