@@ -27,7 +27,7 @@ from kv.errors import TimeoutError as KVTimeoutError
 from kv.request_pipeline import HUB, Pipeline
 from kv.request_stream import RequestStream, StreamPool
 from kv.status import status_dict
-from proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 from snapshot.transfer import SnapshotReceiver
 from statemachine.commands import delete_op, prefix_end, put_op
 

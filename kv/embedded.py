@@ -22,7 +22,7 @@ from kv import errors
 from kv.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
 from kv.server import RunningServer, start_server
 from kv.status import status_dict
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.node.config import NodeConfig
 
 T = TypeVar("T")

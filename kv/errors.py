@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import grpc
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 
 ERROR_KEY = "raftkv-error"
 LEADER_ID_KEY = "raftkv-leader-id"

@@ -25,7 +25,7 @@ import grpc
 
 from kv import errors
 from kv.service import node_call, serve_call
-from proto import export_pb2, export_pb2_grpc, kv_pb2
+from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from statemachine.commands import LMDB_MAX_KEY_BYTES, prefix_end
 from statemachine.kv_state import KVStateMachine, ReadView

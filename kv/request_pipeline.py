@@ -28,7 +28,7 @@ import grpc
 
 from kv.errors import UnavailableError
 from kv.request_stream import answered, overdue, timeout_ms
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 
 METHOD = "/raftkv.kv.KV/Pipeline"
 # What one message may carry: more requests wait for the next message. The byte bound keeps a

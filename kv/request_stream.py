@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from kv.errors import RaftKVError, UnavailableError, from_rpc_error, from_stream_error
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.stream_call import open_stream_call
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 
 METHOD = "/raftkv.kv.KV/Stream"
 # Streams a Client keeps per node. Each open stream holds a client thread (gRPC's, feeding it

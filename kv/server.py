@@ -18,7 +18,7 @@ from kv.node_snapshots import NodeSnapshots
 from kv.replaceable_state import ReplaceableStateMachine
 from kv.server_group import ServerGroup
 from kv.service import KVHandler, KVServicer
-from proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
+from raftkv_proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
 from raft.log import DiskLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kv import errors
-from proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
 from statemachine.commands import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 
 
 def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[str, Any]:

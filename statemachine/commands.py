@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from statemachine.errors import InvalidCommandError
 
 # LMDB's compiled-in maximum key size (mdb_env_get_maxkeysize); keys are stored as-is.

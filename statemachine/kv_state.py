@@ -53,7 +53,7 @@ from types import TracebackType
 
 import lmdb
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command, prefix_end
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError

@@ -1,6 +1,6 @@
 """A local three-member etcd cluster (Debian's etcd-server, as shipped: fsync on, default timing)
 and a Python gRPC client of it built like kv.Client: same grpc channel options, same tenacity
-backoff, per-call deadline over all retries. Only the subset of etcd's API in proto/etcd_kv.proto."""
+backoff, per-call deadline over all retries. Only the subset of etcd's API in proto/raftkv_proto/etcd_kv.proto."""
 from __future__ import annotations
 
 import shutil
@@ -17,8 +17,8 @@ from kv.bench.processes import Child, MemberProcesses, Registry
 from kv.cluster_up import free_ports
 from kv.bench.systems import LINEARIZABLE, STALE
 from kv.client import BACKOFF_BASE_S, BACKOFF_MAX_S, CHANNEL_OPTIONS
-from proto import etcd_kv_pb2 as pb
-from proto import etcd_kv_pb2_grpc as pb_grpc
+from raftkv_proto import etcd_kv_pb2 as pb
+from raftkv_proto import etcd_kv_pb2_grpc as pb_grpc
 
 ETCD_BINARY = "etcd"
 INSTALL_HINT = "etcd is not installed; for the comparison run: sudo apt-get update && sudo apt-get install -y etcd-server"

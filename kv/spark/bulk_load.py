@@ -24,7 +24,7 @@ from types import TracebackType
 
 from kv.client import Client
 from kv.spark.export_client import STAGING_PREFIX
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from statemachine.commands import LMDB_MAX_KEY_BYTES, CommandLimits
 
 # The server accepts at most CommandLimits.max_ops ops and 3 MiB per write.

@@ -16,7 +16,7 @@ import grpc
 
 from kv.client import CHANNEL_OPTIONS, parse_endpoints
 from kv.errors import NotLeaderError, RaftKVError, from_rpc_error
-from proto import export_pb2, export_pb2_grpc
+from raftkv_proto import export_pb2, export_pb2_grpc
 
 # The staging area of atomic Spark writes (kv.spark.bulk_load); exports skip it.
 STAGING_PREFIX = b"\xff\xfe.raftkv-staging/"

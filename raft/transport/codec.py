@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from proto import raft_pb2
+from raftkv_proto import raft_pb2
 from raft.core.messages import (
     HeartbeatRequest,
     HeartbeatResponse,

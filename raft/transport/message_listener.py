@@ -22,7 +22,7 @@ from typing import Callable, cast
 
 from google.protobuf.message import DecodeError
 
-from proto import raft_pb2
+from raftkv_proto import raft_pb2
 from raft.core.messages import Message
 from raft.transport.address import socket_host
 from raft.transport.codec import CodecError

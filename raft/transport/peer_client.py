@@ -24,7 +24,7 @@ from typing import AsyncIterator, Callable, Sequence, cast
 
 import grpc
 
-from proto import raft_pb2, raft_pb2_grpc
+from raftkv_proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.transport.address import socket_host, split_address

@@ -14,7 +14,7 @@ from typing import AsyncIterator, Callable, Collection, Protocol
 
 import grpc
 
-from proto import raft_pb2, raft_pb2_grpc
+from raftkv_proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.node.snapshots import SnapshotReceiving

@@ -8,7 +8,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from tests.faults.cluster import FaultCluster
 from tests.faults.history import History, Kind, Op, Outcome
 from tests.faults.linearizability import CheckResult, check

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from tests.faults.history import Kind, Outcome, now_ns
 from tests.faults.linearizability import Verdict, check
 from tests.faults.proxy import LinkFault, flaky

@@ -23,7 +23,7 @@ import grpc
 
 from kv import Client
 from kv.errors import InvalidArgumentError, RaftKVError, UnavailableError, from_rpc_error
-from proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 from tests.faults.history import History, Kind, Op, Outcome, now_ns
 
 # Reads dominate as in most stores, deletes are rare enough that keys usually hold a value.

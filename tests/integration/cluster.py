@@ -18,7 +18,7 @@ import grpc
 from kv import Client
 from kv.cluster_up import NodeSpec, child_env, free_ports, serve_command
 from kv.client import CHANNEL_OPTIONS
-from proto import kv_pb2_grpc, raft_pb2_grpc
+from raftkv_proto import kv_pb2_grpc, raft_pb2_grpc
 
 T = TypeVar("T")
 

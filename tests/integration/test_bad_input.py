@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from kv.errors import InvalidArgumentError
-from proto import kv_pb2, raft_pb2
+from raftkv_proto import kv_pb2, raft_pb2
 from raft.transport.frames import frame
 from tests.integration.cluster import Cluster
 

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from kv.errors import NotLeaderError, RaftKVError, from_rpc_error
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from tests.integration.cluster import Cluster
 
 pytestmark = pytest.mark.integration

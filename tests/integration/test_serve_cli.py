@@ -17,7 +17,7 @@ import pytest
 from kv import Client
 from kv.cluster_up import child_env
 from raft.core.types import Entry, EntryType, HardState
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.log import LmdbLogStore
 from tests.integration.cluster import free_ports, wait_until
 

@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 
 from kv import Client
-from proto import raft_pb2
+from raftkv_proto import raft_pb2
 from tests.integration.cluster import Cluster, free_ports, wait_until
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
 
 pytestmark = pytest.mark.integration

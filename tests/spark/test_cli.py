@@ -13,7 +13,7 @@ from kv import Client
 from kv.spark.cli import add_parsers
 from kv.spark.export_client import STAGING_PREFIX
 from kv.spark.parquet_export import ExportManifest
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from snapshot.store import SnapshotStore
 from statemachine import KVStateMachine, encode_command

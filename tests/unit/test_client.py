@@ -30,7 +30,7 @@ from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, 
 from kv import stream_call
 from kv.stream_call import CallEnded
 from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
-from proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 
 Handler = Callable[[Any, grpc.ServicerContext], Any]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from statemachine.commands import (
     CommandLimits,
     decode_command,

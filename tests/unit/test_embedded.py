@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from kv import Client, embedded, errors
-from proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.core.config import CoreConfig
 
 FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from statemachine import (
     ApplyOrderError, ApplyOutcome, KVStateMachine, SessionStats, StateFullError, delete_op, encode_command, put_op,

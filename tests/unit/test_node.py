@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.core.config import CoreConfig
 from raft.core.types import HardState
 from raft.log import WalLogStore, open_log_store

@@ -12,7 +12,7 @@ import pytest
 from kv import errors, service
 from kv.server import start_server
 from kv.service import KVHandler, KVServicer, _ReplyGather, begin_node_call
-from proto import kv_pb2
+from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.config import NodeConfig
 from tests.unit.test_node import WAIT_S, Single, free_port, run

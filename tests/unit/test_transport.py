@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from proto import raft_pb2, raft_pb2_grpc
+from raftkv_proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import (
     HeartbeatRequest,
     HeartbeatResponse,

@@ -1,4 +1,4 @@
-from proto import kv_pb2 as _kv_pb2
+from raftkv_proto import kv_pb2 as _kv_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

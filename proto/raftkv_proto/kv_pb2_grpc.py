@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import kv_pb2 as proto_dot_kv__pb2
+from raftkv_proto import kv_pb2 as raftkv__proto_dot_kv__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/kv_pb2_grpc.py depends on'
+        + ' but the generated code in raftkv_proto/kv_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class KVStub:
         """
         self.Put = channel.unary_unary(
                 '/raftkv.kv.KV/Put',
-                request_serializer=proto_dot_kv__pb2.PutRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.PutResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.PutRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.PutResponse.FromString,
                 _registered_method=True)
         self.Get = channel.unary_unary(
                 '/raftkv.kv.KV/Get',
-                request_serializer=proto_dot_kv__pb2.GetRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.GetResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.GetRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.GetResponse.FromString,
                 _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/raftkv.kv.KV/Delete',
-                request_serializer=proto_dot_kv__pb2.DeleteRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.DeleteResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.DeleteResponse.FromString,
                 _registered_method=True)
         self.Scan = channel.unary_unary(
                 '/raftkv.kv.KV/Scan',
-                request_serializer=proto_dot_kv__pb2.ScanRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.ScanResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.ScanRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.ScanResponse.FromString,
                 _registered_method=True)
         self.Batch = channel.unary_unary(
                 '/raftkv.kv.KV/Batch',
-                request_serializer=proto_dot_kv__pb2.BatchRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.BatchResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.BatchRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.BatchResponse.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/raftkv.kv.KV/Status',
-                request_serializer=proto_dot_kv__pb2.StatusRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.StatusResponse.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.StatusRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.StatusResponse.FromString,
                 _registered_method=True)
         self.Stream = channel.stream_stream(
                 '/raftkv.kv.KV/Stream',
-                request_serializer=proto_dot_kv__pb2.StreamRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.StreamReply.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.StreamRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.StreamReply.FromString,
                 _registered_method=True)
         self.Pipeline = channel.stream_stream(
                 '/raftkv.kv.KV/Pipeline',
-                request_serializer=proto_dot_kv__pb2.PipelineRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.PipelineReply.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.PipelineRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.PipelineReply.FromString,
                 _registered_method=True)
         self.SaveSnapshot = channel.unary_stream(
                 '/raftkv.kv.KV/SaveSnapshot',
-                request_serializer=proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
-                response_deserializer=proto_dot_kv__pb2.SnapshotFileChunk.FromString,
+                request_serializer=raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.SnapshotFileChunk.FromString,
                 _registered_method=True)
 
 
@@ -144,48 +144,48 @@ def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
-                    request_deserializer=proto_dot_kv__pb2.PutRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.PutResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.PutRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.PutResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
-                    request_deserializer=proto_dot_kv__pb2.GetRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.GetResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.GetRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.GetResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
-                    request_deserializer=proto_dot_kv__pb2.DeleteRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.DeleteResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.DeleteRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.DeleteResponse.SerializeToString,
             ),
             'Scan': grpc.unary_unary_rpc_method_handler(
                     servicer.Scan,
-                    request_deserializer=proto_dot_kv__pb2.ScanRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.ScanResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.ScanRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.ScanResponse.SerializeToString,
             ),
             'Batch': grpc.unary_unary_rpc_method_handler(
                     servicer.Batch,
-                    request_deserializer=proto_dot_kv__pb2.BatchRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.BatchResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.BatchRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.BatchResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=proto_dot_kv__pb2.StatusRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.StatusResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.StatusRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.StatusResponse.SerializeToString,
             ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
-                    request_deserializer=proto_dot_kv__pb2.StreamRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.StreamReply.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.StreamRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.StreamReply.SerializeToString,
             ),
             'Pipeline': grpc.stream_stream_rpc_method_handler(
                     servicer.Pipeline,
-                    request_deserializer=proto_dot_kv__pb2.PipelineRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.PipelineReply.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.PipelineRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.PipelineReply.SerializeToString,
             ),
             'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
                     servicer.SaveSnapshot,
-                    request_deserializer=proto_dot_kv__pb2.SaveSnapshotRequest.FromString,
-                    response_serializer=proto_dot_kv__pb2.SnapshotFileChunk.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.SnapshotFileChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -213,8 +213,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Put',
-            proto_dot_kv__pb2.PutRequest.SerializeToString,
-            proto_dot_kv__pb2.PutResponse.FromString,
+            raftkv__proto_dot_kv__pb2.PutRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.PutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -240,8 +240,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Get',
-            proto_dot_kv__pb2.GetRequest.SerializeToString,
-            proto_dot_kv__pb2.GetResponse.FromString,
+            raftkv__proto_dot_kv__pb2.GetRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.GetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -267,8 +267,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Delete',
-            proto_dot_kv__pb2.DeleteRequest.SerializeToString,
-            proto_dot_kv__pb2.DeleteResponse.FromString,
+            raftkv__proto_dot_kv__pb2.DeleteRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.DeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -294,8 +294,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Scan',
-            proto_dot_kv__pb2.ScanRequest.SerializeToString,
-            proto_dot_kv__pb2.ScanResponse.FromString,
+            raftkv__proto_dot_kv__pb2.ScanRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.ScanResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -321,8 +321,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Batch',
-            proto_dot_kv__pb2.BatchRequest.SerializeToString,
-            proto_dot_kv__pb2.BatchResponse.FromString,
+            raftkv__proto_dot_kv__pb2.BatchRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.BatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -348,8 +348,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/Status',
-            proto_dot_kv__pb2.StatusRequest.SerializeToString,
-            proto_dot_kv__pb2.StatusResponse.FromString,
+            raftkv__proto_dot_kv__pb2.StatusRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -375,8 +375,8 @@ class KV:
             request_iterator,
             target,
             '/raftkv.kv.KV/Stream',
-            proto_dot_kv__pb2.StreamRequest.SerializeToString,
-            proto_dot_kv__pb2.StreamReply.FromString,
+            raftkv__proto_dot_kv__pb2.StreamRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.StreamReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -402,8 +402,8 @@ class KV:
             request_iterator,
             target,
             '/raftkv.kv.KV/Pipeline',
-            proto_dot_kv__pb2.PipelineRequest.SerializeToString,
-            proto_dot_kv__pb2.PipelineReply.FromString,
+            raftkv__proto_dot_kv__pb2.PipelineRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.PipelineReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -429,8 +429,8 @@ class KV:
             request,
             target,
             '/raftkv.kv.KV/SaveSnapshot',
-            proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
-            proto_dot_kv__pb2.SnapshotFileChunk.FromString,
+            raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.SnapshotFileChunk.FromString,
             options,
             channel_credentials,
             insecure,

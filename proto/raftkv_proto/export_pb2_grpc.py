@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import export_pb2 as proto_dot_export__pb2
+from raftkv_proto import export_pb2 as raftkv__proto_dot_export__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/export_pb2_grpc.py depends on'
+        + ' but the generated code in raftkv_proto/export_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class ExportStub:
         """
         self.BeginExport = channel.unary_unary(
                 '/raftkv.export.Export/BeginExport',
-                request_serializer=proto_dot_export__pb2.BeginExportRequest.SerializeToString,
-                response_deserializer=proto_dot_export__pb2.BeginExportResponse.FromString,
+                request_serializer=raftkv__proto_dot_export__pb2.BeginExportRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_export__pb2.BeginExportResponse.FromString,
                 _registered_method=True)
         self.ReadExport = channel.unary_stream(
                 '/raftkv.export.Export/ReadExport',
-                request_serializer=proto_dot_export__pb2.ReadExportRequest.SerializeToString,
-                response_deserializer=proto_dot_export__pb2.ExportBatch.FromString,
+                request_serializer=raftkv__proto_dot_export__pb2.ReadExportRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_export__pb2.ExportBatch.FromString,
                 _registered_method=True)
         self.EndExport = channel.unary_unary(
                 '/raftkv.export.Export/EndExport',
-                request_serializer=proto_dot_export__pb2.EndExportRequest.SerializeToString,
-                response_deserializer=proto_dot_export__pb2.EndExportResponse.FromString,
+                request_serializer=raftkv__proto_dot_export__pb2.EndExportRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_export__pb2.EndExportResponse.FromString,
                 _registered_method=True)
 
 
@@ -77,18 +77,18 @@ def add_ExportServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'BeginExport': grpc.unary_unary_rpc_method_handler(
                     servicer.BeginExport,
-                    request_deserializer=proto_dot_export__pb2.BeginExportRequest.FromString,
-                    response_serializer=proto_dot_export__pb2.BeginExportResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_export__pb2.BeginExportRequest.FromString,
+                    response_serializer=raftkv__proto_dot_export__pb2.BeginExportResponse.SerializeToString,
             ),
             'ReadExport': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadExport,
-                    request_deserializer=proto_dot_export__pb2.ReadExportRequest.FromString,
-                    response_serializer=proto_dot_export__pb2.ExportBatch.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_export__pb2.ReadExportRequest.FromString,
+                    response_serializer=raftkv__proto_dot_export__pb2.ExportBatch.SerializeToString,
             ),
             'EndExport': grpc.unary_unary_rpc_method_handler(
                     servicer.EndExport,
-                    request_deserializer=proto_dot_export__pb2.EndExportRequest.FromString,
-                    response_serializer=proto_dot_export__pb2.EndExportResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_export__pb2.EndExportRequest.FromString,
+                    response_serializer=raftkv__proto_dot_export__pb2.EndExportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -116,8 +116,8 @@ class Export:
             request,
             target,
             '/raftkv.export.Export/BeginExport',
-            proto_dot_export__pb2.BeginExportRequest.SerializeToString,
-            proto_dot_export__pb2.BeginExportResponse.FromString,
+            raftkv__proto_dot_export__pb2.BeginExportRequest.SerializeToString,
+            raftkv__proto_dot_export__pb2.BeginExportResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -143,8 +143,8 @@ class Export:
             request,
             target,
             '/raftkv.export.Export/ReadExport',
-            proto_dot_export__pb2.ReadExportRequest.SerializeToString,
-            proto_dot_export__pb2.ExportBatch.FromString,
+            raftkv__proto_dot_export__pb2.ReadExportRequest.SerializeToString,
+            raftkv__proto_dot_export__pb2.ExportBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -170,8 +170,8 @@ class Export:
             request,
             target,
             '/raftkv.export.Export/EndExport',
-            proto_dot_export__pb2.EndExportRequest.SerializeToString,
-            proto_dot_export__pb2.EndExportResponse.FromString,
+            raftkv__proto_dot_export__pb2.EndExportRequest.SerializeToString,
+            raftkv__proto_dot_export__pb2.EndExportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import etcd_kv_pb2 as proto_dot_etcd__kv__pb2
+from raftkv_proto import etcd_kv_pb2 as raftkv__proto_dot_etcd__kv__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/etcd_kv_pb2_grpc.py depends on'
+        + ' but the generated code in raftkv_proto/etcd_kv_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class KVStub:
         """
         self.Range = channel.unary_unary(
                 '/etcdserverpb.KV/Range',
-                request_serializer=proto_dot_etcd__kv__pb2.RangeRequest.SerializeToString,
-                response_deserializer=proto_dot_etcd__kv__pb2.RangeResponse.FromString,
+                request_serializer=raftkv__proto_dot_etcd__kv__pb2.RangeRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_etcd__kv__pb2.RangeResponse.FromString,
                 _registered_method=True)
         self.Put = channel.unary_unary(
                 '/etcdserverpb.KV/Put',
-                request_serializer=proto_dot_etcd__kv__pb2.PutRequest.SerializeToString,
-                response_deserializer=proto_dot_etcd__kv__pb2.PutResponse.FromString,
+                request_serializer=raftkv__proto_dot_etcd__kv__pb2.PutRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_etcd__kv__pb2.PutResponse.FromString,
                 _registered_method=True)
         self.Txn = channel.unary_unary(
                 '/etcdserverpb.KV/Txn',
-                request_serializer=proto_dot_etcd__kv__pb2.TxnRequest.SerializeToString,
-                response_deserializer=proto_dot_etcd__kv__pb2.TxnResponse.FromString,
+                request_serializer=raftkv__proto_dot_etcd__kv__pb2.TxnRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_etcd__kv__pb2.TxnResponse.FromString,
                 _registered_method=True)
 
 
@@ -77,18 +77,18 @@ def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Range': grpc.unary_unary_rpc_method_handler(
                     servicer.Range,
-                    request_deserializer=proto_dot_etcd__kv__pb2.RangeRequest.FromString,
-                    response_serializer=proto_dot_etcd__kv__pb2.RangeResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_etcd__kv__pb2.RangeRequest.FromString,
+                    response_serializer=raftkv__proto_dot_etcd__kv__pb2.RangeResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
-                    request_deserializer=proto_dot_etcd__kv__pb2.PutRequest.FromString,
-                    response_serializer=proto_dot_etcd__kv__pb2.PutResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_etcd__kv__pb2.PutRequest.FromString,
+                    response_serializer=raftkv__proto_dot_etcd__kv__pb2.PutResponse.SerializeToString,
             ),
             'Txn': grpc.unary_unary_rpc_method_handler(
                     servicer.Txn,
-                    request_deserializer=proto_dot_etcd__kv__pb2.TxnRequest.FromString,
-                    response_serializer=proto_dot_etcd__kv__pb2.TxnResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_etcd__kv__pb2.TxnRequest.FromString,
+                    response_serializer=raftkv__proto_dot_etcd__kv__pb2.TxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -116,8 +116,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Range',
-            proto_dot_etcd__kv__pb2.RangeRequest.SerializeToString,
-            proto_dot_etcd__kv__pb2.RangeResponse.FromString,
+            raftkv__proto_dot_etcd__kv__pb2.RangeRequest.SerializeToString,
+            raftkv__proto_dot_etcd__kv__pb2.RangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -143,8 +143,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Put',
-            proto_dot_etcd__kv__pb2.PutRequest.SerializeToString,
-            proto_dot_etcd__kv__pb2.PutResponse.FromString,
+            raftkv__proto_dot_etcd__kv__pb2.PutRequest.SerializeToString,
+            raftkv__proto_dot_etcd__kv__pb2.PutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -170,8 +170,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Txn',
-            proto_dot_etcd__kv__pb2.TxnRequest.SerializeToString,
-            proto_dot_etcd__kv__pb2.TxnResponse.FromString,
+            raftkv__proto_dot_etcd__kv__pb2.TxnRequest.SerializeToString,
+            raftkv__proto_dot_etcd__kv__pb2.TxnResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -194,8 +194,8 @@ class MaintenanceStub:
         """
         self.Status = channel.unary_unary(
                 '/etcdserverpb.Maintenance/Status',
-                request_serializer=proto_dot_etcd__kv__pb2.StatusRequest.SerializeToString,
-                response_deserializer=proto_dot_etcd__kv__pb2.StatusResponse.FromString,
+                request_serializer=raftkv__proto_dot_etcd__kv__pb2.StatusRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_etcd__kv__pb2.StatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -213,8 +213,8 @@ def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=proto_dot_etcd__kv__pb2.StatusRequest.FromString,
-                    response_serializer=proto_dot_etcd__kv__pb2.StatusResponse.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_etcd__kv__pb2.StatusRequest.FromString,
+                    response_serializer=raftkv__proto_dot_etcd__kv__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -242,8 +242,8 @@ class Maintenance:
             request,
             target,
             '/etcdserverpb.Maintenance/Status',
-            proto_dot_etcd__kv__pb2.StatusRequest.SerializeToString,
-            proto_dot_etcd__kv__pb2.StatusResponse.FromString,
+            raftkv__proto_dot_etcd__kv__pb2.StatusRequest.SerializeToString,
+            raftkv__proto_dot_etcd__kv__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

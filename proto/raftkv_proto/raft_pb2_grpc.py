@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import raft_pb2 as proto_dot_raft__pb2
+from raftkv_proto import raft_pb2 as raftkv__proto_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/raft_pb2_grpc.py depends on'
+        + ' but the generated code in raftkv_proto/raft_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,23 +36,23 @@ class RaftPeerStub:
         """
         self.Send = channel.unary_unary(
                 '/raftkv.raft.RaftPeer/Send',
-                request_serializer=proto_dot_raft__pb2.MessageBatch.SerializeToString,
-                response_deserializer=proto_dot_raft__pb2.SendAck.FromString,
+                request_serializer=raftkv__proto_dot_raft__pb2.MessageBatch.SerializeToString,
+                response_deserializer=raftkv__proto_dot_raft__pb2.SendAck.FromString,
                 _registered_method=True)
         self.Stream = channel.stream_unary(
                 '/raftkv.raft.RaftPeer/Stream',
-                request_serializer=proto_dot_raft__pb2.MessageBatch.SerializeToString,
-                response_deserializer=proto_dot_raft__pb2.SendAck.FromString,
+                request_serializer=raftkv__proto_dot_raft__pb2.MessageBatch.SerializeToString,
+                response_deserializer=raftkv__proto_dot_raft__pb2.SendAck.FromString,
                 _registered_method=True)
         self.InstallSnapshot = channel.stream_unary(
                 '/raftkv.raft.RaftPeer/InstallSnapshot',
-                request_serializer=proto_dot_raft__pb2.SnapshotChunk.SerializeToString,
-                response_deserializer=proto_dot_raft__pb2.SnapshotAck.FromString,
+                request_serializer=raftkv__proto_dot_raft__pb2.SnapshotChunk.SerializeToString,
+                response_deserializer=raftkv__proto_dot_raft__pb2.SnapshotAck.FromString,
                 _registered_method=True)
         self.Hello = channel.unary_unary(
                 '/raftkv.raft.RaftPeer/Hello',
-                request_serializer=proto_dot_raft__pb2.HelloRequest.SerializeToString,
-                response_deserializer=proto_dot_raft__pb2.HelloReply.FromString,
+                request_serializer=raftkv__proto_dot_raft__pb2.HelloRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_raft__pb2.HelloReply.FromString,
                 _registered_method=True)
 
 
@@ -92,23 +92,23 @@ def add_RaftPeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
-                    request_deserializer=proto_dot_raft__pb2.MessageBatch.FromString,
-                    response_serializer=proto_dot_raft__pb2.SendAck.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_raft__pb2.MessageBatch.FromString,
+                    response_serializer=raftkv__proto_dot_raft__pb2.SendAck.SerializeToString,
             ),
             'Stream': grpc.stream_unary_rpc_method_handler(
                     servicer.Stream,
-                    request_deserializer=proto_dot_raft__pb2.MessageBatch.FromString,
-                    response_serializer=proto_dot_raft__pb2.SendAck.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_raft__pb2.MessageBatch.FromString,
+                    response_serializer=raftkv__proto_dot_raft__pb2.SendAck.SerializeToString,
             ),
             'InstallSnapshot': grpc.stream_unary_rpc_method_handler(
                     servicer.InstallSnapshot,
-                    request_deserializer=proto_dot_raft__pb2.SnapshotChunk.FromString,
-                    response_serializer=proto_dot_raft__pb2.SnapshotAck.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_raft__pb2.SnapshotChunk.FromString,
+                    response_serializer=raftkv__proto_dot_raft__pb2.SnapshotAck.SerializeToString,
             ),
             'Hello': grpc.unary_unary_rpc_method_handler(
                     servicer.Hello,
-                    request_deserializer=proto_dot_raft__pb2.HelloRequest.FromString,
-                    response_serializer=proto_dot_raft__pb2.HelloReply.SerializeToString,
+                    request_deserializer=raftkv__proto_dot_raft__pb2.HelloRequest.FromString,
+                    response_serializer=raftkv__proto_dot_raft__pb2.HelloReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,8 +136,8 @@ class RaftPeer:
             request,
             target,
             '/raftkv.raft.RaftPeer/Send',
-            proto_dot_raft__pb2.MessageBatch.SerializeToString,
-            proto_dot_raft__pb2.SendAck.FromString,
+            raftkv__proto_dot_raft__pb2.MessageBatch.SerializeToString,
+            raftkv__proto_dot_raft__pb2.SendAck.FromString,
             options,
             channel_credentials,
             insecure,
@@ -163,8 +163,8 @@ class RaftPeer:
             request_iterator,
             target,
             '/raftkv.raft.RaftPeer/Stream',
-            proto_dot_raft__pb2.MessageBatch.SerializeToString,
-            proto_dot_raft__pb2.SendAck.FromString,
+            raftkv__proto_dot_raft__pb2.MessageBatch.SerializeToString,
+            raftkv__proto_dot_raft__pb2.SendAck.FromString,
             options,
             channel_credentials,
             insecure,
@@ -190,8 +190,8 @@ class RaftPeer:
             request_iterator,
             target,
             '/raftkv.raft.RaftPeer/InstallSnapshot',
-            proto_dot_raft__pb2.SnapshotChunk.SerializeToString,
-            proto_dot_raft__pb2.SnapshotAck.FromString,
+            raftkv__proto_dot_raft__pb2.SnapshotChunk.SerializeToString,
+            raftkv__proto_dot_raft__pb2.SnapshotAck.FromString,
             options,
             channel_credentials,
             insecure,
@@ -217,8 +217,8 @@ class RaftPeer:
             request,
             target,
             '/raftkv.raft.RaftPeer/Hello',
-            proto_dot_raft__pb2.HelloRequest.SerializeToString,
-            proto_dot_raft__pb2.HelloReply.FromString,
+            raftkv__proto_dot_raft__pb2.HelloRequest.SerializeToString,
+            raftkv__proto_dot_raft__pb2.HelloReply.FromString,
             options,
             channel_credentials,
             insecure,
