@@ -8,7 +8,7 @@ costs little (heartbeats). Not a test; run it by hand:
 
 A configuration is NAME=FLAGS (flags for `raftkv serve`), optionally NAME=FLAGS@VAR=V,VAR=V to
 set environment variables for its members (for experiments switched by a variable). Loads:
-putsN / getsN run the bench's own W1-W4 code (kv/bench/workloads.py) with N clients. Each window
+putsN / getsN run the bench's own W1-W4 code (kv/tools/bench/workloads.py) with N clients. Each window
 prints ops/s, p50, p99 and the CPU per operation of the leader, a follower (the mean of the two)
 and the client; the end prints the medians and in how many windows A beat B.
 """
@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kv.bench.processes import Registry  # noqa: E402
-from kv.bench.raftkv_cluster import RaftkvCluster  # noqa: E402
-from kv.bench.settings import Sizes  # noqa: E402
-from kv.bench.workloads import (  # noqa: E402
+from kv.tools.bench.processes import Registry  # noqa: E402
+from kv.tools.bench.raftkv_cluster import RaftkvCluster  # noqa: E402
+from kv.tools.bench.settings import Sizes  # noqa: E402
+from kv.tools.bench.workloads import (  # noqa: E402
     Context, Metric, load_read_set, w1_sequential_puts, w2_concurrent_puts, w3_sequential_gets, w4_concurrent_gets,
 )
 

@@ -1,7 +1,7 @@
 """How many unary calls per second can any Python gRPC server take on this machine? An echo
 server with no Raft and no storage, set up as a raftkv node is (grpc.aio on uvloop when it is
 installed, gRPC's polling I/O manager, NodeConfig.grpc_servers servers on one port), under the
-bench's own closed-loop clients (`kv.bench.measure`, kv.Client's channel options, one connection
+bench's own closed-loop clients (`kv.tools.bench.measure`, kv.Client's channel options, one connection
 per client). Not a test; run it by hand:
 
     python benchmarks/grpc_ceiling.py [--seconds 5] [--clients 1,16] [--payload 256]
@@ -23,17 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kv.grpc_io import prefer_polling_io_manager  # noqa: E402  (before grpc is imported)
+from kv.tools.grpc_io import prefer_polling_io_manager  # noqa: E402  (before grpc is imported)
 
 prefer_polling_io_manager()
 
 import grpc  # noqa: E402
 
-from kv.bench.cpu import process_cpu_s  # noqa: E402
-from kv.bench.measure import closed_loop  # noqa: E402
-from kv.client import CHANNEL_OPTIONS  # noqa: E402
-from kv.cluster_up import free_ports  # noqa: E402
-from kv.server import event_loop_factory  # noqa: E402
+from kv.tools.bench.cpu import process_cpu_s  # noqa: E402
+from kv.tools.bench.measure import closed_loop  # noqa: E402
+from kv.client.client import CHANNEL_OPTIONS  # noqa: E402
+from kv.tools.cluster_up import free_ports  # noqa: E402
+from kv.server.server import event_loop_factory  # noqa: E402
 from raft.node.config import NodeConfig  # noqa: E402
 
 METHOD = "/ceiling.Echo/Call"

@@ -1,14 +1,14 @@
 """raftkv's user-facing package: the client (`from kv import Client`), its typed errors, the CLI.
 
-The names below are imported on first use (PEP 562), so that `import kv.cli` does not import
-grpc before the CLI has chosen gRPC's I/O manager (kv/grpc_io.py)."""
+The names below are imported on first use (PEP 562), so that `import kv.tools.cli` does not import
+grpc before the CLI has chosen gRPC's I/O manager (kv/tools/grpc_io.py)."""
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kv.client import Client
+    from kv.client.client import Client
     from kv.errors import (
         DiskFullError,
         InvalidArgumentError,
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "Client": "kv.client",
+    "Client": "kv.client.client",
     "DiskFullError": "kv.errors",
     "InvalidArgumentError": "kv.errors",
     "NotLeaderError": "kv.errors",

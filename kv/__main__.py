@@ -1,4 +1,4 @@
 """`python -m kv ...` is the `raftkv` command."""
-from kv.cli import main
+from kv.tools.cli import main
 
 raise SystemExit(main())

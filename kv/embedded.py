@@ -19,9 +19,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kv import errors
-from kv.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
-from kv.server import RunningServer, start_server
-from kv.status import status_dict
+from kv.client.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
+from kv.server.server import RunningServer, start_server
+from kv.client.status import status_dict
 from raftkv_proto import kv_pb2
 from raft.node.config import NodeConfig
 

@@ -1,8 +1,7 @@
 """Snapshots: files (manifest + compacted LMDB state), the per-node store, chunked transfer to
-followers and operators, install into a follower's state directory, and restore into a new cluster.
-
-`restore` and `inspect` (snapshot.restore) are operator tools and are not imported here, so the
-node can import this package without pulling in more of raft than it already has."""
+followers and operators, install into a follower's state directory, and inspection of a file
+(snapshot.inspection). Seeding a new cluster's data directory from a file is the server's
+(kv/server/restore.py): it also lays out the log and the cluster id."""
 from snapshot.errors import RestoreRefusedError, SnapshotCorruptError, SnapshotError, SnapshotTransferError
 from snapshot.install import install_into_state, recover_state_dir
 from snapshot.manifest import FORMAT_VERSION, SnapshotManifest

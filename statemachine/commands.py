@@ -37,14 +37,6 @@ class CommandLimits:
     max_total_bytes: int = 3 << 20
 
 
-def prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key that starts with `prefix` (b"" when there is none)."""
-    trimmed = prefix.rstrip(b"\xff")
-    if not trimmed:
-        return b""
-    return trimmed[:-1] + bytes([trimmed[-1] + 1])
-
-
 def put_op(key: bytes, value: bytes) -> kv_pb2.Op:
     return kv_pb2.Op(put=kv_pb2.KeyValue(key=key, value=value))
 

@@ -55,7 +55,8 @@ import lmdb
 
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
-from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command, prefix_end
+from raftkv_proto.key_ranges import prefix_end
+from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kv import Client
-from kv.cluster_up import NodeSpec, free_ports
+from kv.tools.cluster_up import NodeSpec, free_ports
 from kv.errors import NotLeaderError, RaftKVError
 from tests.faults.proxy import ProxyNetwork, link_count
 from tests.integration.cluster import Cluster, NodeProcess

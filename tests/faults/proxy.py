@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kv.cluster_up import free_ports
+from kv.tools.cluster_up import free_ports
 
 CHUNK_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 1.0

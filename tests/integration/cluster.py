@@ -16,8 +16,8 @@ from typing import IO, Any, TypeVar
 import grpc
 
 from kv import Client
-from kv.cluster_up import NodeSpec, child_env, free_ports, serve_command
-from kv.client import CHANNEL_OPTIONS
+from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
+from kv.client.client import CHANNEL_OPTIONS
 from raftkv_proto import kv_pb2_grpc, raft_pb2_grpc
 
 T = TypeVar("T")

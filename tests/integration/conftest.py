@@ -1,5 +1,5 @@
 """Fixtures that start real node processes. The tests here are skipped, with the reason, while
-the server (kv.server) is not importable."""
+the server (kv.server.server) is not importable."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,14 +11,14 @@ import pytest
 
 from tests.integration.cluster import Cluster
 
-SERVER_MISSING = importlib.util.find_spec("kv.server") is None
+SERVER_MISSING = importlib.util.find_spec("kv.server.server") is None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if SERVER_MISSING and here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.skip(reason="kv.server is not importable yet"))
+            item.add_marker(pytest.mark.skip(reason="kv.server.server is not importable yet"))
 
 
 @pytest.hookimpl(hookwrapper=True)

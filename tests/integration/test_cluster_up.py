@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kv import Client
-from kv.cluster_up import child_env
+from kv.tools.cluster_up import child_env
 from tests.integration.cluster import wait_until
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from kv import Client
-from kv.cluster_up import child_env
+from kv.tools.cluster_up import child_env
 from raft.core.types import Entry, EntryType, HardState
 from raftkv_proto import kv_pb2
 from raft.log import LmdbLogStore
@@ -137,4 +137,4 @@ def test_serve_reports_the_log_store_mismatch_as_one_error_line(tmp_path: Path):
     result = serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path)
     assert "Traceback" not in result.stderr, result.stderr
     assert "raftkv serve: error: " in result.stderr and "--log-store lmdb" in result.stderr
-    assert result.returncode == 1  # kv.cli.EXIT_FAILED, as for its other errors
+    assert result.returncode == 1  # kv.tools.cli.EXIT_FAILED, as for its other errors

@@ -1,4 +1,4 @@
-"""A three-node cluster inside the test process (kv.server.start_server, which carries the Export
+"""A three-node cluster inside the test process (kv.server.server.start_server, which carries the Export
 service), on one background event loop; the tests also reach a node's state machine directly (to
 write a snapshot file at a known index)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kv.cluster_up import free_ports
-from kv.export_service import ExportHandler
-from kv.server import RunningServer, start_server
+from kv.tools.cluster_up import free_ports
+from kv.server.export_service import ExportHandler
+from kv.server.server import RunningServer, start_server
 from raft.core.config import CoreConfig
 from raft.node.config import NodeConfig
 

@@ -13,7 +13,7 @@ from tests.spark.cluster import InProcessCluster
 import pyspark  # noqa: E402,F401 - CI installs it: the Spark tests must run, not skip
 from pyspark.sql import SparkSession  # noqa: E402
 
-import kv.spark  # noqa: E402
+import kv.tools.spark  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def spark() -> Iterator[SparkSession]:
                .config("spark.driver.memory", "1g")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    kv.spark.register(session)
+    kv.tools.spark.register(session)
     yield session
     session.stop()
 

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kv import Client
-from kv.spark.cli import add_parsers
-from kv.spark.export_client import STAGING_PREFIX
-from kv.spark.parquet_export import ExportManifest
+from kv.tools.spark.cli import add_parsers
+from kv.tools.spark.export_client import STAGING_PREFIX
+from kv.tools.spark.parquet_export import ExportManifest
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from snapshot.store import SnapshotStore
@@ -21,7 +21,7 @@ from tests.spark.cluster import InProcessCluster
 
 
 def raftkv(*argv: str) -> int:
-    """Run a sub-command as kv/cli.py will, once it calls add_parsers."""
+    """Run a sub-command as kv/tools/cli.py will, once it calls add_parsers."""
     parser = argparse.ArgumentParser(prog="raftkv")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(list(argv))

@@ -10,8 +10,8 @@ from pyspark.sql.functions import udf
 from py4j.protocol import Py4JJavaError
 
 from kv import Client
-from kv.spark.bulk_load import BulkLoader
-from kv.spark.export_client import STAGING_PREFIX
+from kv.tools.spark.bulk_load import BulkLoader
+from kv.tools.spark.export_client import STAGING_PREFIX
 from tests.spark.cluster import InProcessCluster
 
 READ_KEYS = 20_000

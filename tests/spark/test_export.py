@@ -11,11 +11,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from kv import Client
-from kv.export_service import ExportHandler
-from kv.spark import schema
-from kv.spark.bulk_load import BulkLoader
-from kv.spark.export_client import ExportClient
-from kv.spark.parquet_export import ExportManifest, export_live, export_snapshot
+from kv.server.export_service import ExportHandler
+from kv.tools.spark import schema
+from kv.tools.spark.bulk_load import BulkLoader
+from kv.tools.spark.export_client import ExportClient
+from kv.tools.spark.parquet_export import ExportManifest, export_live, export_snapshot
 from snapshot.store import SnapshotStore
 from tests.spark.cluster import InProcessCluster
 

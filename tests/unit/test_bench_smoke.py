@@ -1,4 +1,4 @@
-"""`raftkv bench` (python -m kv.bench) keeps working: a --quick run end to end against a real
+"""`raftkv bench` (python -m kv.tools.bench) keeps working: a --quick run end to end against a real
 three-node cluster, its JSON, its cleanup on Ctrl-C; and the report arithmetic. No timed
 assertions: the figures of a quick run mean nothing."""
 from __future__ import annotations
@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from kv.bench.cpu import CpuRoles, process_cpu_s
-from kv.bench.etcd import etcd_version
-from kv.bench.measure import percentile
-from kv.bench.report import RoundResult, format_table, summarize
-from kv.bench.runner import round_order
-from kv.bench.settings import WORKLOADS
-from kv.bench.workloads import Metric, key
-from kv.cluster_up import SOURCE_ROOT, child_env
+from kv.tools.bench.cpu import CpuRoles, process_cpu_s
+from kv.tools.bench.etcd import etcd_version
+from kv.tools.bench.measure import percentile
+from kv.tools.bench.report import RoundResult, format_table, summarize
+from kv.tools.bench.runner import round_order
+from kv.tools.bench.settings import WORKLOADS
+from kv.tools.bench.workloads import Metric, key
+from kv.tools.cluster_up import SOURCE_ROOT, child_env
 
-BENCH = [sys.executable, "-m", "kv.bench", "--quick"]
+BENCH = [sys.executable, "-m", "kv.tools.bench", "--quick"]
 RUN_TIMEOUT_S = 120
 
 
@@ -124,7 +124,7 @@ def test_rounds_alternate_and_helpers() -> None:
 
 
 def test_profile_summary_counts_self_and_inclusive(tmp_path: Path) -> None:
-    from kv.bench.profile import summarize_collapsed
+    from kv.tools.bench.profile import summarize_collapsed
 
     stacks = tmp_path / "leader.txt"
     stacks.write_text("main (a.py:1);apply (b.py:2) 3\nmain (a.py:1);send (c.py:3) 1\n")

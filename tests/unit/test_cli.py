@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kv import cli
-from kv.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
+from kv.tools import cli
+from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
 

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from kv import Client
-from kv.client import prefix_end
+from raftkv_proto.key_ranges import prefix_end
 from kv.errors import (
     InvalidArgumentError,
     NotLeaderError,
@@ -26,10 +26,10 @@ from kv.errors import (
     from_rpc_error,
     stream_error,
 )
-from kv.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
-from kv import stream_call
-from kv.stream_call import CallEnded
-from kv.request_stream import MAX_STREAMS_PER_NODE, StreamPool
+from kv.client.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
+from kv.client import stream_call
+from kv.client.stream_call import CallEnded
+from kv.client.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 
 Handler = Callable[[Any, grpc.ServicerContext], Any]
@@ -193,7 +193,7 @@ def start_node() -> Iterator[Callable[..., Node]]:
 
 @pytest.fixture(params=["inline", "queued"])
 def stream_kind(request, monkeypatch) -> str:
-    """Which StreamCall the client's request streams run on (kv/stream_call.py): driven by the
+    """Which StreamCall the client's request streams run on (kv/client/stream_call.py): driven by the
     caller's thread, or gRPC's public API (the fallback)."""
     monkeypatch.setattr(stream_call, "_inline_works", request.param == "inline")
     return request.param
@@ -442,7 +442,7 @@ def test_calls_share_one_request_stream(start_node, stream_kind):
 
 
 def test_a_grpc_whose_internals_changed_leaves_the_client_on_the_public_api(start_node, monkeypatch, caplog):
-    """The caller-driven streams use gRPC's Cython layer (kv/stream_call.py). If a grpcio differs
+    """The caller-driven streams use gRPC's Cython layer (kv/client/stream_call.py). If a grpcio differs
     from what they expect in the middle of a call, that call is retried and the process's later
     streams run on gRPC's public API."""
     node = start_node()
@@ -501,7 +501,7 @@ def test_stream_pool_lends_each_stream_to_one_caller(start_node, stream_kind):
         channel.close()
 
 
-# ---- pipelines (kv/request_pipeline.py) ---------------------------------------------------------
+# ---- pipelines (kv/client/request_pipeline.py) ---------------------------------------------------------
 
 
 def test_a_request_while_another_is_in_flight_goes_on_the_pipeline(start_node):

@@ -1,4 +1,4 @@
-"""kv.cluster_up.free_ports: the ports local clusters, the integration tests and the fault suite listen on."""
+"""kv.tools.cluster_up.free_ports: the ports local clusters, the integration tests and the fault suite listen on."""
 from __future__ import annotations
 
 import socket
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kv import cluster_up
-from kv.cluster_up import FIRST_PICKED_PORT, free_ports
+from kv.tools import cluster_up
+from kv.tools.cluster_up import FIRST_PICKED_PORT, free_ports
 
 
 def test_ports_differ_are_free_and_lie_below_the_ephemeral_range() -> None:

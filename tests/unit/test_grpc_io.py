@@ -1,4 +1,4 @@
-"""The `raftkv` process chooses gRPC's polling I/O manager before grpc is imported (kv/grpc_io.py).
+"""The `raftkv` process chooses gRPC's polling I/O manager before grpc is imported (kv/tools/grpc_io.py).
 
 gRPC reads the choice once, at import, so these run fresh interpreters: in this pytest process
 grpc is long imported."""
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from kv.grpc_io import GRPC_EXPERIMENTS_VAR, POLLING_IO_MANAGER, prefer_polling_io_manager
+from kv.tools.grpc_io import GRPC_EXPERIMENTS_VAR, POLLING_IO_MANAGER, prefer_polling_io_manager
 
 
 def _fresh(code: str, **env: str) -> str:
@@ -20,7 +20,7 @@ def _fresh(code: str, **env: str) -> str:
 
 
 def test_importing_the_package_does_not_import_grpc() -> None:
-    # What lets kv.cli choose first: `import kv.cli` runs kv/__init__.py before kv/cli.py.
+    # What lets kv.tools.cli choose first: `import kv.tools.cli` runs kv/__init__.py before kv/tools/cli.py.
     assert _fresh("import sys, kv; print('grpc' in sys.modules)") == "False"
     # The lazy names still resolve.
     assert _fresh("from kv import Client, NotLeaderError; print(Client.__name__, NotLeaderError.__name__)") \
@@ -28,12 +28,12 @@ def test_importing_the_package_does_not_import_grpc() -> None:
 
 
 def test_the_cli_chooses_the_polling_io_manager_before_grpc_is_imported() -> None:
-    out = _fresh("import os, kv.cli; print(kv.cli.POLLING_IO_CHOSEN, os.environ['GRPC_EXPERIMENTS'])")
+    out = _fresh("import os, kv.tools.cli; print(kv.tools.cli.POLLING_IO_CHOSEN, os.environ['GRPC_EXPERIMENTS'])")
     assert out == f"True {POLLING_IO_MANAGER}"
 
 
 def test_the_operators_grpc_experiments_win() -> None:
-    out = _fresh("import os, kv.cli; print(os.environ['GRPC_EXPERIMENTS'])", GRPC_EXPERIMENTS="")
+    out = _fresh("import os, kv.tools.cli; print(os.environ['GRPC_EXPERIMENTS'])", GRPC_EXPERIMENTS="")
     assert out == ""
 
 

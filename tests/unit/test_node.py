@@ -23,7 +23,7 @@ from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
 from raft.node import node as node_module
 from raft.node.node import RaftNode
-from kv.server import RunningServer, start_server
+from kv.server.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
 from statemachine.errors import StateFullError
 from statemachine.kv_state import ApplyOutcome, KVStateMachine

@@ -1,4 +1,4 @@
-"""A node's gRPC servers share its listen port (kv/server_group.py): every server listens, every
+"""A node's gRPC servers share its listen port (kv/server/server_group.py): every server listens, every
 kv.Client brings its own connection, and the port stays refused to a second process."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kv import Client
-from kv.server import start_server
-from kv.server_group import ServerGroup, refuse_taken_port
+from kv.server.server import start_server
+from kv.server.server_group import ServerGroup, refuse_taken_port
 from raft.node.config import NodeConfig
 from raft.transport.address import split_address as split_listen
 from tests.unit.test_embedded import free_port, open_node

@@ -1,4 +1,4 @@
-"""kv/service.py on a real single node: a request starts in a `begin_*` call and finishes through
+"""kv/server/kv_service.py on a real single node: a request starts in a `begin_*` call and finishes through
 callbacks on the node's future (no task each), with the client API's errors and timeouts."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kv import errors, service
-from kv.server import start_server
-from kv.service import KVHandler, KVServicer, _ReplyGather, begin_node_call
+from kv import errors
+from kv.server import kv_service as service
+from kv.server.server import start_server
+from kv.server.kv_service import KVHandler, KVServicer, _ReplyGather, begin_node_call
 from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.config import NodeConfig

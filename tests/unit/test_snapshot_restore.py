@@ -13,7 +13,8 @@ from raft.log import WalLogStore, log_store_kind, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from snapshot import RestoreRefusedError, SnapshotCorruptError, SnapshotManifest, SnapshotStore
 from snapshot.install import install_into_state, recover_state_dir
-from snapshot.restore import inspect, restore
+from kv.server.restore import restore
+from snapshot.inspection import inspect
 from statemachine import KVStateMachine
 from tests.unit.test_snapshot import MAP_SIZE, apply_in_batches, make_entries
 

@@ -1,4 +1,4 @@
-"""kv/stream_call.py against a real gRPC server on 127.0.0.1 whose stream handler follows a script.
+"""kv/client/stream_call.py against a real gRPC server on 127.0.0.1 whose stream handler follows a script.
 Each contract test runs on both kinds of call: driven by the caller's thread, and gRPC's public API."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from concurrent import futures
 import grpc
 import pytest
 
-from kv import stream_call
+from kv.client import stream_call
 from kv.errors import NotLeaderError, from_rpc_error
-from kv.stream_call import InlineStreamCall, QueuedStreamCall, open_stream_call
+from kv.client.stream_call import InlineStreamCall, QueuedStreamCall, open_stream_call
 
 METHOD = "/test.Echo/Stream"
 SERVER_THREADS = "echo-server"  # the in-process server's threads, which the thread count leaves out

@@ -1,0 +1,466 @@
+"""The Python client of raftkv: finds the leader, follows "not leader" hints, retries within a
+timeout, and tags every write so that a retry is applied at most once.
+
+    with Client(["127.0.0.1:7001", "127.0.0.1:7002"], timeout=5.0) as c:
+        c.put("user/1", "alice"); c.get("user/1")  # -> b"alice"
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
+
+from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
+from kv.errors import TimeoutError as KVTimeoutError
+from kv.client.request_pipeline import HUB, Pipeline
+from kv.client.request_stream import RequestStream, StreamPool
+from kv.client.status import status_dict
+from raftkv_proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto.key_ranges import prefix_end
+
+KeyLike = str | bytes | bytearray | memoryview
+Response = TypeVar("Response")
+
+CONSISTENCY = {
+    "linearizable": kv_pb2.LINEARIZABLE,
+    "lease": kv_pb2.LEASE,
+    "stale": kv_pb2.STALE,
+}
+
+# A node that restarts should be reachable again within a few hundred ms, not grpc's default of
+# seconds (the backoff after a refused connection); values up to the server's maximum times a scan
+# page exceed grpc's 4 MiB default. Each Client keeps its own connections (grpc would otherwise
+# share one per address across the process), so a node's several gRPC servers
+# (kv/server/server_group.py) can accept from several clients at once.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 200),
+    # gRPC also takes this as the time a connection attempt may take. At 100 ms, clients of a node
+    # stalled for 3 s (SIGSTOP) dropped every half-open attempt and redialled; the node then had
+    # to work through the pile, and 40 new clients were served 5-10 s after it resumed, or not
+    # within their 10 s. At 1 s they were served 2-3 s after; an unreachable node that swallows
+    # connections (a partition) still costs a client only 1 s before it tries another node.
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+)
+
+# Backoff between attempts: random exponential from ~15 ms, capped so the client notices a new
+# leader soon after an election.
+BACKOFF_BASE_S = 0.015
+BACKOFF_MAX_S = 0.5
+# While no node knows a leader (an election is under way) the cap is lower: an election is over
+# in well under a second and the cluster is idle meanwhile, so waiting up to BACKOFF_MAX_S after
+# it would only add to the failover time (W7, 10 trials: p50 1.64 -> 1.48 s).
+ELECTION_BACKOFF_MAX_S = 0.1
+# Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
+# hiding the more useful error of the attempt before.
+MIN_ATTEMPT_S = 0.01
+# Consecutive "not leader" hints followed without backoff, so two nodes pointing at each other
+# during a leader change do not spin.
+MAX_FREE_HOPS = 3
+
+
+def to_bytes(value: KeyLike, what: str = "key") -> bytes:
+    """Keys and values travel as bytes; str is UTF-8 encoded."""
+    if type(value) is bytes:  # the common case, and immutable: no copy
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+
+
+def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
+    """"a:1,b:2" or ["a:1", "b:2"] -> ["a:1", "b:2"] (order kept, duplicates dropped)."""
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    cleaned = list(dict.fromkeys(e.strip() for e in items if e and e.strip()))
+    if not cleaned:
+        raise ValueError("at least one endpoint (host:port) is needed")
+    for endpoint in cleaned:
+        if ":" not in endpoint:
+            raise ValueError(f"bad endpoint {endpoint!r}: expected host:port")
+    return cleaned
+
+
+@dataclass(slots=True)
+class _Session:
+    """One thread's write session. The server recognises a retry by (client id, seq) within a
+    window of recent sequences per id; one id per thread keeps each id's writes one at a time and
+    in order, so however many threads write, no retry can fall out of that window."""
+
+    client_id: str
+    # Starting from the clock keeps sequences increasing when a process reuses its client id.
+    seq: Iterator[int] = field(default_factory=lambda: itertools.count(time.time_ns() // 1000))
+
+    def header(self) -> kv_pb2.WriteHeader:
+        return kv_pb2.WriteHeader(client_id=self.client_id, seq=next(self.seq))  # type: ignore[call-overload]
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """Where one call goes next, and how long it has left."""
+
+    deadline: float
+    target: str
+    free_hops: int = 0
+    follow_now: bool = False
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+class Client:
+    """A thread-safe client of a raftkv cluster. See the module docstring.
+
+    endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
+    timeout: seconds each call may take, retries included.
+    client_id: names this client's write sessions (default: random). Two live clients must not
+    share one, or their writes could be taken for retries of each other.
+    streams: send put, get and delete as messages on long-lived streams (kv/client/request_stream.py),
+    which costs a node about half the CPU of a unary call; False: a unary call each."""
+
+    def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None,
+                 streams: bool = True):
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.endpoints = parse_endpoints(endpoints)
+        self.timeout = timeout
+        self.client_id = client_id or uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
+        self._preferred = self.endpoints[0]  # the last endpoint that served a request
+        self._local = threading.local()
+        self._sessions = itertools.count()
+        self._closed = False
+        self._streams = StreamPool() if streams else None
+        if self._streams is not None:
+            # A client dropped without close() must not leave its streams' threads waiting forever.
+            weakref.finalize(self, self._streams.close)
+            self._pipelines = HUB.attach()
+            weakref.finalize(self, self._pipelines.release_later)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        if self._streams is not None:
+            self._streams.close()
+            self._pipelines.release()
+        for channel in channels:
+            channel.close()
+
+    # ---- the API ---------------------------------------------------------------------------
+
+    def put(self, key: KeyLike, value: KeyLike) -> int:
+        """Write `value` under `key`; returns the raft index the write was committed at."""
+        request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"), header=self._header())
+        return self._call(lambda stub: stub.Put, request, "put").index
+
+    def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
+        """The value under `key`, or None when it is absent."""
+        request = kv_pb2.GetRequest(key=to_bytes(key), consistency=consistency_level(consistency))
+        response = self._call(lambda stub: stub.Get, request, "get")
+        return response.value if response.found else None
+
+    def delete(self, key: KeyLike) -> bool:
+        """Delete `key`; True when it existed."""
+        request = kv_pb2.DeleteRequest(key=to_bytes(key), header=self._header())
+        return self._call(lambda stub: stub.Delete, request, "delete").existed
+
+    def scan(
+        self,
+        prefix: KeyLike | None = None,
+        start: KeyLike | None = None,
+        end: KeyLike | None = None,
+        limit: int = 100,
+        consistency: str = "linearizable",
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (key, value) pairs in key order: those starting with `prefix`, or those
+        in [start, end) (no end: to the last key). When the server cuts a page short of `limit`
+        the client asks for the rest; each page is consistent on its own."""
+        return paged_scan(lambda request: self._call(lambda stub: stub.Scan, request),
+                          prefix, start, end, limit, consistency)
+
+    def batch(
+        self,
+        puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
+        deletes: Iterable[KeyLike] = (),
+    ) -> list[bool]:
+        """Apply the puts, then the deletes, atomically in one raft entry. Returns, per op in that
+        order, whether its key existed just before that op."""
+        return self.apply_ops(batch_ops(puts, deletes))
+
+    def apply_ops(self, ops: Sequence[kv_pb2.Op]) -> list[bool]:
+        """Apply `ops` (kv_pb2.Op: put, delete, delete_prefix, move_prefix) atomically in one raft
+        entry, at most once however often it is retried. Returns per op whether its key existed."""
+        if not ops:
+            return []
+        request = kv_pb2.BatchRequest(ops=ops, header=self._header())
+        return list(self._call(lambda stub: stub.Batch, request).existed)
+
+    def status(self) -> list[dict[str, Any]]:
+        """One dict per configured endpoint (asked in parallel); an endpoint that does not answer
+        gives {"address": ..., "error": ...}."""
+        futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout))
+                   for address in self.endpoints]
+        return [_status_dict(address, future) for address, future in futures]
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    def save_snapshot(self, path: str | os.PathLike[str], timeout: float = 600.0,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Stream a consistent snapshot from the leader (taken after a ReadIndex round: it holds
+        every write acknowledged before this call) into `path`, verified by size and sha256
+        before it is renamed into place. `progress(received, total)` is called per chunk.
+        Returns the manifest as a dict."""
+        destination = Path(path)
+        target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
+        for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
+            try:
+                return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
+            except grpc.RpcError as rpc_error:
+                last_error = from_rpc_error(rpc_error)
+                if not last_error.retryable or time.monotonic() >= deadline:
+                    raise last_error from None
+                hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
+                target = hint or self._next_endpoint(target)
+        raise last_error or UnavailableError("no node could stream a snapshot")
+
+    def _save_snapshot_from(self, address: str, destination: Path, timeout: float,
+                            progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        # The operator's snapshot methods use the snapshot and server packages (installed with
+        # raftkv), imported here so that the client's data path imports only the protocol.
+        from snapshot.transfer import SnapshotReceiver
+
+        chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with SnapshotReceiver(destination.parent, source=f"snapshot from {address}") as receiver:
+            first = None
+            for chunk in chunks:
+                first = first or chunk
+                receiver.feed(chunk.offset, chunk.data)
+                if progress is not None:
+                    progress(receiver.received, first.total_size)
+                if chunk.done:
+                    verified = receiver.finish(first.total_size, first.sha256)
+                    os.replace(verified, destination)
+                    return json.loads(first.manifest_json)
+        raise UnavailableError(f"the snapshot stream from {address} ended before its last chunk")
+
+    @staticmethod
+    def inspect_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The manifest, key count and checksum verdict of a snapshot file."""
+        from snapshot.inspection import inspect
+        return inspect(path)
+
+    @staticmethod
+    def restore_snapshot(path: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str = "n1",
+                         peers: Mapping[str, str] | None = None, cluster_id: str | None = None) -> str:
+        """Prepare `data_dir` so that `raftkv serve --data-dir data_dir ...` starts a new cluster
+        holding the snapshot's data; returns the new cluster's id (pass the same --cluster-id to
+        every member restored for a multi-node cluster)."""
+        from kv.server.restore import restore
+        return restore(path, data_dir, node_id, dict(peers or {node_id: "127.0.0.1:7001"}), cluster_id)
+
+    # ---- routing and retries ---------------------------------------------------------------
+
+    def _header(self) -> kv_pb2.WriteHeader:
+        session: _Session | None = getattr(self._local, "session", None)
+        if session is None:
+            n = next(self._sessions)
+            session = _Session(self.client_id if n == 0 else f"{self.client_id}#{n}")
+            self._local.session = session
+        return session.header()
+
+    def _stub(self, address: str) -> kv_pb2_grpc.KVStub:
+        return self._connection(address)[1]
+
+    def _connection(self, address: str) -> tuple[grpc.Channel, kv_pb2_grpc.KVStub]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+                stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
+            return self._channels[address], stub
+
+    def _next_endpoint(self, after: str) -> str:
+        """The configured endpoint after `after`, round robin."""
+        if after not in self.endpoints:
+            return self.endpoints[0]
+        return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
+
+    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "") -> Any:
+        """Send `request` until one node serves it or the timeout runs out. The request object is
+        the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
+        name in a kv_pb2.StreamRequest) it goes on a request stream when one is free."""
+        attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+        try:
+            return self._attempt(method, request, stream_field, attempts)
+        except RaftKVError as error:
+            if not error.retryable:
+                raise
+            first_failure = error
+        # Most calls succeed at once; only a failed one pays for building the retry machinery,
+        # which then starts from that first failure (so its pacing is exactly tenacity's).
+        failures = [first_failure]
+
+        def attempt() -> Any:
+            if failures:
+                raise failures.pop()
+            return self._attempt(method, request, stream_field, attempts)
+
+        retrying = Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
+            wait=_Wait(attempts),
+            # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
+            stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
+            sleep=time.sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
+                 attempts: _Attempts) -> Any:
+        target = attempts.target
+        try:
+            response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
+        except RaftKVError as error:
+            self._reroute(attempts, error)
+            raise
+        with self._lock:
+            self._preferred = target
+        return response
+
+    def _send(self, target: str, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any,
+              stream_field: str, timeout: float) -> Any:
+        """One attempt at `target`: on the node's pipeline when this process has another request
+        in flight there, else on a request stream when one is free, else as a unary call."""
+        channel, stub = self._connection(target)
+        if stream_field and self._streams is not None:
+            busy = HUB.enter(target)
+            try:
+                carrier: Pipeline | RequestStream | None = (
+                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS)) if busy
+                    else self._streams.take(target, channel))
+                if carrier is not None:
+                    try:
+                        return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
+                                       stream_field)
+                    finally:
+                        if isinstance(carrier, RequestStream):
+                            self._streams.give_back(carrier)
+            finally:
+                HUB.leave(target)
+        try:
+            return method(stub)(request, timeout=timeout)
+        except grpc.RpcError as rpc_error:
+            raise from_rpc_error(rpc_error) from None
+
+    def _reroute(self, attempts: _Attempts, error: RaftKVError) -> None:
+        """Pick the next target after `error` from attempts.target."""
+        hint = error.leader_address if isinstance(error, NotLeaderError) else None
+        if hint and hint != attempts.target:
+            attempts.follow_now = attempts.free_hops < MAX_FREE_HOPS
+            attempts.free_hops += 1
+            attempts.target = hint
+            with self._lock:
+                self._preferred = hint
+            return
+        attempts.follow_now = False
+        if isinstance(error, (NotLeaderError, UnavailableError, KVTimeoutError)):
+            failed, attempts.target = attempts.target, self._next_endpoint(attempts.target)
+            with self._lock:
+                # Later calls should not start at a node that just failed (it may hang on each).
+                if self._preferred == failed:
+                    self._preferred = attempts.target
+
+
+@dataclass(slots=True)
+class _Wait:
+    """tenacity wait: no pause to follow a fresh leader hint, else random exponential backoff,
+    never past the point where one last attempt still fits before the deadline."""
+
+    attempts: _Attempts
+    backoff: wait_random_exponential = field(
+        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
+
+    def __call__(self, state: RetryCallState) -> float:
+        if self.attempts.follow_now:
+            return 0.0
+        pause = self.backoff(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, NotLeaderError) and error.leader_address is None:
+            pause = min(pause, ELECTION_BACKOFF_MAX_S)
+        # Keep the last attempt: sleep at most until just before the deadline.
+        return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
+
+
+def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefix: KeyLike | None,
+               start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str) -> list[tuple[bytes, bytes]]:
+    """A scan of up to `limit` pairs through `fetch`, asking for further pages when the server
+    cuts one short (shared by the Client and the embedded node)."""
+    if prefix is not None and (start is not None or end is not None):
+        raise ValueError("give either prefix or start/end, not both")
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    lo = to_bytes(prefix if prefix is not None else start or b"", "start")
+    hi = prefix_end(lo) if prefix is not None else to_bytes(end or b"", "end")
+    level = consistency_level(consistency)
+    items: list[tuple[bytes, bytes]] = []
+    while len(items) < limit:
+        response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level))
+        items.extend((kv.key, kv.value) for kv in response.items)
+        if not response.more or not response.items:
+            break
+        lo = items[-1][0] + b"\x00"  # the smallest key after the last one returned
+    return items[:limit]
+
+
+def batch_ops(puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
+              deletes: Iterable[KeyLike] = ()) -> list[kv_pb2.Op]:
+    """The ops of a batch: the puts, then the deletes."""
+    pairs = puts.items() if isinstance(puts, Mapping) else puts
+    return ([kv_pb2.Op(put=kv_pb2.KeyValue(key=to_bytes(k), value=to_bytes(v, "value"))) for k, v in pairs]
+            + [kv_pb2.Op(delete=to_bytes(k)) for k in deletes])
+
+
+def consistency_level(name: str) -> int:
+    try:
+        return CONSISTENCY[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY)}, not {name!r}") from None
+
+
+def _status_dict(address: str, future: Future) -> dict[str, Any]:
+    try:
+        return status_dict(future.result(), address)
+    except grpc.RpcError as rpc_error:
+        return {"address": address, "error": str(from_rpc_error(rpc_error))}
+

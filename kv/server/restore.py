@@ -1,0 +1,85 @@
+"""Seeding a new cluster from a snapshot file (`raftkv snapshot restore`).
+
+A restored data directory looks exactly like one of a running node that installed the snapshot
+and compacted its log:
+
+    data_dir/state       the snapshot's state (applied index = the snapshot's index)
+    data_dir/wal         an empty log whose before_begin is (index, term), hard state term = term
+    data_dir/cluster_id  a NEW cluster id
+
+It lives with the server, not in the snapshot package, because it lays out a node's whole data
+directory: the state (snapshot.install), the log (raft.log) and the cluster id (raft.node).
+
+The new cluster id keeps nodes of the restored cluster from ever exchanging messages with nodes of
+the cluster the snapshot came from (peers refuse another cluster id). To restore a multi-node
+cluster, restore the same file on every member with the same `cluster_id` (`--cluster-id`):
+members restored with different ids refuse each other. Without one, each call makes up a random
+id, which is only right for a single-node cluster.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from raft.core.types import HardState
+from raft.log import open_log_store
+from raft.node.cluster_id import resolve_cluster_id
+from snapshot.durable import fsync_path
+from snapshot.errors import RestoreRefusedError
+from snapshot.install import extract_state
+from snapshot.manifest import SnapshotManifest
+
+STATE_DIR = "state"
+
+def new_cluster_id() -> str:
+    return "c-" + secrets.token_hex(8)
+
+def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str,
+            peers: dict[str, str], cluster_id: str | None = None) -> str:
+    """Create `data_dir` for member `node_id` of a new cluster (`peers`) from the snapshot; returns
+    the new cluster id. Refuses a non-empty `data_dir` (RestoreRefusedError) and a snapshot that
+    does not verify (SnapshotCorruptError); either way `data_dir` is left as it was found."""
+    data_dir = Path(data_dir)
+    if node_id not in peers:
+        raise RestoreRefusedError(f"node {node_id!r} is not one of the peers {sorted(peers)}; nothing was restored")
+    _require_empty(data_dir)
+    existed = data_dir.exists()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    new_id = cluster_id or new_cluster_id()
+    try:
+        manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
+        _create_log(data_dir, manifest)
+        resolve_cluster_id(data_dir, new_id, peers)
+        fsync_path(data_dir)
+    except BaseException:
+        _undo(data_dir, remove_dir=not existed)
+        raise
+    return new_id
+
+def _require_empty(data_dir: Path) -> None:
+    if data_dir.exists() and not data_dir.is_dir():
+        raise RestoreRefusedError(f"{data_dir} is not a directory; restore into a new or empty directory")
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise RestoreRefusedError(
+            f"data directory {data_dir} is not empty; restore only into a new or empty directory "
+            "(move the old one aside first: restoring over a node's data would mix two clusters)")
+
+def _create_log(data_dir: Path, manifest: SnapshotManifest) -> None:
+    """The restored member's log (of the default kind), beginning after the snapshot."""
+    with open_log_store(data_dir) as log:
+        # currentTerm must be at least the last log term, which is now the snapshot's term.
+        log.save(HardState(term=manifest.term), None, [])
+        log.reset_to_snapshot(manifest.index, manifest.term)
+
+def _undo(data_dir: Path, remove_dir: bool) -> None:
+    """Put the (empty or absent) data directory back as it was."""
+    if remove_dir:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return
+    for child in data_dir.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

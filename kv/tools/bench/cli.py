@@ -1,0 +1,145 @@
+"""The command line of `raftkv bench` (for now `python -m kv.tools.bench`). kv/tools/cli.py wires it in with
+`add_arguments` on its "bench" subparser and `run` as the handler."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from kv.tools.bench import machine
+from kv.tools.bench.etcd import INSTALL_HINT, etcd_version
+from kv.tools.bench import stopping
+from kv.tools.bench.processes import Registry
+from kv.tools.bench.report import ETCD, RAFTKV, format_markdown, format_table, summarize, to_json
+from kv.tools.bench.runner import RunOptions, run as run_rounds
+from kv.tools.bench.settings import OPTIONAL_WORKLOADS, QUICK, WORKLOADS, Sizes, with_overrides
+
+DEFAULT_JSON = "raftkv-bench.json"
+DEFAULTS = Sizes()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compare", choices=[ETCD], default=None,
+                        help="also run a three-member etcd cluster and print raftkv/etcd ratios")
+    parser.add_argument("--rounds", type=_positive_int, default=3,
+                        help="rounds, alternating the systems' order; the table shows medians (default 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and one round: checks that the bench works, measures nothing")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W1,W2,...",
+                        help="which workloads to run (default: W1..W9; W10,W11 are the Spark pipeline's, "
+                             "run when named, with the spark extra installed)")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help=f"measured window of each load W1..W5 (default {DEFAULTS.duration_s})")
+    parser.add_argument("--clients", type=_positive_int, default=None,
+                        help=f"concurrent clients of W2, W4, W5 (default {DEFAULTS.clients})")
+    parser.add_argument("--bulk-keys", type=_positive_int, default=None, metavar="N",
+                        help=f"keys W6 loads (default {DEFAULTS.bulk_keys:,})")
+    parser.add_argument("--bulk-batch", type=_positive_int, default=None, metavar="N",
+                        help=f"keys per batch request in W6 (default {DEFAULTS.bulk_batch}; etcd caps at 128)")
+    parser.add_argument("--failover-trials", type=_positive_int, default=None, metavar="N",
+                        help=f"leader kills in W7 (default {DEFAULTS.failover_trials})")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="where the members keep their data (default: a new directory under the current "
+                             "one, on the disk being measured; removed afterwards unless --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep data directories and member logs")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the README)")
+    parser.add_argument("--json", type=Path, default=Path(DEFAULT_JSON), metavar="FILE",
+                        help=f"where to write the results as JSON (default {DEFAULT_JSON})")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _workloads(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(t.strip().upper() for t in text.split(",") if t.strip()))
+    known = WORKLOADS + OPTIONAL_WORKLOADS
+    unknown = [t for t in chosen if t not in known]
+    if unknown or not chosen:
+        raise ValueError(f"unknown workloads {unknown}; choose from {','.join(known)}")
+    return chosen
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    sizes = with_overrides(QUICK if args.quick else Sizes(), duration_s=args.duration, clients=args.clients,
+                           bulk_keys=args.bulk_keys, bulk_batch=args.bulk_batch,
+                           failover_trials=args.failover_trials)
+    workloads = _workloads(args.workloads)
+    systems: tuple[str, ...] = (RAFTKV,)
+    version = etcd_version()
+    if args.compare == ETCD:
+        if version is None:
+            print(f"{INSTALL_HINT}\nrunning raftkv only.", file=sys.stderr)
+        else:
+            systems = (RAFTKV, ETCD)
+    rounds = 1 if args.quick else args.rounds
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="raftkv-bench-", dir="."))
+    work_dir = work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    options = RunOptions(systems, workloads, rounds, sizes, work_dir, args.keep)
+    registry = Registry()
+    try:
+        with stopping.handling_signals():
+            described = machine.describe(work_dir, version)
+            print(f"machine: {machine.summary_line(described)}", file=sys.stderr)
+            results = run_rounds(options, registry)
+    except KeyboardInterrupt:
+        print("interrupted: every process the bench started has been stopped", file=sys.stderr)
+        return 130
+    finally:
+        registry.stop_all()
+        if not args.keep and args.work_dir is None:
+            _remove_tree(work_dir)
+    rows = summarize(results)
+    command = _command_line(sys.argv)
+    args.json.write_text(json.dumps(to_json(described, command, asdict(sizes), results, rows), indent=2) + "\n")
+    render = format_markdown if args.markdown else format_table
+    print(render(rows, with_etcd=ETCD in systems))
+    print(f"\nmachine: {machine.summary_line(described)}\nrounds: {rounds} (medians)  json: {args.json}")
+    failed = [f"round {r.round} {r.system}: {r.error}" for r in results if r.error]
+    for line in failed:
+        print(f"FAILED {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _command_line(argv: Sequence[str]) -> str:
+    """How this run was started, as `raftkv bench ...` (from `raftkv bench` or `python -m kv.tools.bench`)."""
+    rest = list(argv[1:])
+    if "bench" in rest:
+        rest = rest[rest.index("bench") + 1:]
+    return shlex.join(["raftkv", "bench", *rest])
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftkv bench",
+        description="Start a local three-node raftkv cluster (fsync on, as shipped) and run the standard "
+                    "workloads W1..W9; with --compare etcd, also a three-member etcd cluster, side by side.")
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return run(args, parser)
+    except KeyboardInterrupt:  # before run() took over the signals
+        return 130
+    except ValueError as error:
+        parser.error(str(error))
+        return 2

@@ -1,0 +1,99 @@
+"""A local three-node raftkv cluster for the bench: `python -m kv serve` processes as shipped
+(fsync on, default timing), each in its own process group."""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kv.tools.bench import stopping
+from kv.tools.bench.processes import Child, MemberProcesses, Registry
+from kv.tools.bench.systems import LEASE, LINEARIZABLE, STALE
+from kv.client.client import Client
+from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
+from statemachine.commands import CommandLimits
+
+POLL_S = 0.05
+# The server refuses a write with more ops than this (its per-write op limit).
+MAX_BULK_OPS = CommandLimits().max_ops
+
+
+class RaftkvTarget:
+    """kv.Client as a bench Target."""
+
+    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
+        self.client = Client(list(endpoints), timeout=timeout_s)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.client.put(key, value)
+
+    def get(self, key: bytes, consistency: str = LINEARIZABLE) -> bytes | None:
+        return self.client.get(key, consistency=consistency)
+
+    def bulk_put(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
+        self.client.batch(pairs)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RaftkvCluster(MemberProcesses):
+    system = "raftkv"
+    max_bulk_ops = MAX_BULK_OPS
+    consistencies = (LINEARIZABLE, LEASE, STALE)
+
+    def __init__(self, work_dir: Path, registry: Registry, nodes: int = 3, extra_args: Sequence[str] = ()) -> None:
+        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(free_ports(nodes))}
+        self.specs = {name: NodeSpec(name, address, work_dir / name, peers, tuple(extra_args))
+                      for name, address in peers.items()}
+        self.members = list(self.specs)
+        self.registry = registry
+        self.children = {name: Child(name, serve_command(spec), work_dir / f"{name}.log", env=child_env())
+                         for name, spec in self.specs.items()}
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [spec.listen for spec in self.specs.values()]
+
+    def target(self, timeout_s: float) -> RaftkvTarget:
+        return RaftkvTarget(self.endpoints, timeout_s)
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Status of every running member, by name (an unreachable one has an "error" key)."""
+        running = [name for name in self.members if self.children[name].running]
+        with Client([self.specs[n].listen for n in running], timeout=1.0) as client:
+            return dict(zip(running, client.status()))
+
+    def leader(self) -> str | None:
+        return self._leader_of(self.statuses())
+
+    @staticmethod
+    def _leader_of(statuses: dict[str, dict[str, Any]]) -> str | None:
+        """The leader every member in `statuses` agrees on, if any."""
+        if not statuses or any("error" in s for s in statuses.values()):
+            return None
+        leaders = {s["leader"] for s in statuses.values()}
+        leader = leaders.pop() if len(leaders) == 1 else None
+        if leader not in statuses or statuses[leader]["role"] != "leader":
+            return None
+        return leader
+
+    def wait_healthy(self, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while time.monotonic() < deadline:
+            stopping.check()
+            try:
+                statuses = self.statuses()
+                leader = self._leader_of(statuses)
+                if leader is not None:
+                    commit = statuses[leader]["commit_index"]
+                    if all(s["applied_index"] >= commit for s in statuses.values()):
+                        return leader
+                last = statuses
+            except Exception as error:  # noqa: BLE001 - members come and go while we poll
+                last = error
+            time.sleep(POLL_S)  # processes give no event to await; poll their status
+        tails = "\n".join(f"== {name}\n{child.log_tail()}" for name, child in self.children.items())
+        raise RuntimeError(f"raftkv cluster not healthy after {timeout_s:.0f}s; last status: {last!r}\n{tails}")

@@ -1,0 +1,502 @@
+"""The `raftkv` command (also `python -m kv`): run a node, talk to a cluster, start a local one."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from kv.tools.grpc_io import prefer_polling_io_manager
+
+# Before the imports below pull in grpc: gRPC reads its I/O manager choice when first imported.
+POLLING_IO_CHOSEN = prefer_polling_io_manager()
+
+from kv.client.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC runtime choice)
+from kv.errors import RaftKVError
+from kv.tools.spark import cli as spark_cli
+from snapshot.errors import SnapshotError
+from raft.core.config import CoreConfig
+from raft.log import LOG_STORES, LogStoreError
+from raft.node.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN,
+    DEFAULT_NODE_ID,
+    EVENT_LOOPS,
+    PEER_TRANSPORTS,
+    NodeConfig,
+    parse_peers,
+)
+
+DEFAULT_ENDPOINTS = DEFAULT_LISTEN
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Exit codes: 1 for a failed request or an absent key (argparse exits 2 for a bad command line).
+EXIT_FAILED = 1
+
+_DEFAULT_CORE = CoreConfig()
+_DEFAULT_NODE = NodeConfig()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the examples' line breaks, and show a flag's default unless its help already talks
+    about it or there is nothing worth showing (flags, empty values)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftkv", formatter_class=_Formatter,
+        description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
+        epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
+               "  raftkv cluster up --nodes 3         a local three-node cluster\n"
+               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve(commands)
+    client_options = _client_options()
+    _add_put(commands, client_options)
+    _add_get(commands, client_options)
+    _add_delete(commands, client_options)
+    _add_scan(commands, client_options)
+    _add_status(commands, client_options)
+    _add_cluster(commands)
+    _add_snapshot(commands, client_options)
+    spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
+    _add_bench(commands)
+    return parser
+
+
+def _client_options() -> argparse.ArgumentParser:
+    """--endpoints / --timeout, shared by every command that talks to a cluster."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
+                         help="comma-separated addresses of cluster members; the client finds the leader")
+    options.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
+                         help="give up (and exit 1) after this long, retries included")
+    return options
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", formatter_class=_Formatter, help="run a node",
+        description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
+                    f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
+        epilog="a three-node cluster, one command per member:\n"
+               "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
+               "               --peers n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003")
+    serve.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="this member's id")
+    serve.add_argument("--listen", default=None, metavar="HOST:PORT",
+                       help=f"where to bind the gRPC server (default: this member's address in --peers, "
+                            f"else {DEFAULT_LISTEN})")
+    serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="where the log, state and snapshots live")
+    serve.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
+                       help="every member (this one included) and where this node reaches it; empty: a single-node cluster")
+    serve.add_argument("--cluster-id", default=None,
+                       help="peers refuse messages from another cluster (default: derived from the member list)")
+    serve.add_argument("--snapshot-threshold", type=_positive_int, default=_DEFAULT_NODE.snapshot_threshold,
+                       metavar="N", help="take a snapshot after this many applied entries")
+    serve.add_argument("--election-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.election_timeout_ms,
+                       metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
+    serve.add_argument("--heartbeat-interval-ms", type=_positive_int, default=_DEFAULT_CORE.heartbeat_interval_ms,
+                       metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
+    serve.add_argument("--lazy-push-ms", type=_non_negative_int, default=_DEFAULT_CORE.lazy_push_ms, metavar="MS",
+                       help="thrifty replication: new entries go at once only to the followers a majority "
+                            "needs; the others get full batches, and the rest at least every MS; 0: every "
+                            "follower gets every entry at once")
+    serve.add_argument("--eager-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.eager_timeout_ms,
+                       metavar="MS", help="a follower that leaves a batch unanswered this long loses its place "
+                                          "among those sent every entry at once (what a stopped follower costs a "
+                                          "write); so does one that answers more than twice as slowly as another "
+                                          "and by more than a tenth of this")
+    serve.add_argument("--eager-trial-every-ms", type=_non_negative_int, default=_DEFAULT_CORE.eager_trial_every_ms,
+                       metavar="MS", help="this often (and once soon after an election) a lazy follower is tried "
+                                          f"as the eager one for {_DEFAULT_CORE.eager_trial_ms} ms and kept if it "
+                                          "answers clearly faster; 0: no trials")
+    serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
+                       metavar="BYTES", help="largest value a client may write")
+    serve.add_argument("--no-fsync", dest="fsync", action="store_false",
+                       help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
+    serve.add_argument("--log-store", choices=LOG_STORES, default=_DEFAULT_NODE.log_store,
+                       help="the log's format on disk: wal (a write-ahead log of preallocated segments, one "
+                            "fdatasync per write), lmdb (the LMDB log of earlier versions), or auto: whichever "
+                            "--data-dir holds, wal for a new one")
+    serve.add_argument("--grpc-servers", type=_positive_int, default=_DEFAULT_NODE.grpc_servers, metavar="N",
+                       help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a time, so "
+                            "more take calls from many client connections in faster")
+    serve.add_argument("--read-hold-ms", type=_non_negative_float, default=_DEFAULT_NODE.read_hold_ms, metavar="MS",
+                       help="on a busy leader, hold a linearizable read up to MS before its ReadIndex round so "
+                            "one round serves more reads; 0: off")
+    serve.add_argument("--read-hold-siblings", type=_non_negative_int, default=_DEFAULT_NODE.read_hold_siblings,
+                       metavar="N", help="hold a read only when at least N other reads are waiting "
+                                         "(a lone reader is never held)")
+    serve.add_argument("--read-spin-us", type=_non_negative_int, default=_DEFAULT_NODE.read_spin_us, metavar="US",
+                       help="while a lone linearizable read waits for its round, and US after it is served, the "
+                            "leader polls instead of sleeping: lower latency for one reader, at the price of a "
+                            "busy core for that long; 0: off")
+    serve.add_argument("--follower-yield-entries", type=_non_negative_int,
+                       default=_DEFAULT_NODE.follower_yield_entries, metavar="N",
+                       help="a follower saving or applying more than N entries at once lets other processes "
+                            "on its CPU run first, and again every N entries applied, so that a lazy "
+                            "follower's batch does not hold up the processes on a write's path; 0: never")
+    serve.add_argument("--peer-transport", choices=PEER_TRANSPORTS, default=_DEFAULT_NODE.peer_transport,
+                       help="how Raft messages travel between members: tcp (framed on a plain TCP connection "
+                            "to each peer's --peer-port, about five times cheaper per message) or grpc (a "
+                            "gRPC stream on --listen: one port per member)")
+    serve.add_argument("--peer-port", type=_port_or_zero, default=_DEFAULT_NODE.peer_port, metavar="PORT",
+                       help="where this member takes its peers' message connections (tcp transport), on "
+                            "--listen's host; 0: any free port, which peers learn through --listen")
+    serve.add_argument("--peer-message-addresses", default="", metavar="ID=HOST:PORT,...",
+                       help="where to send each named member its messages (tcp transport) when a proxy or NAT "
+                            "stands between: the forwarded address of its --peer-port; members not named are "
+                            "reached at their --peers host and the port they tell")
+    serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                       help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
+    serve.set_defaults(run=_run_serve, command_parser=serve)
+
+
+def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    put = commands.add_parser("put", parents=[client_options], formatter_class=_Formatter,
+                              help="write a value", description="Write VALUE under KEY; prints the raft index.")
+    put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
+    put.add_argument("value", metavar="VALUE", help="the value (UTF-8)")
+    put.set_defaults(run=_run_put, command_parser=put)
+
+
+def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    get = commands.add_parser("get", parents=[client_options], formatter_class=_Formatter,
+                              help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
+    get.add_argument("key", metavar="KEY", help="the key")
+    _add_consistency(get)
+    get.set_defaults(run=_run_get, command_parser=get)
+
+
+def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    delete = commands.add_parser("delete", parents=[client_options], formatter_class=_Formatter,
+                                 help="delete a key", description="Delete KEY; prints whether it existed.")
+    delete.add_argument("key", metavar="KEY", help="the key")
+    delete.set_defaults(run=_run_delete, command_parser=delete)
+
+
+def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    scan = commands.add_parser("scan", parents=[client_options], formatter_class=_Formatter,
+                               help="list keys in order",
+                               description="Print KEY<TAB>VALUE lines in key order: keys starting with "
+                                           "--prefix, or in [--start, --end).")
+    scan.add_argument("--prefix", default=None, help="only keys starting with this")
+    scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
+    scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
+    scan.add_argument("--limit", type=_positive_int, default=100, help="at most this many pairs")
+    _add_consistency(scan)
+    scan.set_defaults(run=_run_scan, command_parser=scan)
+
+
+def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    status = commands.add_parser("status", parents=[client_options], formatter_class=_Formatter,
+                                 help="show each member's role and indexes",
+                                 description="Ask every endpoint for its status; exit 1 when none answers.")
+    status.add_argument("--json", action="store_true",
+                        help="print a JSON list with one object per endpoint (id, role, term, leader, "
+                             "commit_index, applied_index, snapshot_index, peers on the leader)")
+    status.set_defaults(run=_run_status, command_parser=status)
+
+
+def _add_cluster(commands: Any) -> None:
+    cluster = commands.add_parser("cluster", formatter_class=_Formatter, help="run a local cluster",
+                                  description="Run a local cluster of raftkv nodes for trying raftkv out.")
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("up", formatter_class=_Formatter, help="start a local cluster and wait for Ctrl-C",
+                            description="Start N `raftkv serve` processes on 127.0.0.1 (n1 on --base-port, n2 on "
+                                        "the next port, ...), print their endpoints, stop them all on Ctrl-C.")
+    up.add_argument("--nodes", type=_positive_int, default=3, help="how many members")
+    up.add_argument("--base-port", type=_port, default=7001, help="n1's port; the others follow")
+    up.add_argument("--data-dir", type=Path, default="./raftkv-cluster",
+                    help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
+    up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
+    up.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the members' logging verbosity")
+    up.set_defaults(run=_run_cluster_up, command_parser=up)
+
+
+def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    snap = commands.add_parser("snapshot", formatter_class=_Formatter, help="save, inspect and restore snapshots",
+                               description="Back up a cluster to a snapshot file, check one, or seed a new "
+                                           "cluster from one.")
+    actions = snap.add_subparsers(dest="action", metavar="ACTION", required=True)
+    save = actions.add_parser("save", parents=[client_options], formatter_class=_Formatter,
+                              help="stream a consistent snapshot from the leader to FILE",
+                              description="Ask the leader for a snapshot holding every write acknowledged "
+                                          "before this command (confirmed by a ReadIndex round), stream it to "
+                                          "FILE and verify its size and sha256.")
+    save.add_argument("file", type=Path, metavar="FILE")
+    save.set_defaults(run=_run_snapshot_save, command_parser=save, timeout=600.0)
+    inspect = actions.add_parser("inspect", formatter_class=_Formatter,
+                                 help="print a snapshot's manifest and key count, verify its checksum",
+                                 description="Exit code 1 when the file does not verify.")
+    inspect.add_argument("file", type=Path, metavar="FILE")
+    inspect.set_defaults(run=_run_snapshot_inspect, command_parser=inspect)
+    restore = actions.add_parser(
+        "restore", formatter_class=_Formatter, help="prepare a data directory for a new cluster from FILE",
+        description="Create --data-dir (which must be empty or absent) so that `raftkv serve` with the same "
+                    "--id, --peers and --data-dir starts a NEW cluster holding the snapshot's data. The new "
+                    "cluster gets a new cluster id, so it cannot be confused with the old one; for a multi-node "
+                    "cluster restore every member from the same file with the same --cluster-id.",
+        epilog="example, three members:\n"
+               "  raftkv snapshot restore backup.snap --data-dir ./data/n1 --id n1 --peers $PEERS --cluster-id c-restored\n"
+               "  (same for n2 and n3), then raftkv serve --id n1 --data-dir ./data/n1 --peers $PEERS")
+    restore.add_argument("file", type=Path, metavar="FILE")
+    restore.add_argument("--data-dir", type=Path, required=True, help="the new member's data directory")
+    restore.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="the new member's id")
+    restore.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
+                         help="the new cluster's members (default: this one alone on 127.0.0.1:7001)")
+    restore.add_argument("--cluster-id", default=None, help="the new cluster's id (default: a new random one)")
+    restore.set_defaults(run=_run_snapshot_restore, command_parser=restore)
+
+
+def _add_bench(commands: Any) -> None:
+    from kv.tools.bench.cli import add_arguments
+    bench = commands.add_parser("bench", formatter_class=_Formatter,
+                                help="benchmark a local cluster, optionally against etcd",
+                                description="Start a local three-node raftkv cluster (fsync on) and run the standard "
+                                            "workloads W1..W9; --compare etcd runs a three-member etcd cluster side "
+                                            "by side and prints raftkv / etcd ratios.")
+    add_arguments(bench)
+    bench.set_defaults(run=_run_bench, command_parser=bench)
+
+
+def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kv.tools.bench.cli import run
+    return run(args, parser)
+
+
+def _add_consistency(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--consistency", choices=tuple(CONSISTENCY), default="linearizable",
+                        help="linearizable: confirmed by a quorum; lease: the leader's lease; stale: any node's local state")
+
+
+# ---- argument types ------------------------------------------------------------------------
+
+def _at_least(kind: Callable[[str], float], minimum: int) -> Callable[[str], Any]:
+    """An argparse type: a number (int or float, as `kind` parses) no smaller than `minimum`."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+        if not value >= minimum:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return parse
+
+
+_positive_int = _at_least(int, 1)
+_non_negative_int = _at_least(int, 0)
+_non_negative_float = _at_least(float, 0)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value
+
+
+def _port_or_zero(text: str) -> int:
+    return 0 if text.strip() == "0" else _port(text)
+
+
+# ---- serve ---------------------------------------------------------------------------------
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
+    peers = parse_peers(args.peers)
+    listen = args.listen or peers.get(args.node_id) or DEFAULT_LISTEN
+    if ":" not in listen:
+        raise ValueError(f"bad --listen {listen!r}: expected host:port")
+    election, heartbeat = args.election_timeout_ms, args.heartbeat_interval_ms
+    # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
+    lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
+    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease,
+                      lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms,
+                      eager_trial_every_ms=args.eager_trial_every_ms)
+    return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
+                      cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
+                      fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
+                      grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
+                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
+                      follower_yield_entries=args.follower_yield_entries,
+                      peer_transport=args.peer_transport,
+                      peer_port=args.peer_port, log_store=args.log_store,
+                      peer_message_addresses=parse_peers(args.peer_message_addresses))
+
+
+def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        config = node_config(args)
+    except ValueError as bad:
+        parser.error(str(bad))  # exits 2 with the usage line
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s")
+    try:
+        # Imported here: the client commands do not need the server's dependencies.
+        from kv.server.server import serve
+    except ImportError as missing:
+        raise ValueError(f"the server cannot start: {missing}") from None
+    serve(config, args.event_loop)
+    return 0
+
+
+# ---- client commands -----------------------------------------------------------------------
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.endpoints, timeout=args.timeout)
+
+
+def _write_line(data: bytes, out: TextIO) -> None:
+    """Values are bytes: write them as they are, not as Python's repr."""
+    out.flush()
+    out.buffer.write(data + b"\n")
+    out.buffer.flush()
+
+
+def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        index = client.put(args.key, args.value)
+    print(f"OK index={index}")
+    return 0
+
+
+def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        value = client.get(args.key, consistency=args.consistency)
+    if value is None:
+        print(f"not found: {args.key}", file=sys.stderr)
+        return EXIT_FAILED
+    _write_line(value, sys.stdout)
+    return 0
+
+
+def _run_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        existed = client.delete(args.key)
+    print("deleted" if existed else "not found (nothing to delete)")
+    return 0
+
+
+def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.prefix is not None and (args.start is not None or args.end is not None):
+        parser.error("give either --prefix or --start/--end, not both")
+    with _client(args) as client:
+        items = client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit,
+                            consistency=args.consistency)
+    for key, value in items:
+        _write_line(key + b"\t" + value, sys.stdout)
+    return 0
+
+
+def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    with _client(args) as client:
+        statuses = client.status()
+    print(json.dumps(statuses, indent=2) if args.json else format_status_table(statuses))
+    return EXIT_FAILED if all("error" in s for s in statuses) else 0
+
+
+STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")
+
+
+def format_status_table(statuses: Sequence[dict[str, Any]]) -> str:
+    """One row per endpoint; an unreachable one shows its error instead."""
+    header = [c.upper() for c in STATUS_COLUMNS]
+    rows = [["-" if s.get(c) is None else str(s[c]) for c in STATUS_COLUMNS] for s in statuses if "error" not in s]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(STATUS_COLUMNS))]
+    widths[0] = max([widths[0]] + [len(s["address"]) for s in statuses if "error" in s])
+    lines = []
+    next_row = iter(rows)  # the rows of the answering endpoints, in order
+    for status in statuses:
+        if "error" in status:
+            lines.append(f"{status['address'].ljust(widths[0])}  error: {status['error']}")
+        else:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(next(next_row), widths)).rstrip())
+    return "\n".join(["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), *lines])
+
+
+# ---- snapshots -----------------------------------------------------------------------------
+
+def _run_snapshot_save(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    def progress(received: int, total: int) -> None:
+        if sys.stderr.isatty() or received == total:
+            width = 30
+            done = width * received // max(total, 1)
+            print(f"\r[{'#' * done}{'.' * (width - done)}] {received / 1e6:8.1f} / {total / 1e6:.1f} MB",
+                  end="" if received < total else "\n", file=sys.stderr, flush=True)
+
+    with _client(args) as client:
+        manifest = client.save_snapshot(args.file, timeout=args.timeout, progress=progress)
+    size = args.file.stat().st_size
+    print(f"saved {args.file}: index {manifest['index']} term {manifest['term']}, {manifest['key_count']} keys, "
+          f"{size} bytes, payload sha256 {manifest['sha256']}")
+    return 0
+
+
+def _run_snapshot_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    report = Client.inspect_snapshot(args.file)
+    print(json.dumps(report, indent=2, default=str))
+    return 0 if report.get("checksum_ok") and not report.get("error") else EXIT_FAILED
+
+
+def _run_snapshot_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    peers = parse_peers(args.peers) if args.peers else {args.node_id: DEFAULT_LISTEN}
+    cluster_id = Client.restore_snapshot(args.file, args.data_dir, args.node_id, peers, args.cluster_id)
+    peer_flag = f" --peers {args.peers}" if args.peers else ""
+    print(f"restored {args.file} into {args.data_dir} (new cluster id {cluster_id}); start it with:\n"
+          f"  raftkv serve --id {args.node_id} --data-dir {args.data_dir}{peer_flag} --cluster-id {cluster_id}")
+    return 0
+
+
+# ---- cluster up ----------------------------------------------------------------------------
+
+def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kv.tools import cluster_up
+
+    extra = ["--log-level", args.log_level] + ([] if args.fsync else ["--no-fsync"])
+    return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra)
+
+
+# ---- entry point ---------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.run
+    try:
+        return run(args, args.command_parser)
+    except (RaftKVError, SnapshotError, LogStoreError, ValueError, TypeError, OSError) as error:
+        print(f"raftkv {args.command}: error: {_describe(error)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _describe(error: Exception) -> str:
+    kind = getattr(error, "kind", None)
+    return f"{kind}: {error}" if kind else str(error)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
