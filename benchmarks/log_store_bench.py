@@ -1,6 +1,6 @@
-"""Micro-benchmark of the log stores' save: entries/s and syncs/s (one durable write per save) for
-batches of 1, 16 and 256 entries of 300 bytes, on the write-ahead log (WalLogStore) and on LMDB
-(LmdbLogStore), and the p50 of a one-entry save. Not a test; run it by hand:
+"""Micro-benchmark of the log's save: entries/s and syncs/s (one durable write per save) for
+batches of 1, 16 and 256 entries of 300 bytes on the write-ahead log (WalLogStore), and the p50 of
+a save. Not a test; run it by hand:
 
     python benchmarks/log_store_bench.py [--seconds 2] [--dir /path/on/the/disk/to/measure] [--no-fsync]
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from raft.core.types import Entry, HardState  # noqa: E402
-from raft.log import LmdbLogStore, WalLogStore  # noqa: E402
+from raft.log import WalLogStore  # noqa: E402
 
 PAYLOAD = b"v" * 300
 BATCHES = (1, 16, 256)
@@ -38,11 +38,8 @@ class Result:
         return self.saves * self.batch / self.seconds
 
 
-STORES = {"wal": WalLogStore, "lmdb": LmdbLogStore}
-
-
-def measure(kind: str, directory: Path, batch: int, seconds: float, fsync: bool) -> Result:
-    with STORES[kind](directory, fsync=fsync) as store:
+def measure(directory: Path, batch: int, seconds: float, fsync: bool) -> Result:
+    with WalLogStore(directory, fsync=fsync) as store:
         next_index, saves, took = 1, 0, []
         started = time.perf_counter()
         deadline = started + seconds
@@ -65,12 +62,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         print(f"store under {root}, fsync={'off' if args.no_fsync else 'on'}, payload {len(PAYLOAD)} B")
         per_save = "commits/s" if args.no_fsync else "fsyncs/s"  # one commit per save, fsynced when on
-        print(f"{'store':>5} {'batch':>6} {'saves':>8} {per_save:>10} {'entries/s':>11} {'p50 ms':>7}")
-        for kind in STORES:
-            for batch in BATCHES:
-                r = measure(kind, Path(root) / f"{kind}-{batch}", batch, args.seconds, fsync=not args.no_fsync)
-                print(f"{kind:>5} {r.batch:>6} {r.saves:>8} {r.saves_per_second:>10.0f} "
-                      f"{r.entries_per_second:>11.0f} {r.p50_ms:>7.3f}")
+        print(f"{'batch':>6} {'saves':>8} {per_save:>10} {'entries/s':>11} {'p50 ms':>7}")
+        for batch in BATCHES:
+            r = measure(Path(root) / f"wal-{batch}", batch, args.seconds, fsync=not args.no_fsync)
+            print(f"{r.batch:>6} {r.saves:>8} {r.saves_per_second:>10.0f} {r.entries_per_second:>11.0f} {r.p50_ms:>7.3f}")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,7 @@ the reader's hop, so a lone request keeps to its stream (`PipelineHub.enter`).
 
 A late reply cannot answer a later request: tags are never reused. When the call fails, every
 request waiting on it fails as unavailable (retryable; a write keeps its client id and seq, so a
-retry applies it at most once), and the next request opens a new call. A node from before
-KV.Pipeline answers UNIMPLEMENTED; its address is then left to streams for a minute
-(`RECHECK_UNIMPLEMENTED_S`), after which a pipeline is tried again, so that a node upgraded in a
-rolling restart gets pipelines without restarting its clients. The pipelines close when the
+retry applies it at most once), and the next request opens a new call. The pipelines close when the
 process's last Client closes (one collected without close() counts out at the hub's next use)."""
 from __future__ import annotations
 
@@ -21,7 +18,6 @@ import itertools
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -37,10 +33,6 @@ MAX_REQUESTS_PER_MESSAGE = 64
 MAX_BYTES_PER_MESSAGE = 4 << 20
 
 _END = None  # put on the request queue: half-close the call
-# How long an address that answered UNIMPLEMENTED is left to streams before a pipeline is tried
-# again. Each retry costs the one request it carries an UNAVAILABLE attempt, which the Client
-# retries on its stream.
-RECHECK_UNIMPLEMENTED_S = 60.0
 
 
 class ReplyWaiter:
@@ -79,11 +71,10 @@ class Pipeline:
     """One KV.Pipeline call to one node, on a channel it owns and closes when the call ends.
     `call` may be used by any number of threads at once."""
 
-    def __init__(self, channel: grpc.Channel, address: str, on_unimplemented: Callable[[str], None]) -> None:
+    def __init__(self, channel: grpc.Channel, address: str) -> None:
         self.address = address
         self._channel = channel
         self.broken = False
-        self._on_unimplemented = on_unimplemented
         self._tags = itertools.count(1)
         self._lock = threading.Lock()
         self._waiting: dict[int, ReplyWaiter] = {}
@@ -130,8 +121,6 @@ class Pipeline:
                     if waiter is not None:  # None: its caller gave up waiting
                         waiter.set_reply(reply)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                self._on_unimplemented(self.address)
             why = f"failed the pipeline: {e.code().name} {e.details() or ''}".rstrip()
         except Exception as e:  # noqa: BLE001 - a reply that does not parse, say: fail the callers, never hang them
             why = f"failed the pipeline: {e!r}"
@@ -188,13 +177,11 @@ class PipelineHub:
     """The process's pipelines, one per node address, and its count of requests in flight per
     address (over streams and pipelines alike), which decides where the next one goes."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clock = clock
         self._clients = 0
         self._inflight: dict[str, int] = {}
         self._pipelines: dict[str, Pipeline] = {}
-        self._unimplemented: dict[str, float] = {}  # address -> when it answered UNIMPLEMENTED
         # Memberships of Clients collected without close(), left here by their finalizers and
         # released at the hub's next attach or enter (see Membership.release_later).
         self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
@@ -231,23 +218,13 @@ class PipelineHub:
             self._leave(membership)
 
     def enter(self, address: str) -> bool:
-        """Count a request to `address`; True when another is in flight there already (and the
-        node takes pipelines), so this one should go on the pipeline. Pair with `leave`."""
+        """Count a request to `address`; True when another is in flight there already, so this
+        one should go on the pipeline. Pair with `leave`."""
         self._release_collected()
         with self._lock:
             busy = self._inflight.get(address, 0)
             self._inflight[address] = busy + 1
-            return busy > 0 and self._takes_pipelines(address)
-
-    def _takes_pipelines(self, address: str) -> bool:
-        """(under the lock) False while `address` is left to streams."""
-        refused = self._unimplemented.get(address)
-        if refused is None:
-            return True
-        if self._clock() - refused < RECHECK_UNIMPLEMENTED_S:
-            return False
-        del self._unimplemented[address]
-        return True
+            return busy > 0
 
     def leave(self, address: str) -> None:
         with self._lock:
@@ -260,19 +237,15 @@ class PipelineHub:
             pipeline = self._pipelines.get(address)
             if pipeline is not None and not pipeline.broken:
                 return pipeline
-            pipeline = self._pipelines[address] = Pipeline(open_channel(), address, self._left_to_streams)
+            pipeline = self._pipelines[address] = Pipeline(open_channel(), address)
             return pipeline
 
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's calls and threads are not there; start afresh (its
         Clients are, and still count)."""
         self._lock = threading.Lock()
-        self._inflight, self._pipelines, self._unimplemented = {}, {}, {}
+        self._inflight, self._pipelines = {}, {}
         self._collected = queue.SimpleQueue()
-
-    def _left_to_streams(self, address: str) -> None:
-        with self._lock:
-            self._unimplemented[address] = self._clock()
 
 
 # Shared by every Client of the process: sharing is the point (16 clients' requests to one node

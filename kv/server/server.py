@@ -19,7 +19,7 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.kv_service import KVHandler, KVServicer
 from raftkv_proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
-from raft.log import DiskLogStore, open_log_store
+from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
@@ -38,7 +38,7 @@ class RunningServer:
     config: NodeConfig
     node: RaftNode
     handler: KVHandler
-    log_store: DiskLogStore
+    log_store: WalLogStore
     fsm: ReplaceableStateMachine
     servers: ServerGroup
     exports: ExportHandler
@@ -63,7 +63,7 @@ class RunningServer:
 async def start_server(config: NodeConfig) -> RunningServer:
     """Open the stores under config.data_dir, start the node and serve on config.listen."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    log_store = open_log_store(config.data_dir, config.log_store, max_bytes=config.log_map_size, fsync=config.fsync)
+    log_store = open_log_store(config.data_dir, max_bytes=config.log_map_size, fsync=config.fsync)
     fsm: ReplaceableStateMachine | None = None
     node: RaftNode | None = None
     servers: ServerGroup | None = None
@@ -106,7 +106,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
 
 
-def reconcile_state_and_log(log_store: DiskLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
+def reconcile_state_and_log(log_store: WalLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
     """Bring the state machine and the log back into agreement after a crash at a bad moment.
 
     - The state (which skips fsync) may be behind the log's compaction point after an OS crash:

@@ -19,7 +19,7 @@ from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
 from raft.core.config import CoreConfig
-from raft.log import LOG_STORES, LogStoreError
+from raft.log import LogStoreError
 from raft.node.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -123,10 +123,6 @@ def _add_serve(commands: Any) -> None:
                        metavar="BYTES", help="largest value a client may write")
     serve.add_argument("--no-fsync", dest="fsync", action="store_false",
                        help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
-    serve.add_argument("--log-store", choices=LOG_STORES, default=_DEFAULT_NODE.log_store,
-                       help="the log's format on disk: wal (a write-ahead log of preallocated segments, one "
-                            "fdatasync per write), lmdb (the LMDB log of earlier versions), or auto: whichever "
-                            "--data-dir holds, wal for a new one")
     serve.add_argument("--grpc-servers", type=_positive_int, default=_DEFAULT_NODE.grpc_servers, metavar="N",
                        help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a time, so "
                             "more take calls from many client connections in faster")
@@ -343,7 +339,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
                       follower_yield_entries=args.follower_yield_entries,
                       peer_transport=args.peer_transport,
-                      peer_port=args.peer_port, log_store=args.log_store,
+                      peer_port=args.peer_port,
                       peer_message_addresses=parse_peers(args.peer_message_addresses))
 
 

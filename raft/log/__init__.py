@@ -1,9 +1,18 @@
-"""The log store on disk: entries by index, hard state, and the before_begin boundary. A
-write-ahead log of preallocated segments by default (wal_store.py), or LMDB (lmdb_store.py)."""
+"""The log store on disk: a write-ahead log of preallocated segments with chained CRCs
+(wal_store.py), holding entries by index, the hard state and the before_begin boundary."""
+from pathlib import Path
+
 from raft.log.errors import LogCorruptionError, LogFullError, LogStoreError, LogWriteError
-from raft.log.lmdb_store import LmdbLogStore
-from raft.log.opening import LOG_STORES, DiskLogStore, LogStoreMismatchError, log_store_kind, open_log_store
 from raft.log.wal_store import WalLogStore
 
-__all__ = ["LOG_STORES", "DiskLogStore", "LmdbLogStore", "LogCorruptionError", "LogFullError", "LogStoreError",
-           "LogStoreMismatchError", "LogWriteError", "WalLogStore", "log_store_kind", "open_log_store"]
+# Where a node's log lives in its data directory.
+LOG_DIR = "wal"
+
+
+def open_log_store(data_dir: Path, *, max_bytes: int = 8 << 30, fsync: bool = True) -> WalLogStore:
+    """Open (or create) the log of a node's data directory; `max_bytes` caps its size on disk."""
+    return WalLogStore(Path(data_dir) / LOG_DIR, max_bytes=max_bytes, fsync=fsync)
+
+
+__all__ = ["LOG_DIR", "LogCorruptionError", "LogFullError", "LogStoreError", "LogWriteError", "WalLogStore",
+           "open_log_store"]

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raft.core.config import CoreConfig
-from raft.log.opening import LOG_STORES
 from raft.transport.address import split_address
 
 DEFAULT_LISTEN = "127.0.0.1:7001"
@@ -24,7 +23,7 @@ class NodeConfig:
     # Where this node binds its gRPC services (peer, client, export).
     listen: str = DEFAULT_LISTEN
     # grpc.aio servers sharing `listen` (SO_REUSEPORT). Each accepts one call at a time, so with
-    # many client connections more servers take calls in faster (kv/server_group.py).
+    # many client connections more servers take calls in faster (kv/server/server_group.py).
     grpc_servers: int = 8
     # member id -> address where this node reaches it (may differ from the member's --listen, e.g.
     # through a proxy). Must include this node. Empty means a single-node cluster of just us.
@@ -70,13 +69,8 @@ class NodeConfig:
     peer_message_addresses: dict[str, str] = field(default_factory=dict)
     # Every peer RPC carries this deadline.
     rpc_timeout_ms: int = 1000
-    # Which log store (`raftkv serve --log-store`): "wal", the write-ahead log in DATA_DIR/wal (one
-    # fdatasync per write into preallocated segments); "lmdb", the LMDB log store of earlier
-    # versions in DATA_DIR/log; "auto" (the default), whichever the data directory holds, "wal"
-    # for a new one (raft/log/opening.py).
-    log_store: str = "auto"
-    # The most space the log may take on disk (for LMDB its map size: a sparse file that costs
-    # nothing until used) and the state's LMDB map size.
+    # The most space the log may take on disk, and the state's LMDB map size (a sparse file that
+    # costs nothing until used).
     log_map_size: int = 8 << 30
     state_map_size: int = 8 << 30
     # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
@@ -108,8 +102,6 @@ class NodeConfig:
             raise ValueError("--read-spin-us cannot be negative")
         if self.follower_yield_entries < 0:
             raise ValueError("--follower-yield-entries cannot be negative")
-        if self.log_store not in LOG_STORES:
-            raise ValueError(f"--log-store must be one of {', '.join(LOG_STORES)}, not {self.log_store!r}")
         if self.peer_transport not in PEER_TRANSPORTS:
             raise ValueError(f"--peer-transport must be tcp or grpc, not {self.peer_transport!r}")
         if not 0 <= self.peer_port <= 65535:

@@ -597,7 +597,7 @@ class RaftNode:
 
     async def _install_snapshot(self, meta: SnapshotMeta) -> None:
         """Ready.snapshot: swap the state machine to the received snapshot, then reset the log to
-        begin after it (a crash between the two is repaired at start: see kv/server.py)."""
+        begin after it (a crash between the two is repaired at start: see kv/server/server.py)."""
         assert self._snapshots is not None
         received = self._received_snapshot
         if received is None or (received[0].index, received[0].term) != (meta.index, meta.term):

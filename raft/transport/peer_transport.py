@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20
 
 # Options for the node's grpc.aio servers: accept the peers' keepalive pings (without these a
-# server answers frequent pings with GOAWAY "too_many_pings") and large batches. (kv/server_group.py
+# server answers frequent pings with GOAWAY "too_many_pings") and large batches. (kv/server/server_group.py
 # adds SO_REUSEPORT, with its own check that no other process listens on the port.)
 SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -1,7 +1,7 @@
 """`raftkv serve` with (almost) no flags: a single-node store in ./raftkv-data. The defaults
 themselves (127.0.0.1:7001) are checked through the parser in tests/unit/test_cli.py; here the
 one flag given is --listen on a free port, so the test never collides with a real 7001. Then
-`raftkv serve --log-store wal` on a data directory holding an LMDB log: refused at start."""
+`raftkv serve` on a data directory whose log is corrupt: refused at start, in one line."""
 from __future__ import annotations
 
 import queue
@@ -18,7 +18,7 @@ from kv import Client
 from kv.tools.cluster_up import child_env
 from raft.core.types import Entry, EntryType, HardState
 from raftkv_proto import kv_pb2
-from raft.log import LmdbLogStore
+from raft.log import LOG_DIR, WalLogStore
 from tests.integration.cluster import free_ports, wait_until
 
 pytestmark = pytest.mark.integration
@@ -109,32 +109,27 @@ def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path, sigterm
             process.wait()
 
 
-def serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """`raftkv serve --log-store wal` on a data directory an earlier version left with an LMDB log.
-    It must refuse to start: if it started anyway it would serve on --listen until the timeout."""
+def serve_on_a_corrupt_log(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`raftkv serve` on a data directory whose log has garbage where a segment should be. It must
+    refuse to start: if it started anyway it would serve on --listen until the timeout."""
     data_dir = tmp_path / "data"
-    with LmdbLogStore(data_dir / "log", map_size=64 << 20) as store:
+    with WalLogStore(data_dir / LOG_DIR) as store:
         store.save(HardState(1, "n1"), None, [Entry(1, 1, EntryType.NOOP)])
+    for segment in (data_dir / LOG_DIR).iterdir():
+        segment.write_bytes(b"not a raftkv log segment\n" * 4000)
     (port,) = free_ports(1)
     try:
         result = subprocess.run([sys.executable, "-m", "kv", "serve", "--listen", f"127.0.0.1:{port}",
-                                 "--data-dir", str(data_dir), "--log-store", "wal"],
+                                 "--data-dir", str(data_dir)],
                                 cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=30)
     except subprocess.TimeoutExpired as hung:  # subprocess.run has killed it
         raise AssertionError(f"serve did not exit; its stderr:\n{hung.stderr}") from None
-    assert sorted(p.name for p in data_dir.iterdir()) == ["log"]  # nothing created next to the LMDB log
     return result
 
 
-def test_serve_asking_for_wal_on_an_lmdb_log_exits_with_the_mismatch(tmp_path: Path):
-    result = serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path)
-    assert result.returncode != 0, result.stderr
-    assert "an LMDB log (log/), but --log-store wal asks for a write-ahead log" in result.stderr
-    assert "--log-store lmdb" in result.stderr
-
-
-def test_serve_reports_the_log_store_mismatch_as_one_error_line(tmp_path: Path):
-    result = serve_on_an_lmdb_data_dir_asking_for_wal(tmp_path)
+def test_serve_on_a_corrupt_log_exits_with_one_error_line_saying_what_to_do(tmp_path: Path):
+    result = serve_on_a_corrupt_log(tmp_path)
+    assert result.returncode == 1, result.stderr  # kv.tools.cli.EXIT_FAILED, as for its other errors
     assert "Traceback" not in result.stderr, result.stderr
-    assert "raftkv serve: error: " in result.stderr and "--log-store lmdb" in result.stderr
-    assert result.returncode == 1  # kv.tools.cli.EXIT_FAILED, as for its other errors
+    assert "raftkv serve: error: raft log at" in result.stderr and "is corrupt" in result.stderr
+    assert "remove its data directory" in result.stderr

@@ -26,7 +26,7 @@ from kv.errors import (
     from_rpc_error,
     stream_error,
 )
-from kv.client.request_pipeline import MAX_BYTES_PER_MESSAGE, RECHECK_UNIMPLEMENTED_S, PipelineHub, outgoing_messages
+from kv.client.request_pipeline import MAX_BYTES_PER_MESSAGE, PipelineHub, outgoing_messages
 from kv.client import stream_call
 from kv.client.stream_call import CallEnded
 from kv.client.request_stream import MAX_STREAMS_PER_NODE, StreamPool
@@ -158,12 +158,6 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
         except CallEnded as aborted:
             return kv_pb2.StreamReply(error=stream_error(from_rpc_error(aborted)))
         return kv_pb2.StreamReply(**{kind: reply})
-
-
-class StreamsOnlyKV(ScriptedKV):
-    """A node from before KV.Pipeline: the generated base class answers it UNIMPLEMENTED."""
-
-    Pipeline = kv_pb2_grpc.KVServicer.Pipeline
 
 
 @dataclass
@@ -622,39 +616,6 @@ def test_a_failed_pipeline_fails_its_callers_as_unavailable_and_the_next_call_op
     assert fresh.call(kv_pb2.StreamRequest(put=kv_pb2.PutRequest(key=b"k", value=b"v")), 5.0).put.index == 1
     assert node.kv.pipelines_opened == 2
     fresh.close()
-
-
-def test_a_node_without_pipelines_is_left_to_streams(start_node):
-    node = start_node(kind=StreamsOnlyKV)
-    hub = PipelineHub()
-    assert hub.enter(node.address) is False and hub.enter(node.address) is True
-    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
-    with pytest.raises(UnavailableError, match="UNIMPLEMENTED"):
-        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
-    assert hub.enter(node.address) is False  # busy, but the node takes streams only
-
-
-def test_an_address_left_to_streams_is_offered_a_pipeline_again_after_a_while(start_node):
-    """A node upgraded in a rolling restart gets pipelines without its clients restarting."""
-    node = start_node(kind=StreamsOnlyKV)
-    now = [1000.0]
-    hub = PipelineHub(clock=lambda: now[0])
-    hub.enter(node.address)
-    pipeline = hub.pipeline(node.address, lambda: grpc.insecure_channel(node.address))
-    with pytest.raises(UnavailableError, match="UNIMPLEMENTED"):
-        pipeline.call(kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k")), 5.0)
-    now[0] += RECHECK_UNIMPLEMENTED_S - 1
-    assert hub.enter(node.address) is False  # still left to streams
-    now[0] += 1
-    assert hub.enter(node.address) is True  # time to ask again
-
-
-def test_concurrent_calls_to_a_node_without_pipelines_still_succeed(start_node):
-    node = start_node(kind=StreamsOnlyKV)
-    with Client(node.address, timeout=5.0) as client:
-        with futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: client.put(f"k{i}", "v"), range(64)))
-    assert node.kv.count("Put") == 64 and node.kv.pipelines_opened == 0
 
 
 def test_pipelines_close_when_the_last_client_closes(start_node):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import snapshot.install as install
-from raft.log import WalLogStore, log_store_kind, open_log_store
+from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from snapshot import RestoreRefusedError, SnapshotCorruptError, SnapshotManifest, SnapshotStore
 from snapshot.install import install_into_state, recover_state_dir
@@ -46,7 +46,6 @@ def test_restore_makes_a_data_dir_at_the_snapshot(tmp_path: Path, source: tuple[
     assert (data_dir / "cluster_id").read_text().strip() == cluster_id
     # What the node does on start: the stored id wins and is not re-derived from the peers.
     assert resolve_cluster_id(data_dir, None, PEERS) == cluster_id
-    assert log_store_kind(data_dir) == "wal"  # a restored member starts on the default log store
     with open_log_store(data_dir) as log:
         assert isinstance(log, WalLogStore)
         assert log.before_begin() == (manifest.index, manifest.term) == (2500, 4)
