@@ -26,7 +26,7 @@ from statemachine.commands import (
     validate_value,
 )
 from statemachine.errors import InvalidCommandError
-from raft.node.snapshots import SnapshotInfo
+from raft.node.ports import SnapshotInfo
 from snapshot.file_format import read_manifest
 from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
@@ -152,7 +152,7 @@ class KVHandler:
             commit_index=s["commit_index"], applied_index=s["applied_index"], snapshot_index=s["snapshot_index"],
             peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
-            state_size_bytes=self._fsm.size_bytes(), address=self._node.config.peers[self._node.id],
+            state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
 
 
@@ -171,7 +171,7 @@ def kv_error(node: RaftNode, e: BaseException) -> BaseException:
     """The client API's error (kv.errors) for one the node raised: NOT_LEADER with the leader's
     address, QUEUE_FULL, DISK_FULL, UNAVAILABLE; any other exception as it is."""
     if isinstance(e, node_errors.NotLeaderError):
-        return errors.NotLeaderError(e.leader, node.config.peers.get(e.leader) if e.leader else None)
+        return errors.NotLeaderError(e.leader, node.transport.client_address(e.leader) if e.leader else None)
     if isinstance(e, node_errors.QueueFullError):
         return errors.QueueFullError(str(e))
     if isinstance(e, node_errors.DiskFullError):

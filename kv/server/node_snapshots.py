@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kv.server.replaceable_state import ReplaceableStateMachine
-from raft.node.snapshots import SnapshotInfo
+from raft.node.ports import SnapshotInfo
 from snapshot.manifest import SnapshotManifest
 from snapshot.store import SnapshotStore
 from snapshot.transfer import SnapshotReceiver, chunk_file
@@ -37,6 +37,9 @@ class NodeSnapshots:
 
     def receiver(self, source: str) -> SnapshotReceiver:
         return SnapshotReceiver(self.store.directory, source)
+
+    def restore(self, info: SnapshotInfo) -> None:
+        self._state.replace_with(info.path)
 
     def install(self, verified_file: Path) -> SnapshotInfo:
         self._state.replace_with(verified_file)

@@ -23,6 +23,8 @@ from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
+from raft.node.recovery import reconcile_state_and_log
+from raft.transport.network_transport import NetworkTransport
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
 from statemachine.kv_state import KVStateMachine
@@ -75,13 +77,14 @@ async def start_server(config: NodeConfig) -> RunningServer:
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
                                   keep=config.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)
-        node = RaftNode(config, log_store, fsm, fsm_full_errors=(StateFullError,), snapshots=snapshots,
-                        cluster_id=cluster_id)
+        transport = NetworkTransport(config, cluster_id)
+        node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
+                        fsm_full_errors=(StateFullError,))
         handler = KVHandler(node, fsm)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.grpc_servers, [
-            (raft_pb2_grpc.add_RaftPeerServicer_to_server, node.peer_service()),
+            (raft_pb2_grpc.add_RaftPeerServicer_to_server, transport.service),
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
         ])
@@ -100,34 +103,10 @@ async def start_server(config: NodeConfig) -> RunningServer:
                 fsm.close()
             log_store.close()
         raise
-    messages = f", peer messages on port {node.message_port}" if node.message_port else ""
+    messages = f", peer messages on port {transport.message_port}" if transport.message_port else ""
     log.info("node %s serving on %s%s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
              messages, node.cluster_id, ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
-
-
-def reconcile_state_and_log(log_store: WalLogStore, fsm: ReplaceableStateMachine, snapshots: NodeSnapshots) -> None:
-    """Bring the state machine and the log back into agreement after a crash at a bad moment.
-
-    - The state (which skips fsync) may be behind the log's compaction point after an OS crash:
-      restore it from the newest snapshot, which covers that point.
-    - A snapshot install swaps the state first and resets the log second: a crash in between
-      leaves the state ahead of the log, or the log holding entries that disagree with it. The
-      state is committed data, so the log is reset to begin after it."""
-    before_index, _ = log_store.before_begin()
-    if fsm.applied_index < before_index:
-        newest = snapshots.newest()
-        if newest is None or newest.index < before_index:
-            raise RuntimeError(f"the state machine is at {fsm.applied_index}, behind the log's start "
-                               f"{before_index}, and no snapshot covers the gap: the data directory is damaged")
-        log.warning("state at %d is behind the log's start %d: restoring it from the snapshot at %d",
-                    fsm.applied_index, before_index, newest.index)
-        fsm.replace_with(newest.path)
-    applied, term = fsm.applied_index, fsm.applied_term
-    if applied > log_store.last_index() or log_store.term(applied) != term:
-        log.warning("log disagrees with the state at index %d (term %d): the log now begins after it",
-                    applied, term)
-        log_store.reset_to_snapshot(applied, term)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

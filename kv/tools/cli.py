@@ -136,11 +136,6 @@ def _add_serve(commands: Any) -> None:
                        help="while a lone linearizable read waits for its round, and US after it is served, the "
                             "leader polls instead of sleeping: lower latency for one reader, at the price of a "
                             "busy core for that long; 0: off")
-    serve.add_argument("--follower-yield-entries", type=_non_negative_int,
-                       default=_DEFAULT_NODE.follower_yield_entries, metavar="N",
-                       help="a follower saving or applying more than N entries at once lets other processes "
-                            "on its CPU run first, and again every N entries applied, so that a lazy "
-                            "follower's batch does not hold up the processes on a write's path; 0: never")
     serve.add_argument("--peer-transport", choices=PEER_TRANSPORTS, default=_DEFAULT_NODE.peer_transport,
                        help="how Raft messages travel between members: tcp (framed on a plain TCP connection "
                             "to each peer's --peer-port, about five times cheaper per message) or grpc (a "
@@ -337,7 +332,6 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                       grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
-                      follower_yield_entries=args.follower_yield_entries,
                       peer_transport=args.peer_transport,
                       peer_port=args.peer_port,
                       peer_message_addresses=parse_peers(args.peer_message_addresses))

@@ -271,6 +271,17 @@ class RaftCore:
             or self._reads.has_ready(self._applied)
         )
 
+    def ready_is_light(self) -> bool:
+        """Whether the next Ready only sends messages and serves or fails reads and proposals: no
+        role change, nothing to persist, install, apply or stream. A driver may handle such a Ready
+        inside the call that made it. (A leader's dispatchers poll inside ready() only after a
+        proposal, whose entries are unpersisted, so a light Ready never starts a snapshot stream.)"""
+        return not (
+            self._soft_state_changed() or self._hard_dirty or self._pending_snapshot
+            or self.log.has_unpersisted() or (not self._installing and self._commit > self._apply_handed)
+            or self._snapshot_sends
+        )
+
     def ready(self) -> Ready:
         if self._outstanding is not None:
             raise RuntimeError("advance() the previous Ready before asking for another")

@@ -49,11 +49,6 @@ class NodeConfig:
     # leader's event loop polls instead of sleeping (raft/node/loop_spin.py): on a VM each
     # wake-up costs tens of µs. It burns up to two such spans of one core per lone read; 0: off.
     read_spin_us: int = 500
-    # A follower that saves or applies more entries than this at once first lets the other
-    # runnable processes on its CPU go (sched_yield), and again after every this many applied:
-    # on a busy machine the processes on a write's path then run before a lazy follower's batch
-    # (raft/node/giving_way.py). 0: never. Leaders never yield.
-    follower_yield_entries: int = 8
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
     # How message batches travel to peers: "tcp" (framed protobuf on a plain TCP connection to
@@ -100,8 +95,6 @@ class NodeConfig:
             raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
         if self.read_spin_us < 0:
             raise ValueError("--read-spin-us cannot be negative")
-        if self.follower_yield_entries < 0:
-            raise ValueError("--follower-yield-entries cannot be negative")
         if self.peer_transport not in PEER_TRANSPORTS:
             raise ValueError(f"--peer-transport must be tcp or grpc, not {self.peer_transport!r}")
         if not 0 <= self.peer_port <= 65535:

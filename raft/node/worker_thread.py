@@ -40,12 +40,12 @@ class WorkerThread:
             self._thread.start()
         return future
 
-    def close(self) -> None:
-        """Finish the calls handed over, then end the thread (blocks: call it off the loop)."""
+    async def close(self) -> None:
+        """Finish the calls handed over, then end the thread."""
         self._closed = True
         if self._thread.is_alive():
             self._calls.put(_STOP)
-            self._thread.join()
+            await asyncio.to_thread(self._thread.join)
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not _STOP:

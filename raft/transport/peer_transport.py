@@ -7,9 +7,7 @@ a member this node does not know, or addressed to another node is refused with F
 A refused batch is dropped whole, so the core never sees half of one."""
 from __future__ import annotations
 
-import asyncio
 import logging
-from pathlib import Path
 from typing import AsyncIterator, Callable, Collection, Protocol
 
 import grpc
@@ -17,7 +15,6 @@ import grpc
 from raftkv_proto import raft_pb2, raft_pb2_grpc
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
-from raft.node.snapshots import SnapshotReceiving
 from raft.transport.codec import CodecError, from_proto, meta_from_proto
 
 log = logging.getLogger(__name__)
@@ -39,11 +36,10 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 
 
 class SnapshotSink(Protocol):
-    """Where an InstallSnapshot stream goes: the node's snapshot receiver and, once the file is
-    verified, the node itself (which hands the core an InstallSnapshotRequest)."""
+    """Where an InstallSnapshot stream goes: the node (raft.node.ports.Inbound)."""
 
-    def snapshot_receiver(self, source: str) -> SnapshotReceiving: ...
-    def snapshot_received(self, leader: str, term: int, meta: SnapshotMeta, path: Path) -> None: ...
+    async def receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int,
+                               sha256: str, chunks: AsyncIterator[tuple[int, bytes, bool]]) -> tuple[bool, str]: ...
 
 
 class PeerRefused(Exception):
@@ -110,38 +106,33 @@ class PeerService(raft_pb2_grpc.RaftPeerServicer):
 
     async def InstallSnapshot(self, request_iterator: AsyncIterator[raft_pb2.SnapshotChunk],
                               context: grpc.aio.ServicerContext) -> raft_pb2.SnapshotAck:
-        """Receive a snapshot file streamed by the leader into a temporary file, verify its size
-        and checksum, then let the node install it. Nothing is held in memory beyond one chunk."""
+        """A snapshot file streamed by the leader, handed to the node chunk by chunk (it writes,
+        verifies and installs it). Nothing is held in memory beyond one chunk."""
         if self._snapshots is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this node takes no snapshots")
-        receiver: SnapshotReceiving | None = None
-        first: raft_pb2.SnapshotChunk | None = None
+        first = await anext(request_iterator, None)
+        if first is None:
+            return raft_pb2.SnapshotAck(success=False, message="an empty snapshot stream")
         try:
-            async for chunk in request_iterator:
-                if first is None:
-                    first = chunk
-                    self._check_sender(chunk.cluster_id, chunk.from_id)
-                    receiver = self._snapshots.snapshot_receiver(f"snapshot from {chunk.from_id}")
-                elif chunk.term != first.term:
-                    raise PeerRefused("the term changed in the middle of a snapshot stream")
-                assert receiver is not None
-                await asyncio.to_thread(receiver.feed, chunk.offset, chunk.data)
-                if chunk.done:
-                    path = await asyncio.to_thread(receiver.finish, first.total_size, first.sha256)
-                    self._snapshots.snapshot_received(first.from_id, first.term, meta_from_proto(first.meta), path)
-                    return raft_pb2.SnapshotAck(success=True)
-            raise PeerRefused("the snapshot stream ended before its last chunk")
+            self._check_sender(first.cluster_id, first.from_id)
         except PeerRefused as e:
-            if receiver is not None:
-                receiver.abort()
             log.warning("refused a snapshot stream: %s", e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except Exception as e:  # corrupt or misordered data: the leader retries
-            if receiver is not None:
-                receiver.abort()
-            log.warning("snapshot stream failed: %s", e)
-            return raft_pb2.SnapshotAck(success=False, message=str(e))
-        raise AssertionError("unreachable")
+
+        async def chunks() -> AsyncIterator[tuple[int, bytes, bool]]:
+            chunk: raft_pb2.SnapshotChunk | None = first
+            while chunk is not None:
+                if chunk.term != first.term:
+                    raise PeerRefused("the term changed in the middle of a snapshot stream")
+                yield chunk.offset, chunk.data, chunk.done
+                if chunk.done:
+                    return
+                chunk = await anext(request_iterator, None)
+
+        assert self._snapshots is not None
+        ok, why = await self._snapshots.receive_snapshot(first.from_id, first.term, meta_from_proto(first.meta),
+                                                         first.total_size, first.sha256, chunks())
+        return raft_pb2.SnapshotAck(success=ok, message=why)
 
     def _check_sender(self, cluster_id: str, from_id: str) -> None:
         if cluster_id != self._cluster_id:

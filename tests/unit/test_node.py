@@ -1,5 +1,4 @@
-"""The asyncio driver with the real core, real stores (the log store the node ships with by default,
-the write-ahead log; LMDB for the state) and real gRPC on 127.0.0.1: a single
+"""The asyncio driver with the real core, real stores (the write-ahead log; LMDB for the state) and real gRPC on 127.0.0.1: a single
 node electing itself and applying proposals, read barriers, refusals (queue full, disk full), and
 three nodes in one process replicating."""
 from __future__ import annotations
@@ -21,8 +20,8 @@ from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, s
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
-from raft.node import node as node_module
 from raft.node.node import RaftNode
+from raft.transport.network_transport import NetworkTransport
 from kv.server.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
 from statemachine.errors import StateFullError
@@ -54,10 +53,10 @@ class Single:
     def __init__(self, data_dir: Path, **config: Any) -> None:
         self.config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{free_port()}", data_dir=data_dir, core=FAST,
                                  tick_interval_ms=5, **config)
-        # The shipped default: auto, a write-ahead log in DATA_DIR/wal for a new directory.
         self.log = open_log_store(data_dir, max_bytes=config.get("log_map_size", 64 << 20))
         self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
-        self.node = RaftNode(self.config, self.log, self.fsm)
+        self.node = RaftNode(self.config, self.log, self.fsm, NetworkTransport(self.config, "c-test"),
+                             cluster_id="c-test")
 
     async def __aenter__(self) -> RaftNode:
         await self.node.start()
@@ -134,7 +133,7 @@ def test_a_lone_read_is_not_held(tmp_path: Path) -> None:
 
 
 def test_a_lone_read_is_served_inside_the_call_when_the_driver_is_idle(tmp_path: Path) -> None:
-    """The short cut of RaftNode._ready_soon: a lone reader's Ready (here a single node's, which
+    """The short cut of RaftNode.ready_soon: a lone reader's Ready (here a single node's, which
     needs no round) is handled inside read_barrier instead of at the driver's next loop turn.
     The driver may be busy with a tick's Ready at any one call, so of 20 reads at least one must
     come back done; without the short cut none can."""
@@ -321,39 +320,6 @@ def test_three_nodes_replicate(tmp_path: Path) -> None:
     run(main)
 
 
-def test_followers_give_way_on_large_batches_and_the_leader_never_does(tmp_path: Path, monkeypatch) -> None:
-    sliced: list[tuple[object, int]] = []  # (the state machine applying, entries)
-    yields: list[int] = []
-    real_apply_in_slices = node_module.apply_in_slices
-
-    def recording_apply_in_slices(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
-        sliced.append((apply.__self__, len(entries)))
-        return real_apply_in_slices(apply, entries, every)
-
-    monkeypatch.setattr(node_module, "apply_in_slices", recording_apply_in_slices)
-    monkeypatch.setattr(node_module, "yield_cpu", lambda: yields.append(1))
-
-    async def main() -> None:
-        servers = await start_cluster(tmp_path, follower_yield_entries=4)
-        try:
-            nodes = {s.node.id: s for s in servers}
-            leader = nodes[await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)]
-            # Proposed together: one Ready, one batch to each follower.
-            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
-            for s in servers:
-                await asyncio.wait_for(s.node.wait_applied(outcomes[-1].index), WAIT_S)
-                assert s.fsm.get(b"k63") == b"v63"
-            followers = {s.node._fsm for s in servers if s is not leader}
-            assert sliced and {fsm for fsm, _ in sliced} <= followers  # never the leader's
-            assert all(n > 4 for _, n in sliced)
-            assert yields  # and a follower's save of the batch gave way first
-        finally:
-            for s in servers:
-                await s.stop()
-
-    run(main)
-
-
 async def applied_through(node: RaftNode, index: int) -> None:
     """Wait until `node` has applied `index`. A store-full rebuild fails the waits it finds (as it
     fails reads: that core is going away), so wait again after one."""
@@ -365,28 +331,25 @@ async def applied_through(node: RaftNode, index: int) -> None:
             await asyncio.sleep(0.01)
 
 
-def test_a_follower_whose_state_fills_in_the_middle_of_a_sliced_apply_goes_on_from_what_it_applied(
-        tmp_path: Path, monkeypatch) -> None:
-    """The first slices of a follower's sliced apply are committed when a later one finds the
-    state machine full: the rebuilt core must start after them, not hand them out again (the
-    state machine would refuse them as out of order and the node would stop)."""
-    failed: list[int] = []
-    real_apply_in_slices = node_module.apply_in_slices
-
-    def full_after_one_slice(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
-        if failed:
-            return real_apply_in_slices(apply, entries, every)
-        apply(entries[:every])
-        failed.append(entries[every].index)
-        raise StateFullError("state machine map is full (the test's)")
-
-    monkeypatch.setattr(node_module, "apply_in_slices", full_after_one_slice)
-
+def test_a_follower_whose_state_fills_during_an_apply_goes_on_once_it_has_room(tmp_path: Path) -> None:
+    """A follower's state machine refuses a large batch for space: the driver rebuilds its core
+    from what is durable and applies the batch again, and the follower ends up with every entry
+    (rather than stopping, or applying an entry twice)."""
     async def main() -> None:
-        servers = await start_cluster(tmp_path, follower_yield_entries=4)
+        servers = await start_cluster(tmp_path)
         try:
             leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
             leader = next(s for s in servers if s.node.id == leader_id)
+            follower = next(s for s in servers if s is not leader)
+            real_apply, failed = follower.fsm.apply, []
+
+            def full_once(entries: list[Any]) -> list[Any]:
+                if not failed and len(entries) > 4:
+                    failed.append(entries[0].index)
+                    raise StateFullError("state machine map is full (the test's)")
+                return real_apply(entries)
+
+            follower.fsm.apply = full_once  # type: ignore[method-assign]
             outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
             for s in servers:
                 await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)

@@ -28,7 +28,7 @@ def test_calls_run_in_order_on_the_worker_and_answer_with_results_and_errors() -
             await failing
         assert [i for i, _ in seen] == list(range(20))
         assert {name for _, name in seen} == {"test-worker"}
-        await asyncio.to_thread(worker.close)
+        await worker.close()
         assert not any(t.name == "test-worker" for t in threading.enumerate())
         with pytest.raises(RuntimeError, match="closed"):
             worker.run(note, 99)
@@ -49,7 +49,7 @@ def test_a_cancelled_wait_leaves_the_call_running_and_close_waits_for_it() -> No
         waiting = worker.run(slow)
         waiting.cancel()  # the caller gives up; the worker's answer must not fail on it
         release.set()
-        await asyncio.to_thread(worker.close)
+        await worker.close()
         assert done == [True]
         assert not any(t.name == "test-worker-2" for t in threading.enumerate())
 
@@ -60,4 +60,4 @@ def test_an_unused_worker_holds_no_thread() -> None:
     before = threading.active_count()
     worker = WorkerThread("never-used")
     assert threading.active_count() == before
-    worker.close()
+    asyncio.run(worker.close())
