@@ -95,10 +95,9 @@ class PushResponse(Message):
 @dataclass(slots=True)
 class InstallSnapshotRequest(Message):
     """Tells a follower that a snapshot is ready to install. The bytes travel outside the core
-    (streamed in chunks by the driver); `data` carries them only in the simulator."""
+    (streamed in chunks by the driver, which steps this once the file is received and verified)."""
 
     meta: SnapshotMeta = field(default_factory=lambda: SnapshotMeta(0, 0))
-    data: object = None
 
 
 @dataclass(slots=True)

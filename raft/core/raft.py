@@ -111,7 +111,7 @@ class RaftCore:
         self._failed_proposals: list[DroppedProposals] = []
         self._failed_reads: list[FailedRead] = []
         self._snapshot_sends: list[SnapshotSend] = []
-        self._pending_snapshot: tuple[SnapshotMeta, object] | None = None
+        self._pending_snapshot: SnapshotMeta | None = None
         self._installing = False
         self._last_soft: SoftState | None = None
         self._outstanding: Ready | None = None
@@ -299,7 +299,7 @@ class RaftCore:
         if self._hard_dirty:
             rd.hard_state, self._hard_dirty = HardState(self._term, self._voted_for), False
         if self._pending_snapshot is not None:
-            (rd.snapshot, rd.snapshot_data), self._pending_snapshot = self._pending_snapshot, None
+            rd.snapshot, self._pending_snapshot = self._pending_snapshot, None
         rd.truncate_from, rd.entries = self.log.take_unpersisted()
         rd.leader_messages, self._leader_messages = self._leader_messages, []
         rd.messages, self._messages = self._messages, []
@@ -520,7 +520,7 @@ class RaftCore:
             self._installing = True
             self.log.discard_unpersisted()
             self._handler.reset()
-            self._pending_snapshot = (meta, msg.data)
+            self._pending_snapshot = meta
         # else: we already hold everything it contains (committed entries match every leader's).
         self._messages.append(InstallSnapshotResponse(self.id, msg.src, self._term, success=True,
                                                       index=meta.index, end_index=max(meta.index, self.log.last_index())))

@@ -68,7 +68,6 @@ class Ready:
     truncate_from: int | None = None
     entries: list[Entry] = field(default_factory=list)
     snapshot: SnapshotMeta | None = None
-    snapshot_data: object = None  # simulator only: the payload that came with the install
     leader_messages: list[Message] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     committed_entries: list[Entry] = field(default_factory=list)

@@ -1,6 +1,6 @@
 """raft.core messages <-> raft_pb2.PeerMessage. One function each way; every message type maps to
 one `body` case of the proto oneof. The snapshot bytes of an InstallSnapshotRequest never travel
-here (they are streamed by InstallSnapshot), so `data` is dropped on encode.
+here (they are streamed by InstallSnapshot).
 
 A push's entries travel either as `entries` (a protobuf Entry each) or, to a peer that said in
 its HelloReply that it reads them, as `packed_entries`: one bytes field holding every entry as a

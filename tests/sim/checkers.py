@@ -1,18 +1,19 @@
 """Raft's safety properties, checked incrementally as the simulation runs.
 
-The driver reports every durable write, apply, snapshot and served read; the cluster calls
-`after_step` once per step. Each check is cheap enough to run on every step of thousands of
+The simulated disk reports every durable write, apply, snapshot and install, the cluster every
+served read, and the cluster calls `after_step` once per step. Each check is cheap enough to run on every step of thousands of
 schedules; `check_durability` and `check_logs_match` are the O(log) ones, run at crashes and at
 the end of a schedule."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from raft.core import Entry, EntryType, MemoryLogStore, Ready, Role, SnapshotMeta
+from raft.core import Entry, EntryType, HardState, MemoryLogStore, Role, SnapshotMeta
 
 if TYPE_CHECKING:
-    from tests.sim.node import ServedRead, SimNode, State
+    from tests.sim.disk import State
+    from tests.sim.node import ServedRead, SimNode
 
 
 class SimViolation(AssertionError):
@@ -42,7 +43,9 @@ class SafetyChecker:
     # Per node: (incarnation, applied index) as the checker last saw it; disk hard state.
     applied: dict[str, tuple[int, int]] = field(default_factory=dict)
     hard: dict[str, tuple[int, str | None]] = field(default_factory=dict)
-    commit_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per node: the core (a restart, or a rebuild after a full disk, makes a new one) and the
+    # highest commit index it was seen with: commitIndex is volatile, but never goes back in a core.
+    commit_seen: dict[str, tuple[object, int]] = field(default_factory=dict)
     leaders_checked: set[tuple[int, str]] = field(default_factory=set)
     read_bound: dict[object, int] = field(default_factory=dict)
     reads_served: int = 0
@@ -72,27 +75,27 @@ class SafetyChecker:
         self.applied[node.id] = (node.incarnation, node.applied)
         self.commit_seen.pop(node.id, None)
 
-    def before_persist(self, node: "SimNode", rd: Ready) -> None:
-        """A truncation must never remove a committed entry from a disk (unless the same Ready
-        writes it back unchanged)."""
-        if rd.truncate_from is None:
+    def before_persist(self, node: "SimNode", truncate_from: int | None, entries: Sequence[Entry]) -> None:
+        """A truncation must never remove a committed entry from a disk (unless the same write
+        puts it back unchanged)."""
+        if truncate_from is None:
             return
-        rewritten = {(e.index, e.term) for e in rd.entries}
-        for i in range(rd.truncate_from, min(node.log.last_index(), self.max_committed) + 1):
+        rewritten = {(e.index, e.term) for e in entries}
+        for i in range(truncate_from, min(node.log.last_index(), self.max_committed) + 1):
             c = self.committed.get(i)
             if c is not None and node.log.term(i) == c.term and (i, c.term) not in rewritten:
                 raise SimViolation("durability", f"{node.id}: truncates committed entry {i} (term {c.term})")
 
-    def on_persist(self, node: "SimNode", rd: Ready) -> None:
-        if rd.hard_state is not None:
+    def on_persist(self, node: "SimNode", hard_state: HardState | None, entries: Sequence[Entry]) -> None:
+        if hard_state is not None:
             term, vote = self.hard.get(node.id, (0, None))
-            hs = rd.hard_state
+            hs = hard_state
             if hs.term < term:
                 raise SimViolation("hard state", f"{node.id}: term on disk went back {term} -> {hs.term}")
             if hs.term == term and vote is not None and hs.voted_for != vote:
                 raise SimViolation("election safety", f"{node.id}: voted twice in term {term}: {vote}, {hs.voted_for}")
             self.hard[node.id] = (hs.term, hs.voted_for)
-        self._register_entries(node.id, node.log, rd.entries)
+        self._register_entries(node.id, node.log, entries)
 
     def on_apply(self, node: "SimNode", e: Entry, state: "State") -> None:
         inc, last = self.applied.get(node.id, (node.incarnation, 0))
@@ -153,10 +156,10 @@ class SafetyChecker:
             if core is None:
                 continue
             commit = core.commit_index
-            inc, seen = self.commit_seen.get(n.id, (n.incarnation, 0))
-            if inc == n.incarnation and commit < seen:
+            seen_core, seen = self.commit_seen.get(n.id, (core, 0))
+            if seen_core is core and commit < seen:
                 raise SimViolation("commit index", f"{n.id}: commit index went back {seen} -> {commit}")
-            self.commit_seen[n.id] = (n.incarnation, commit)
+            self.commit_seen[n.id] = (core, commit)
             if core.role != Role.LEADER:
                 continue
             term = core.term

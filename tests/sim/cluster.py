@@ -1,25 +1,27 @@
-"""A cluster of sim nodes on a virtual clock: the event loop, clients, crashes and restarts.
+"""A cluster of sim nodes, each the real driver, on one virtual-clock event loop: the network,
+clients, crashes, restarts and storage faults.
 
-One `step()` advances the clock to the next event (a message due or a node's tick), handles every
-event at that instant, drains the Readies they caused and runs the per-step safety checks."""
+The loop runs every event due at an instant, then (VirtualClockLoop.on_idle) the per-step safety
+checks, then moves the clock to the next timer: a message due, a node's tick, a worker thread's
+call. `run_until` and `run_for` run the loop; between them a test (or a schedule) acts: proposes,
+reads, partitions, crashes."""
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
-from raft.core import (
-    CoreConfig,
-    DroppedProposals,
-    FailedRead,
-    MemoryLogStore,
-    Message,
-    NotLeaderError,
-    Role,
-)
+from raft.core import CoreConfig, FailedRead, MemoryLogStore, Message, NotLeaderError, Role
+from raft.node.errors import NodeError
+
 from tests.sim.checkers import SafetyChecker, SimViolation
 from tests.sim.network import NetConfig, SimNetwork
-from tests.sim.node import CrashNow, ServedRead, SimNode, SnapshotPolicy
+from tests.sim.node import ServedRead, SimNode, SnapshotPolicy, node_config
+from tests.sim.virtual_loop import VirtualClockLoop
+
+T = TypeVar("T")
 
 # Small timings keep schedules cheap in virtual time: T = 200 ms, heartbeat 40 ms, ticks every 10 ms.
 SIM_CONFIG = CoreConfig(election_timeout_ms=200, heartbeat_interval_ms=40, push_timeout_ms=200,
@@ -27,6 +29,10 @@ SIM_CONFIG = CoreConfig(election_timeout_ms=200, heartbeat_interval_ms=40, push_
                         max_batch_entries=16, max_inflight_batches=4)
 TICK_MS = 10
 MAX_MESSAGES_PER_MS = 2000
+
+# The driver logs elections, snapshots and refusals: thousands of schedules would drown in them
+# (a driver that stops on an error is a violation the cluster raises).
+logging.getLogger("raft").setLevel(logging.CRITICAL)
 
 
 @dataclass
@@ -37,8 +43,9 @@ class Proposal:
     index: int
     term: int
     at: int
-    # pending -> committed | overwritten (another entry committed at its index) | dropped
-    # (DroppedProposals) | lost (its leader crashed before answering: the client saw a timeout).
+    # pending -> committed (its future resolved with its own entry) | dropped (NotLeaderError:
+    # another leader's entry took the index, or the core dropped it) | refused (the node's
+    # refusal: disk full, stopping) | lost (its node crashed before answering: a client timeout).
     status: str = "pending"
 
 
@@ -61,25 +68,33 @@ class Cluster:
                  paused: Sequence[str] = ()) -> None:
         members = tuple(node_ids(ids) if isinstance(ids, int) else ids)
         self.seed = seed
-        self.now = 0
         self.steps = 0
-        self.net = SimNetwork(random.Random(f"{seed}/net"), net, record)
+        self.loop = VirtualClockLoop()
+        self.loop.on_idle = self._after_step
+        self.loop.set_exception_handler(self._loop_error)
+        self.net = SimNetwork(random.Random(f"{seed}/net"), self._deliver_at, net, record)
         self.checker = SafetyChecker()
         self.clients = ClientLog()
+        self.violations: list[BaseException] = []
+        self.after_step_hooks: list[Callable[[Cluster], None]] = []
+        self._goal: tuple[Callable[[], bool], int, asyncio.Future[bool]] | None = None
+        self._delivered_this_ms = (0, 0)  # (ms, messages delivered in it)
         self.nodes: dict[str, SimNode] = {}
-        self._next_tick: dict[str, int] = {}
-        self._pending: list[Proposal] = []
-        self.after_step_hooks: list[Callable[["Cluster"], None]] = []
-        logs = logs or {}
-        for k, nid in enumerate(members):
-            log = logs.get(nid) or MemoryLogStore()
-            self.checker.register_log(nid, log)
-            self.nodes[nid] = SimNode(nid, members, config, log, seed, policy or SnapshotPolicy())
-            self._next_tick[nid] = 1 + k * 3  # staggered so nodes do not tick in lock step
+        for nid in members:
+            node = SimNode(self, nid, node_config(nid, members, config, policy or SnapshotPolicy(), TICK_MS), seed)
+            if logs and nid in logs:
+                node.disk.log.adopt(logs[nid])
+            self.checker.register_log(nid, node.disk.log)
+            self.nodes[nid] = node
+        self._keep_time_moving()
         for nid in members:
             if nid in paused:
                 self.nodes[nid].pause(0)
             self.restart(nid)
+
+    @property
+    def now(self) -> int:
+        return self.loop.now_ms
 
     # --- queries ---
 
@@ -101,161 +116,199 @@ class Cluster:
             return None
         return next(n for n in ls if n.core.term == top)  # type: ignore[union-attr]
 
-    # --- the event loop ---
-
-    def _next_event(self) -> int:
-        times = list(self._next_tick.values())
-        nt = self.net.next_time()
-        if nt is not None:
-            times.append(nt)
-        return min(times)
-
-    def step(self) -> None:
-        self.now = max(self.now, self._next_event())
-        now = self.now
-        due = self.net.pop_due(now)
-        if len(due) > MAX_MESSAGES_PER_MS:
-            # Traffic that multiplies faster than time passes would hang the run: fail the schedule.
-            raise SimViolation("runaway", f"message storm: {len(due)} messages due at {now} ms, e.g. {due[-1]}")
-        for msg in due:
-            self._deliver(msg)
-        for nid, node in self.nodes.items():
-            if self._next_tick[nid] > now:
-                continue
-            self._next_tick[nid] += TICK_MS
-            if node.core is not None and node.paused_at is None:
-                node.core.tick(node.local_time(now))
-                self._drain(node)
-        self.steps += 1
-        self.checker.after_step(self.nodes.values())
-        self._resolve_proposals()
-        for hook in self.after_step_hooks:
-            hook(self)
-
-    def _deliver(self, msg: Message) -> None:
-        node = self.nodes.get(msg.dst)
-        if node is None or node.core is None:
-            return
-        self.net.note_delivered(self.now, msg)
-        node.core.clock(node.local_time(self.now))  # as the node's driver passes its time with inputs
-        node.core.step(msg)
-        self._drain(node)
-
-    def _drain(self, node: SimNode) -> None:
-        try:
-            node.drain(self.now, self, self.checker)
-        except CrashNow:
-            self.crash(node.id)
+    # --- running ---
 
     def run_until(self, pred: Callable[[], bool], timeout_ms: int) -> bool:
-        deadline = self.now + timeout_ms
-        while not pred():
-            if self.now >= deadline:
-                return False
-            self.step()
-        return True
+        if pred():
+            return True
+        goal: asyncio.Future[bool] = self.loop.create_future()
+        self._goal = (pred, self.now + timeout_ms, goal)
+        self.loop.call_at((self.now + timeout_ms) / 1000, lambda: None)  # an instant to give up at
+        try:
+            return self.loop.run_until_complete(goal)
+        finally:
+            self._goal = None
 
     def run_for(self, ms: int) -> None:
-        end = self.now + ms
-        while self._next_event() <= end:
-            self.step()
-        self.now = end
+        self.loop.run_for(ms)
 
-    # --- DriverHooks ---
+    def _keep_time_moving(self) -> None:
+        """A timer every tick, so the clock moves on even when every node is down."""
+        self.loop.call_later(TICK_MS / 1000, self._keep_time_moving)
+
+    def _after_step(self, loop: VirtualClockLoop) -> None:
+        """Everything due at this instant is handled: check, then see whether a run is over."""
+        self.steps += 1
+        if self.violations:
+            raise self.violations[0]
+        self.checker.after_step(self.nodes.values())
+        for node in self.nodes.values():
+            if node.raft is not None and node.raft.stopped not in (None, "not started"):
+                raise SimViolation("driver", f"{node.id} stopped on its own: {node.raft.stopped}")
+        for hook in self.after_step_hooks:
+            hook(self)
+        if self._goal is not None:
+            pred, deadline, goal = self._goal
+            if pred() or self.now >= deadline:
+                goal.set_result(pred())
+                loop.stop()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        self.violations.append(SimViolation("driver", f"{context.get('message')}: {error!r}"))
+
+    def inside_loop(self, call: Callable[[], T]) -> T:
+        """Run `call` as a callback of the loop (the driver's futures belong to it), now."""
+        if self.loop.is_running():
+            return call()
+        done: asyncio.Future[T] = self.loop.create_future()
+
+        def run() -> None:
+            try:
+                done.set_result(call())
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                done.set_exception(e)
+
+        self.loop.call_soon(run)
+        return self.loop.run_until_complete(done)
+
+    # --- the network ---
 
     def send(self, msg: Message) -> None:
         self.net.send(self.now, msg)
 
-    def read_served(self, r: ServedRead) -> None:
-        self.checker.on_read_served(r)
-        self.clients.served_reads.append(r)
+    def _deliver_at(self, at: int, msg: Message) -> None:
+        self.loop.call_at(at / 1000, self._deliver, msg)
 
-    def read_failed(self, node: SimNode, fr: FailedRead) -> None:
-        self.clients.failed_reads.append((node.id, fr))
+    def _deliver(self, msg: Message) -> None:
+        if (msg.src, msg.dst) in self.net.blocked:
+            return
+        node = self.nodes.get(msg.dst)
+        if node is None or node.raft is None:
+            return
+        ms, count = self._delivered_this_ms
+        count = count + 1 if ms == self.now else 1
+        self._delivered_this_ms = (self.now, count)
+        if count > MAX_MESSAGES_PER_MS:
+            # Traffic that multiplies faster than time passes would hang the run: fail the schedule.
+            self.violations.append(SimViolation("runaway", f"message storm: {count} messages at {self.now} ms"))
+            return
+        self.net.note_delivered(self.now, msg)
+        node.raft.step([msg])
 
-    def proposals_dropped(self, node: SimNode, dp: DroppedProposals) -> None:
-        for p in self._pending:
-            if (p.node == node.id and p.incarnation == node.incarnation and p.term == dp.term
-                    and dp.first <= p.index <= dp.last):
-                p.status = "dropped"
+    def inject(self, msg: Message) -> None:
+        """Deliver a message now, bypassing the network (a scenario's delayed duplicate or stale RPC)."""
+        self.inside_loop(lambda: self._deliver(msg))
 
     # --- clients ---
 
     def propose(self, node_id: str, payloads: Sequence[bytes]) -> list[Proposal]:
-        """Propose on `node_id`; [] if it is down or not the leader."""
+        """Propose on `node_id` through its driver; [] if it is down or refuses (not the leader)."""
+        return self.inside_loop(lambda: self._propose(node_id, payloads))
+
+    def _propose(self, node_id: str, payloads: Sequence[bytes]) -> list[Proposal]:
         node = self.nodes[node_id]
-        if node.core is None:
+        raft = node.raft
+        if raft is None:
             return []
-        node.core.clock(node.local_time(self.now))
-        try:
-            first, term = node.core.propose(list(payloads))
-        except NotLeaderError:
-            self.clients.not_leader += 1
-            return []
-        ps = [Proposal(p, node_id, node.incarnation, first + k, term, self.now) for k, p in enumerate(payloads)]
-        self.clients.proposals.extend(ps)
-        self._pending.extend(ps)
-        self._drain(node)
-        return ps
+        made: list[Proposal] = []
+        for payload in payloads:
+            try:
+                future = raft.propose(payload)
+            except NotLeaderError:
+                self.clients.not_leader += 1
+                break
+            except NodeError:
+                break
+            p = Proposal(payload, node_id, node.incarnation, raft.core.log.last_index(), raft.core.term, self.now)
+            future.add_done_callback(lambda f, p=p: self._answered(p, f))
+            made.append(p)
+        self.clients.proposals.extend(made)
+        return made
+
+    def _answered(self, p: Proposal, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if p.status != "pending":
+            return
+        if error is None:
+            index, payload = future.result()
+            if (index, payload) != (p.index, p.payload):
+                self.violations.append(SimViolation("proposal", f"{p} answered with entry {index} {payload!r}"))
+            p.status = "committed"
+        else:
+            p.status = "dropped" if isinstance(error, NotLeaderError) else "refused"
 
     def read(self, node_id: str, ctx: object) -> bool:
         """Ask `node_id` for a linearizable read; False if it refused at once (not leader)."""
+        return self.inside_loop(lambda: self._read(node_id, ctx))
+
+    def _read(self, node_id: str, ctx: object) -> bool:
         node = self.nodes[node_id]
-        if node.core is None:
+        raft = node.raft
+        if raft is None:
             return False
         self.checker.on_read_registered(ctx, self.nodes.values())
-        node.core.clock(node.local_time(self.now))
         try:
-            node.core.read_index(ctx)
-        except NotLeaderError:
+            future = raft.read_barrier("linearizable")
+        except (NotLeaderError, NodeError):
             return False
-        self._drain(node)
+        incarnation = node.incarnation
+        future.add_done_callback(lambda f: self._read_done(node, incarnation, ctx, f))
         return True
 
-    def _resolve_proposals(self) -> None:
-        committed = self.checker.committed
-        still: list[Proposal] = []
-        for p in self._pending:
-            c = committed.get(p.index)
-            if c is not None:
-                p.status = "committed" if (c.term, c.payload) == (p.term, p.payload) else "overwritten"
-            else:
-                still.append(p)  # pending, or dropped / lost but it may still commit: keep watching
-        self._pending = still
+    def _read_done(self, node: SimNode, incarnation: int, ctx: object, future: asyncio.Future[int]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if node.incarnation != incarnation or node.raft is None:
+            return
+        if error is not None:
+            self.clients.failed_reads.append((node.id, FailedRead(ctx, getattr(error, "leader", None))))
+            return
+        served = ServedRead(node.id, ctx, future.result(), node.raft.applied_index, self.now)
+        try:
+            self.checker.on_read_served(served)
+        except SimViolation as violation:
+            self.violations.append(violation)
+        self.clients.served_reads.append(served)
 
     def pending(self) -> list[Proposal]:
-        return [p for p in self._pending if p.status == "pending"]
+        return [p for p in self.clients.proposals if p.status == "pending"]
 
     # --- faults ---
 
-    def crash(self, node_id: str) -> None:
+    def crash(self, node_id: str, power_loss: bool = False) -> None:
         node = self.nodes[node_id]
-        if node.core is None:
+        if node.raft is None:
             return
-        node.crash()
-        for p in self._pending:
-            if p.node == node_id and p.status == "pending":
+        node.crash_now(power_loss)
+        self.crashed(node)
+
+    def crashed(self, node: SimNode) -> None:
+        """Bookkeeping after `node` crashed (by a fault here, or inside a write it crashed in)."""
+        for p in self.clients.proposals:
+            if p.node == node.id and p.incarnation == node.incarnation and p.status == "pending":
                 p.status = "lost"
-        self.checker.check_durability(list(self.nodes.values()))
+        try:
+            self.checker.check_durability(list(self.nodes.values()))
+        except SimViolation as violation:  # also when the crash came from inside the driver
+            self.violations.append(violation)
 
     def restart(self, node_id: str) -> None:
         node = self.nodes[node_id]
-        if node.core is not None:
+        if node.raft is not None:
             return
-        node.start(self.now)
+        node.start()
         self.checker.on_start(node)
-        self._drain(node)
 
     def pause(self, node_id: str) -> None:
-        """Stop ticking this node (its clock stops); it still receives messages."""
+        """Stop this node's clock (it still receives messages; its timers do not fire)."""
         self.nodes[node_id].pause(self.now)
 
     def resume(self, node_id: str) -> None:
         self.nodes[node_id].resume(self.now)
-
-    def inject(self, msg: Message) -> None:
-        """Deliver a message now, bypassing the network (a scenario's delayed duplicate or stale RPC)."""
-        self._deliver(msg)
 
     # --- end-of-run checks ---
 
@@ -263,3 +316,13 @@ class Cluster:
         nodes = list(self.nodes.values())
         self.checker.check_durability(nodes)
         self.checker.check_logs_match(nodes)
+
+    def close(self) -> None:
+        """End every node and the loop (their tasks end cancelled)."""
+        for node in self.nodes.values():
+            node.crash_now()
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()

@@ -1,5 +1,6 @@
 """The simulated network: every message sent by a sim node goes through here, and the network
 decides whether, when and how often it arrives (drop, duplicate, delay, reorder, partition).
+Deliveries are timers on the cluster's virtual clock (`deliver_at`).
 
 Everything is driven by one seeded `random.Random`, and nothing iterates a set of strings (whose
 order depends on PYTHONHASHSEED), so a seed fixes the whole delivery order."""
@@ -7,9 +8,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import heapq
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from raft.core import Message
@@ -28,13 +28,6 @@ class NetConfig:
     long_delay_ms: int = 200
 
 
-@dataclass(order=True)
-class _InFlight:
-    at: int
-    seq: int
-    msg: Message = field(compare=False)
-
-
 @dataclass(frozen=True)
 class Delivered:
     at: int
@@ -42,11 +35,11 @@ class Delivered:
 
 
 class SimNetwork:
-    def __init__(self, rng: random.Random, config: NetConfig | None = None, record: bool = False) -> None:
+    def __init__(self, rng: random.Random, deliver_at: Callable[[int, Message], None],
+                 config: NetConfig | None = None, record: bool = False) -> None:
         self.rng = rng
         self.config = config or NetConfig()
-        self._queue: list[_InFlight] = []
-        self._seq = 0
+        self._deliver_at = deliver_at  # (virtual ms, message): have it arrive then
         # Directed links that lose everything: (src, dst). A symmetric partition blocks both ways.
         self.blocked: set[tuple[str, str]] = set()
         # Scenario hook: a message for which this returns True is dropped at send time.
@@ -93,7 +86,7 @@ class SimNetwork:
         copies = 2 if cfg.dup_rate and self.rng.random() < cfg.dup_rate else 1
         for k in range(copies):
             # A duplicate is a separate object so that nothing one delivery does can leak into the other.
-            self._enqueue(now + self._delay() + self.slow.get(msg.src, 0), msg if k == 0 else copy.copy(msg))
+            self._deliver_at(now + self._delay() + self.slow.get(msg.src, 0), msg if k == 0 else copy.copy(msg))
 
     def _delay(self) -> int:
         cfg = self.config
@@ -101,22 +94,13 @@ class SimNetwork:
             return self.rng.randint(cfg.max_delay_ms, cfg.long_delay_ms)
         return self.rng.randint(cfg.min_delay_ms, cfg.max_delay_ms)
 
-    def _enqueue(self, at: int, msg: Message) -> None:
-        self._seq += 1
-        heapq.heappush(self._queue, _InFlight(at, self._seq, msg))
+    def delay_ms(self, src: str, dst: str) -> int:
+        """A delay for one leg of a stream (a snapshot) from src to dst."""
+        return self._delay() + self.slow.get(src, 0)
 
-    def next_time(self) -> int | None:
-        return self._queue[0].at if self._queue else None
-
-    def pop_due(self, now: int) -> list[Message]:
-        """Messages due at or before `now` that the current partition lets through, in order."""
-        out: list[Message] = []
-        while self._queue and self._queue[0].at <= now:
-            m = heapq.heappop(self._queue).msg
-            if (m.src, m.dst) in self.blocked:
-                continue
-            out.append(m)
-        return out
+    def cut(self, src: str, dst: str) -> bool:
+        """Whether the link from src to dst loses everything now (a partition or one-way cut)."""
+        return (src, dst) in self.blocked
 
     def note_delivered(self, now: int, msg: Message) -> None:
         """Called by the cluster for each message a live node actually received."""

@@ -1,70 +1,33 @@
-"""One simulated node: the driver of one RaftCore, following raft/core/ready.py step by step.
-
-What survives a crash (the "disk"): the MemoryLogStore and the last persisted snapshot.
-What a crash loses: the core, the state machine, the applied index, anything mid-Ready."""
+"""One simulated node: the real driver (raft.node.node.RaftNode) over a simulated disk
+(tests/sim/disk.py), the simulated network (SimTransport) and worker threads that run on the
+virtual clock (SimOffload). Each start is a new incarnation of RaftNode over the same disk, as a
+restarted process is; a crash halts the incarnation where it stands."""
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import random
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from raft.core import (
-    CoreConfig,
-    DroppedProposals,
-    Entry,
-    EntryType,
-    FailedRead,
-    InstallSnapshotRequest,
-    MemoryLogStore,
-    Message,
-    RaftCore,
-    Ready,
-    Role,
-    SnapshotMeta,
-)
+from raft.core import CoreConfig, Message, RaftCore, Role, SnapshotMeta
+from raft.node.config import NodeConfig
+from raft.node.node import RaftNode
+from raft.node.ports import Chunks, Inbound, SnapshotInfo
+from raft.node.recovery import reconcile_state_and_log
+from raft.node.workers import Workers
 
 from tests.sim.checkers import SimViolation
+from tests.sim.disk import SimDisk, SnapshotFile, State, StateFullError
 
 if TYPE_CHECKING:
     from tests.sim.checkers import SafetyChecker
+    from tests.sim.cluster import Cluster
+    from tests.sim.virtual_loop import VirtualClockLoop
 
-State = dict[str, object]
-
-
-def empty_state() -> State:
-    return {"_n": 0, "_digest": ""}
-
-
-def apply_command(state: State, payload: bytes) -> None:
-    """The sim's state machine: a few keys overwritten plus a running digest of every command,
-    so two states are equal only if they applied the same commands in the same order."""
-    state[f"k{len(payload) % 4}"] = payload
-    state["_n"] = int(state["_n"]) + 1  # type: ignore[call-overload]
-    state["_digest"] = hashlib.blake2b(str(state["_digest"]).encode() + payload, digest_size=8).hexdigest()
-
-
-MAX_READIES_PER_EVENT = 1000
-
-
-class DriverHooks(Protocol):
-    """Where a node's outputs go: the cluster implements these."""
-
-    def send(self, msg: Message) -> None: ...
-    def read_served(self, r: "ServedRead") -> None: ...
-    def read_failed(self, node: "SimNode", fr: FailedRead) -> None: ...
-    def proposals_dropped(self, node: "SimNode", dp: DroppedProposals) -> None: ...
-
-
-class CrashNow(Exception):
-    """Raised inside Ready handling to crash a node at an exact point (e.g. after the leader's
-    messages left but before its own write)."""
-
-
-@dataclass
-class PersistedSnapshot:
-    meta: SnapshotMeta
-    state: State
+# How long (ms, drawn per call) the worker threads take for a call: log compaction and resets,
+# applies and installs, taking a snapshot, a snapshot stream's chunk.
+WORK_MS = {"log": 2, "apply": 2, "snapshot": 20, "snapshot_io": 1}
 
 
 @dataclass
@@ -82,51 +45,199 @@ class ServedRead:
     at: int
 
 
-@dataclass
+def node_config(node_id: str, members: Sequence[str], core: CoreConfig, policy: SnapshotPolicy,
+                tick_ms: int) -> NodeConfig:
+    """The sim's NodeConfig: the core's timing, snapshots by the policy, no read spin (a loop that
+    polls would never let virtual time move), small snapshot chunks so a stream has several."""
+    every = policy.every or 1 << 40
+    return NodeConfig(node_id=node_id, listen=f"sim:{node_id}", peers={m: f"sim:{m}" for m in members},
+                      data_dir=Path("/sim") / node_id, core=core, tick_interval_ms=tick_ms, read_spin_us=0,
+                      snapshot_threshold=every, snapshot_threshold_bytes=1 << 62,
+                      snapshot_trailing_entries=policy.keep, snapshot_chunk_bytes=512,
+                      snapshot_bandwidth_bytes_per_s=1 << 20, max_pending_requests=1 << 20)
+
+
+class SimOffload:
+    """A worker thread on the virtual clock: each call runs a random few ms after the previous
+    one ended, in order. A crash halts it: what was handed over never runs."""
+
+    def __init__(self, loop: VirtualClockLoop, rng: random.Random, max_ms: int) -> None:
+        self._loop, self._rng, self._max_ms = loop, rng, max_ms
+        self._busy_until = 0.0
+        self._pending: set[asyncio.TimerHandle] = set()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        loop = self._loop
+        future: asyncio.Future[Any] = loop.create_future()
+        at = max(loop.time(), self._busy_until) + self._rng.randint(0, self._max_ms) / 1000
+        self._busy_until = at
+
+        def call() -> None:
+            self._pending.discard(handle)
+            if future.done():
+                return
+            try:
+                result = fn(*args)
+            except Exception as e:  # noqa: BLE001 - handed to the caller, as a worker thread does
+                result, error = None, e
+            else:
+                error = None
+            if future.done():  # the call crashed its node, which cancelled the wait for it
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        handle = loop.call_at(at, call)
+        self._pending.add(handle)
+        return future
+
+    def halt(self) -> None:
+        for handle in self._pending:
+            handle.cancel()
+        self._pending.clear()
+
+    async def close(self) -> None:
+        return None
+
+
+class SimTransport:
+    """The PeerTransport port on the simulated network. One per incarnation: a crashed one sends
+    nothing more."""
+
+    def __init__(self, node: SimNode) -> None:
+        self._node = node
+        self.closed = False
+        self.inbound: Inbound | None = None
+
+    async def start(self, inbound: Inbound) -> None:
+        self.inbound = inbound
+
+    def send(self, messages: Sequence[Message]) -> None:
+        if not self.closed:
+            for m in messages:
+                self._node.cluster.send(m)
+
+    async def send_snapshot(self, peer: str, term: int, meta: SnapshotMeta, info: SnapshotInfo,
+                            chunks: Chunks, timeout_s: float) -> tuple[bool, str]:
+        """A stream takes a network delay each way; it fails when the link is cut at its start or
+        end, or the receiver crashes meanwhile (its side of the connection resets)."""
+        cluster, src = self._node.cluster, self._node.id
+        await asyncio.sleep(cluster.net.delay_ms(src, peer) / 1000)
+        dst = cluster.nodes.get(peer)
+        if self.closed or cluster.net.cut(src, peer) or dst is None or dst.raft is None:
+            return False, "connection refused"
+        receiving = asyncio.ensure_future(dst.raft.receive_snapshot(src, term, meta, info.file_size, info.sha256,
+                                                                    chunks))
+        dst.streams_in.add(receiving)
+        try:
+            await asyncio.wait({receiving})
+        finally:
+            dst.streams_in.discard(receiving)
+            receiving.cancel()
+        if receiving.cancelled():
+            return False, "connection reset"
+        await asyncio.sleep(cluster.net.delay_ms(peer, src) / 1000)
+        if cluster.net.cut(src, peer):
+            return False, "connection reset"
+        return receiving.result()
+
+    def client_address(self, member: str) -> str | None:
+        return f"client:{member}"
+
+    async def close(self) -> None:
+        self.closed = True
+
+
 class SimNode:
-    id: str
-    members: tuple[str, ...]
-    config: CoreConfig
-    log: MemoryLogStore
-    seed: int
-    policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
-    snapshot: PersistedSnapshot | None = None
-    # volatile
-    core: RaftCore | None = None
-    state: State = field(default_factory=empty_state)
-    applied: int = 0
-    applied_term: int = 0  # term of the entry at `applied`, for the snapshot meta
-    incarnation: int = 0
-    # Local clock = cluster time - clock_offset; a paused node is not ticked and its clock stops.
-    clock_offset: int = 0
-    paused_at: int | None = None
-    # Armed by a fault: crash inside the next Ready, after sending leader_messages.
-    crash_mid_ready: bool = False
+    def __init__(self, cluster: Cluster, node_id: str, config: NodeConfig, seed: int) -> None:
+        self.cluster = cluster
+        self.id = node_id
+        self.config = config
+        self.seed = seed
+        self.members = tuple(config.members)
+        self.disk = SimDisk(self, self.members)
+        self.incarnation = 0
+        self.raft: RaftNode | None = None
+        self._transport: SimTransport | None = None
+        self._workers: list[SimOffload] = []
+        self.streams_in: set[asyncio.Future[Any]] = set()  # snapshot streams this node receives
+        # Local clock = cluster time - clock_offset; a paused node's clock stops.
+        self.clock_offset = 0
+        self.paused_at: int | None = None
+
+    # ---- what checkers and tests look at -----------------------------------------------------
+
+    @property
+    def checker(self) -> SafetyChecker:
+        return self.cluster.checker
 
     @property
     def up(self) -> bool:
-        return self.core is not None
+        return self.raft is not None
+
+    @property
+    def core(self) -> RaftCore | None:
+        return self.raft.core if self.raft is not None else None
+
+    @property
+    def log(self) -> Any:
+        return self.disk.log
+
+    @property
+    def applied(self) -> int:
+        return self.disk.fsm.applied_index
+
+    @property
+    def state(self) -> State:
+        return self.disk.fsm.state
+
+    @property
+    def snapshot(self) -> SnapshotFile | None:
+        return self.disk.snapshots.newest_file
+
+    def role(self) -> Role | None:
+        return self.core.role if self.core is not None else None
 
     def local_time(self, now: int) -> int:
         return (self.paused_at if self.paused_at is not None else now) - self.clock_offset
 
-    # --- lifecycle ---
+    def violation(self, violation: SimViolation) -> None:
+        self.cluster.violations.append(violation)
 
-    def start(self, now: int) -> None:
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """A new incarnation on the same disk: recovery at start, then the driver."""
+        loop = self.cluster.loop
         self.incarnation += 1
-        snap = self.snapshot
-        self.state = dict(snap.state) if snap else empty_state()
-        self.applied = snap.meta.index if snap else 0
-        self.applied_term = snap.meta.term if snap else 0
-        rng = random.Random(f"{self.seed}/{self.id}/{self.incarnation}")
-        self.core = RaftCore(self.id, self.members, self.log, self.config, rng, self.local_time(now),
-                             applied_index=self.applied)
+        reconcile_state_and_log(self.disk.log, self.disk.fsm, self.disk.snapshots)
+        name = f"{self.seed}/{self.id}/{self.incarnation}"
+        self._workers = [SimOffload(loop, random.Random(f"{name}/{job}"), ms) for job, ms in WORK_MS.items()]
+        self._transport = SimTransport(self)
+        self.raft = RaftNode(self.config, self.disk.log, self.disk.fsm, self._transport, cluster_id="sim",
+                             snapshots=self.disk.snapshots, workers=Workers(*self._workers),
+                             clock=lambda: self.local_time(loop.now_ms), rng=random.Random(name),
+                             fsm_full_errors=(StateFullError,))
+        self.cluster.inside_loop(lambda: _start_now(self.raft))
 
-    def crash(self) -> None:
-        self.core = None
-        self.state = empty_state()
-        self.applied = 0
-        self.crash_mid_ready = False
+    def crash_now(self, power_loss: bool = False) -> None:
+        """Halt this incarnation where it stands: its tasks, worker threads and connections end;
+        the disk keeps what was written (on a power loss the state machine only what was synced)."""
+        if self.raft is None:
+            return
+        for task in self.raft.halt("crashed"):
+            task.add_done_callback(_retrieve)
+        for worker in self._workers:
+            worker.halt()
+        for stream in list(self.streams_in):
+            stream.cancel()
+        assert self._transport is not None
+        self._transport.closed = True
+        self.raft = None
+        if power_loss:
+            self.disk.fsm.lose_unsynced()
 
     def pause(self, now: int) -> None:
         if self.paused_at is None:
@@ -137,84 +248,20 @@ class SimNode:
             self.clock_offset += now - self.paused_at
             self.paused_at = None
 
-    # --- the Ready loop ---
 
-    def drain(self, now: int, hooks: "DriverHooks", checker: "SafetyChecker") -> None:
-        """Handle Readies until the core has none, exactly in ready.py's order."""
-        handled = 0
-        while self.core is not None and self.core.has_ready():
-            handled += 1
-            if handled > MAX_READIES_PER_EVENT:
-                # A core that always has another Ready would hang the simulation: fail the schedule.
-                raise SimViolation("runaway", f"{self.id}: more than {MAX_READIES_PER_EVENT} Readies for one event")
-            self._handle(self.core.ready(), now, hooks, checker)
+def _start_now(raft: RaftNode | None) -> None:
+    """RaftNode.start, which suspends nowhere on the simulated transport, run to its end now."""
+    assert raft is not None
+    starting = raft.start()
+    try:
+        starting.send(None)
+    except StopIteration:
+        return
+    starting.close()
+    raise RuntimeError("RaftNode.start suspended on the simulated transport")
 
-    def _handle(self, rd: Ready, now: int, hooks: "DriverHooks", checker: "SafetyChecker") -> None:
-        core = self.core
-        assert core is not None
-        # 1. the leader's messages may leave before its own write
-        for m in rd.leader_messages:
-            hooks.send(m)
-        if self.crash_mid_ready and rd.must_persist():
-            raise CrashNow(self.id)
-        # 2. snapshot install
-        if rd.snapshot is not None:
-            self._install(rd.snapshot, rd.snapshot_data, checker)
-        # 3. one durable write
-        if rd.must_persist():
-            checker.before_persist(self, rd)
-            self.log.save(rd.hard_state, rd.truncate_from, rd.entries)
-            checker.on_persist(self, rd)
-        # 4. messages that depend on that write
-        for m in rd.messages:
-            hooks.send(m)
-        # 5. apply, stream snapshots, serve reads, fail what failed
-        for e in rd.committed_entries:
-            self._apply(e, checker)
-        for s in rd.snapshot_sends:
-            if self.snapshot is not None:
-                hooks.send(InstallSnapshotRequest(src=self.id, dst=s.peer, term=s.term, meta=self.snapshot.meta,
-                                                  data=dict(self.snapshot.state)))
-        for r in rd.reads:
-            hooks.read_served(ServedRead(self.id, r.ctx, r.index, self.applied, now))
-        for fr in rd.failed_reads:
-            hooks.read_failed(self, fr)
-        for dp in rd.failed_proposals:
-            hooks.proposals_dropped(self, dp)
-        # 6.
-        core.advance(rd)
-        if rd.committed_entries or rd.snapshot is not None:
-            core.applied_to(self.applied)
-        self._maybe_snapshot(checker)
 
-    def _apply(self, e: Entry, checker: "SafetyChecker") -> None:
-        if e.type == EntryType.NORMAL:
-            apply_command(self.state, e.payload)
-        checker.on_apply(self, e, self.state)
-        self.applied = e.index
-        self.applied_term = e.term
-
-    def _install(self, meta: SnapshotMeta, data: object, checker: "SafetyChecker") -> None:
-        assert isinstance(data, dict), f"{self.id}: snapshot install without data"
-        checker.on_install(self, meta, data)
-        self.state = dict(data)
-        self.log.reset_to_snapshot(meta.index, meta.term)
-        self.snapshot = PersistedSnapshot(meta, dict(data))
-        self.applied = meta.index
-        self.applied_term = meta.term
-
-    def _maybe_snapshot(self, checker: "SafetyChecker") -> None:
-        every = self.policy.every
-        base = self.snapshot.meta.index if self.snapshot else 0
-        if every is None or self.applied - base < every:
-            return
-        meta = SnapshotMeta(self.applied, self.applied_term, self.members)
-        self.snapshot = PersistedSnapshot(meta, dict(self.state))
-        checker.on_snapshot(self, meta, self.state)
-        # Compact behind the snapshot, keeping a few entries, never past what is on disk.
-        upto = min(self.applied - self.policy.keep, self.log.last_index())
-        if upto > self.log.before_begin()[0] and self.log.term(upto) is not None:
-            self.log.compact(upto)
-
-    def role(self) -> Role | None:
-        return self.core.role if self.core is not None else None
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A crashed incarnation's task ends as it ends (cancelled, or with the crash): nobody waits."""
+    if not task.cancelled():
+        task.exception()

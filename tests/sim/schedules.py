@@ -1,8 +1,9 @@
 """Random fault schedules: everything (cluster size, fault rates, snapshot interval, batching) is
 drawn from one seed, so `run_schedule(seed)` replays a schedule exactly.
 
-A schedule has a fault phase (clients propose and read while nodes crash and restart, the network
-drops, duplicates, delays and partitions) and then a recovery phase (faults stop, every node comes
+A schedule has a fault phase (clients propose and read while nodes crash and restart, crash inside
+a log write or lose power, run out of disk space, and the network drops, duplicates, delays and
+partitions) and then a recovery phase (faults stop, every node comes
 back): within a bounded virtual time a leader must be elected, every proposal that was not failed
 must commit, and every node must apply everything committed."""
 from __future__ import annotations
@@ -76,6 +77,9 @@ class ScheduleResult:
     reads_served: int = 0
     terms: int = 0
     faults: int = 0
+    fault_kinds: dict[str, int] = field(default_factory=dict)
+    # Node-steps spent refusing writes for a full disk (each node counted once per step).
+    disk_full_steps: int = 0
 
 
 class ScheduleFailure(AssertionError):
@@ -95,6 +99,9 @@ class _Driver:
         self.ids = list(self.c.nodes)
         self.timers: list[tuple[int, str, str]] = []  # (at, action, node) to undo a fault later
         self.faults = 0
+        self.fault_kinds: dict[str, int] = {}
+        self.disk_full_steps = 0
+        self.c.after_step_hooks.append(self._count_disk_full)
         self.next_payload = 0
         self.next_read = 0
         self.bound_ms = p.recovery_bound_ms  # set when the faults stop (run)
@@ -124,7 +131,7 @@ class _Driver:
         counts["not_leader"] = c.clients.not_leader
         return ScheduleResult(p.seed, p.n, c.now, c.steps, c.net.delivered_count, c.net.trace_hash(),
                               len(c.checker.committed), counts, c.checker.reads_served, len(c.checker.leaders),
-                              self.faults)
+                              self.faults, self.fault_kinds, self.disk_full_steps)
 
     # --- fault phase ---
 
@@ -153,16 +160,29 @@ class _Driver:
         c, r, p = self.c, self.r, self.p
         self.faults += 1
         kind = r.choice(["crash", "crash", "crash_mid", "partition", "partition", "one_way", "isolate_leader",
-                         "crash_all", "freeze_clock"])
+                         "crash_all", "freeze_clock", "torn_write", "power_loss", "disk_full"])
         until = t + r.randint(1, max(1, p.max_down_ms // ACTION_MS)) * ACTION_MS
         victim = r.choice(self.ids)
+        self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
         if kind == "crash":
             c.crash(victim)
             self.timers.append((until, "restart", victim))
         elif kind == "crash_mid":
-            # Crash inside its next Ready that writes: after the leader's messages left, before the write.
-            c.nodes[victim].crash_mid_ready = True
+            # Crash inside its next log write: after the leader's messages left, before the write.
+            c.nodes[victim].disk.crash_in_save = 0
             self.timers.append((until, "restart", victim))
+        elif kind == "torn_write":
+            # Crash inside its next log write, after part of it reached the disk (never acknowledged).
+            c.nodes[victim].disk.crash_in_save = r.randint(1, 3)
+            self.timers.append((until, "restart", victim))
+        elif kind == "power_loss":
+            # The machine loses power: the state machine keeps only what it last synced.
+            c.crash(victim, power_loss=True)
+            self.timers.append((until, "restart", victim))
+        elif kind == "disk_full":
+            # ENOSPC: log writes and applies fail until space returns; reads go on.
+            c.nodes[victim].disk.full = True
+            self.timers.append((until, "space", victim))
         elif kind == "crash_all":
             for nid in self.ids:
                 c.crash(nid)
@@ -191,9 +211,10 @@ class _Driver:
 
     def _undo(self, action: str, nid: str) -> None:
         if action == "restart":
-            node = self.c.nodes[nid]
-            node.crash_mid_ready = False
+            self.c.nodes[nid].disk.crash_in_save = None
             self.c.restart(nid)
+        elif action == "space":
+            self.c.nodes[nid].disk.full = False
         elif action == "heal":
             self.c.net.heal()
         elif action == "resume":
@@ -205,9 +226,13 @@ class _Driver:
         c.net.config = NetConfig(min_delay_ms=c.net.config.min_delay_ms, max_delay_ms=c.net.config.max_delay_ms)
         self.timers.clear()
         for nid in self.ids:
-            c.nodes[nid].crash_mid_ready = False
+            c.nodes[nid].disk.crash_in_save = None
+            c.nodes[nid].disk.full = False
             c.restart(nid)
             c.resume(nid)
+
+    def _count_disk_full(self, c: Cluster) -> None:
+        self.disk_full_steps += sum(1 for n in c.up_nodes if n.raft is not None and n.raft.disk_full is not None)
 
     # --- recovery phase ---
 
@@ -264,5 +289,7 @@ def run_schedule(seed: int, n: int | None = None) -> ScheduleResult:
     d = _Driver(p)
     try:
         return d.run()
-    except Exception as e:  # any core exception is a failure of this seed too
+    except Exception as e:  # any exception of the driver or the core is a failure of this seed too
         raise ScheduleFailure(seed, p.n, d.c.now, e) from e
+    finally:
+        d.c.close()

@@ -6,24 +6,25 @@ import pytest
 
 from raft.core import Entry, MemoryLogStore
 from tests.sim.checkers import SafetyChecker, SimViolation
-from tests.sim.node import SimNode, apply_command, empty_state
+from tests.sim.disk import apply_command, empty_state
+from tests.sim.node import SimNode
 from tests.sim.schedules import ScheduleFailure, run_schedule
 
 
-_honest_crash = SimNode.crash
+_honest_crash = SimNode.crash_now
 
 
-def _lossy_crash(self: SimNode) -> None:
+def _lossy_crash(self: SimNode, power_loss: bool = False) -> None:
     """A disk that lies about fsync: a crash also loses the last entries the node acknowledged."""
+    _honest_crash(self, power_loss)
     begin, last = self.log.before_begin()[0], self.log.last_index()
     cut = max(begin + 1, last - 2)
     if cut <= last:
-        self.log.save(None, cut, [])
-    _honest_crash(self)
+        super(type(self.log), self.log).save(None, cut, [])
 
 
 def test_lossy_disk_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(SimNode, "crash", _lossy_crash)
+    monkeypatch.setattr(SimNode, "crash_now", _lossy_crash)
     safety = ("[durability]", "[state machine safety]", "[leader completeness]", "[log matching]")
     caught: list[str] = []
     for seed in range(60):

@@ -59,7 +59,9 @@ def test_random_schedules(n: int) -> None:
     _run(range(first, first + 2 * CI_SCHEDULES, 2), f"{n} nodes")
 
 
-# Seeds outside the CI range that once failed: kept as regressions (see the lead's report).
+# Seeds outside the CI range that once failed: kept as regressions. (Each names a schedule of the
+# simulator as it was when the seed failed; the schedules they draw now differ, and are kept as
+# more seeds.)
 #   9008: a TRUNCATE for an index the leader had compacted (truncate_term=0) deleted committed entries
 #         from a follower's disk [durability].
 #   271:  a restarted follower never learns the commit index from an idle leader [catch-up].

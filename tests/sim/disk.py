@@ -1,0 +1,241 @@
+"""One simulated node's disk, as the real driver sees it through raft/node/ports.py: the log
+(a MemoryLogStore), the state machine and the snapshot files, with the storage faults a real disk
+has.
+
+What survives a crash: everything the log's `save` returned from, the snapshot files, and the
+state machine as it was (a process crash keeps the page cache) or, on a power loss, as it was
+when last synced (it skips fsync: the log is durable). Faults:
+- `crash_in_save`: the node crashes inside its next log write, after `torn` of its entries (and
+  its hard state, when `torn` > 0) reached the disk: a torn write, never acknowledged;
+- `crash_after_install`: the node crashes right after its next snapshot install swapped the
+  state, before the log was reset to begin after it;
+- `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
+- `wipe`: the whole disk is lost (the node restarts empty)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+from raft.core import Entry, EntryType, HardState, MemoryLogStore, SnapshotMeta
+from raft.log.errors import LogFullError
+from raft.node.ports import SnapshotInfo
+
+from tests.sim.checkers import SimViolation
+
+if TYPE_CHECKING:
+    from tests.sim.node import SimNode
+
+State = dict[str, object]
+
+
+def empty_state() -> State:
+    return {"_n": 0, "_digest": ""}
+
+
+def apply_command(state: State, payload: bytes) -> None:
+    """The sim's state machine: a few keys overwritten plus a running digest of every command,
+    so two states are equal only if they applied the same commands in the same order."""
+    state[f"k{len(payload) % 4}"] = payload.decode("latin-1")
+    state["_n"] = int(state["_n"]) + 1  # type: ignore[call-overload]
+    state["_digest"] = hashlib.blake2b(str(state["_digest"]).encode() + payload, digest_size=8).hexdigest()
+
+
+class SimCrash(BaseException):
+    """Raised out of a log write the node crashes in (a BaseException: the driver must not catch
+    it as it catches errors)."""
+
+
+class StateFullError(Exception):
+    """The simulated state machine is out of space."""
+
+
+def _watched(node: SimNode, check: Callable[[], None]) -> None:
+    """Run a checker call from inside the driver: a violation is recorded for the cluster to
+    raise (the driver would otherwise catch it as a store error)."""
+    try:
+        check()
+    except SimViolation as violation:
+        node.violation(violation)
+
+
+class SimLogStore(MemoryLogStore):
+    def __init__(self, node: SimNode) -> None:
+        super().__init__()
+        self._node = node
+
+    def adopt(self, log: MemoryLogStore) -> None:
+        """Take the contents of a prepared log (scenarios start from hand-made logs)."""
+        self._hard_state = log.hard_state()
+        self._before_index, self._before_term = log.before_begin()
+        begin, last = log.before_begin()[0] + 1, log.last_index()
+        self._entries = log.entries(begin, last + 1) if last >= begin else []
+
+    def save(self, hard_state: HardState | None, truncate_from: int | None, entries: Sequence[Entry]) -> None:
+        node, disk = self._node, self._node.disk
+        if disk.full:
+            raise LogFullError("sim:" + node.id, "no space left on device")
+        _watched(node, lambda: node.checker.before_persist(node, truncate_from, entries))
+        if disk.crash_in_save is not None:
+            torn = min(disk.crash_in_save, len(entries))
+            disk.crash_in_save = None
+            if torn:
+                super().save(hard_state, truncate_from, entries[:torn])
+                _watched(node, lambda: node.checker.on_persist(node, hard_state, entries[:torn]))
+            node.cluster.crash(node.id)
+            raise SimCrash(node.id)
+        super().save(hard_state, truncate_from, entries)
+        _watched(node, lambda: node.checker.on_persist(node, hard_state, entries))
+
+
+class SimStateMachine:
+    """The StateMachine port: a dict, its applied index and term; `durable` is what a power loss
+    leaves (the state as last synced)."""
+
+    def __init__(self, node: SimNode) -> None:
+        self._node = node
+        self.state = empty_state()
+        self.applied_index = 0
+        self.applied_term = 0
+        self.durable: tuple[State, int, int] = (empty_state(), 0, 0)
+
+    def apply(self, entries: Sequence[Entry]) -> list[object]:
+        node = self._node
+        if node.disk.full:
+            raise StateFullError("no space left on device")
+        results: list[object] = []
+        for e in entries:
+            if e.index != self.applied_index + 1:
+                raise RuntimeError(f"{node.id}: entry {e.index} does not follow the applied index {self.applied_index}")
+            if e.type == EntryType.NORMAL:
+                apply_command(self.state, e.payload)
+            _watched(node, lambda: node.checker.on_apply(node, e, self.state))
+            self.applied_index, self.applied_term = e.index, e.term
+            results.append((e.index, e.payload))
+        return results
+
+    def sync(self) -> None:
+        self.durable = (dict(self.state), self.applied_index, self.applied_term)
+
+    def replace(self, state: State, index: int, term: int) -> None:
+        self.state, self.applied_index, self.applied_term = dict(state), index, term
+        self.sync()
+
+    def lose_unsynced(self) -> None:
+        state, index, term = self.durable
+        self.state, self.applied_index, self.applied_term = dict(state), index, term
+
+
+@dataclass
+class SnapshotFile:
+    meta: SnapshotMeta
+    state: State
+
+    def payload(self) -> bytes:
+        return json.dumps({"index": self.meta.index, "term": self.meta.term, "members": list(self.meta.members),
+                           "state": self.state}, sort_keys=True).encode()
+
+    @staticmethod
+    def parse(payload: bytes) -> SnapshotFile:
+        d = json.loads(payload)
+        return SnapshotFile(SnapshotMeta(d["index"], d["term"], tuple(d["members"])), d["state"])
+
+
+@dataclass
+class _Receiver:
+    """A snapshot stream being received into a file of the disk."""
+
+    snapshots: SimSnapshots
+    data: bytearray = field(default_factory=bytearray)
+
+    def feed(self, offset: int, data: bytes) -> None:
+        if offset != len(self.data):
+            raise ValueError(f"chunk at offset {offset}, expected {len(self.data)}")
+        self.data += data
+
+    def finish(self, expected_size: int, expected_sha256: str) -> Path:
+        if len(self.data) != expected_size or hashlib.sha256(self.data).hexdigest() != expected_sha256:
+            raise ValueError("the snapshot does not verify")
+        return self.snapshots.keep(SnapshotFile.parse(bytes(self.data)), received=True)
+
+    def abort(self) -> None:
+        self.data.clear()
+
+
+class SimSnapshots:
+    """The SnapshotHost port: snapshot files by path, the newest `kept` of them kept."""
+
+    def __init__(self, node: SimNode, members: tuple[str, ...], kept: int = 2) -> None:
+        self._node = node
+        self._members = members
+        self._kept = kept
+        self.files: dict[Path, SnapshotFile] = {}
+        self._adopted: list[Path] = []  # taken or installed, oldest first (received ones wait)
+        self._newest: Path | None = None
+        self._names = 0
+
+    def keep(self, file: SnapshotFile, received: bool = False) -> Path:
+        self._names += 1
+        path = Path(f"/sim/{self._node.id}/{'received' if received else 'snapshot'}-{self._names}")
+        self.files[path] = file
+        return path
+
+    def _info(self, path: Path) -> SnapshotInfo:
+        file = self.files[path]
+        payload = file.payload()
+        return SnapshotInfo(file.meta.index, file.meta.term, path, len(payload), hashlib.sha256(payload).hexdigest())
+
+    @property
+    def newest_file(self) -> SnapshotFile | None:
+        return self.files[self._newest] if self._newest is not None else None
+
+    def newest(self) -> SnapshotInfo | None:
+        return self._info(self._newest) if self._newest is not None else None
+
+    def take(self) -> SnapshotInfo:
+        node, fsm = self._node, self._node.disk.fsm
+        meta = SnapshotMeta(fsm.applied_index, fsm.applied_term, self._members)
+        self._newest = self.keep(SnapshotFile(meta, dict(fsm.state)))
+        self._adopted.append(self._newest)
+        _watched(node, lambda: node.checker.on_snapshot(node, meta, fsm.state))
+        fsm.sync()  # as NodeSnapshots.take: the state is on disk before the log is compacted
+        return self._info(self._newest)
+
+    def receiver(self, source: str) -> _Receiver:
+        return _Receiver(self)
+
+    def install(self, verified_file: Path) -> SnapshotInfo:
+        node, file = self._node, self.files[verified_file]
+        _watched(node, lambda: node.checker.on_install(node, file.meta, file.state))
+        node.disk.fsm.replace(file.state, file.meta.index, file.meta.term)
+        self._newest = verified_file
+        self._adopted.append(verified_file)
+        if node.disk.crash_after_install:
+            node.disk.crash_after_install = False
+            node.cluster.crash(node.id)  # the driver's wait for this call ends with the crash
+        return self._info(verified_file)
+
+    def restore(self, info: SnapshotInfo) -> None:
+        file = self.files[info.path]
+        self._node.disk.fsm.replace(file.state, file.meta.index, file.meta.term)
+
+    def chunks(self, info: SnapshotInfo, chunk_size: int) -> Iterator[tuple[int, bytes, bool]]:
+        payload = self.files[info.path].payload()
+        for offset in range(0, len(payload), chunk_size):
+            yield offset, payload[offset:offset + chunk_size], offset + chunk_size >= len(payload)
+
+    def prune(self) -> None:
+        while len(self._adopted) > self._kept:
+            del self.files[self._adopted.pop(0)]
+
+
+class SimDisk:
+    def __init__(self, node: SimNode, members: tuple[str, ...]) -> None:
+        self.log = SimLogStore(node)
+        self.fsm = SimStateMachine(node)
+        self.snapshots = SimSnapshots(node, members)
+        self.full = False
+        self.crash_in_save: int | None = None  # armed: entries of the next save that reach the disk
+        self.crash_after_install = False
