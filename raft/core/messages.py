@@ -105,3 +105,18 @@ class InstallSnapshotResponse(Message):
     success: bool = False
     index: int = 0
     end_index: int = 0
+
+
+def refusal_of_stale(msg: Message, me: str, term: int, end_index: int) -> Message | None:
+    """The answer to a request from an older term: our term, so its sender steps down (None for
+    a message that is no request)."""
+    if isinstance(msg, VoteRequest):
+        return VoteResponse(me, msg.src, term, granted=False, pre_vote=msg.pre_vote)
+    if isinstance(msg, HeartbeatRequest):
+        return HeartbeatResponse(me, msg.src, term, success=False, seq=msg.seq, end_index=end_index)
+    if isinstance(msg, PushRequest):
+        return PushResponse(me, msg.src, term, type=msg.type, code=PushCode.STALE_TERM, pre_index=msg.pre_index,
+                            end_index=end_index)
+    if isinstance(msg, InstallSnapshotRequest):
+        return InstallSnapshotResponse(me, msg.src, term, success=False)
+    return None

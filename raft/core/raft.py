@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from raft.core.config import CoreConfig
-from raft.core.dispatcher import Dispatcher, DispatchState, Outgoing
-from raft.core.eager_set import EagerSet
+from raft.core.dispatcher import Outgoing
 from raft.core.entry_handler import EntryHandler
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
@@ -23,13 +22,14 @@ from raft.core.messages import (
     InstallSnapshotRequest,
     InstallSnapshotResponse,
     Message,
-    PushCode,
     PushRequest,
     PushResponse,
     VoteRequest,
     VoteResponse,
+    refusal_of_stale,
 )
-from raft.core.quorum import QuorumTracker, majority
+from raft.core.leadership import Leadership
+from raft.core.quorum import majority
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker
 from raft.core.ready import DroppedProposals, FailedRead, Ready, SnapshotSend, SoftState
@@ -92,19 +92,7 @@ class RaftCore:
         self._votes: dict[str, bool] = {}
         self._election_deadline = 0
         self._reset_election_timer()
-        # Leader-only state, rebuilt by _become_leader.
-        self._dispatchers: dict[str, Dispatcher] = {}
-        self._eager_set = EagerSet([], 0, config, now)  # a leader's is made with its dispatchers
-        self._quorum = QuorumTracker(self.members)
-        self._leader_since = 0
-        self._next_heartbeat = 0
-        self._hb_seq = 0
-        self._hb_sent_at: dict[int, int] = {}
-        self._acked_seq: dict[str, int] = {}
-        self._peer_heard: dict[str, int] = {}  # any answer in this term
-        self._peer_ack_sent: dict[str, int] = {}  # send time of the newest heartbeat it acknowledged
-        self._proposed: tuple[int, int] | None = None  # [first, last] proposed in this term
-        self._log_grew = False
+        self._lead: Leadership | None = None  # while this node leads its term
         # Output queues, drained by ready().
         self._messages: list[Message] = []
         self._leader_messages: list[Message] = []
@@ -139,9 +127,7 @@ class RaftCore:
         return self._applied
 
     def status(self) -> CoreStatus:
-        peers: dict[str, int] = {}
-        if self._role == Role.LEADER:
-            peers = dict(self._quorum.match)
+        peers = dict(self._lead.quorum.match) if self._lead is not None else {}
         return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._applied,
                           self.log.last_index(), self.log.before_begin()[0], peers)
 
@@ -150,12 +136,7 @@ class RaftCore:
         an election timeout: the driver's compaction keeps what they still need, so a live
         follower (a lazy one trails by up to lazy_push_ms) is not sent a snapshot for entries the
         leader dropped a moment ago. None when not leader or no follower is live."""
-        if self._role != Role.LEADER:
-            return None
-        t = self.config.election_timeout_ms
-        live = [d.match_index for d in self._dispatchers.values()
-                if d.state == DispatchState.APPEND and self.now - self._peer_heard.get(d.peer, _NEVER) < t]
-        return min(live) if live else None
+        return self._lead.replicating_floor() if self._lead is not None else None
 
     def _committed_in_term(self) -> bool:
         return self.log.term(self._commit) == self._term
@@ -164,20 +145,16 @@ class RaftCore:
         """True while a quorum acknowledged a heartbeat sent less than lease_ms ago. Followers do
         not grant (pre-)votes for election_timeout_ms after hearing from a leader, so no other
         leader can exist meanwhile (lease_ms < election_timeout_ms leaves room for clock drift)."""
-        if self._role != Role.LEADER or not self._committed_in_term():
+        if self._lead is None or not self._committed_in_term():
             return False
-        need = majority(len(self.members)) - 1
-        if need == 0:
-            return True
-        sent = sorted((self._peer_ack_sent.get(p, _NEVER) for p in self.peers), reverse=True)
-        return self.now < sent[need - 1] + self.config.lease_ms
+        return self._lead.contact.lease_valid(self.now, self.config.lease_ms)
 
     # ------------------------------------------------------------------ inputs
 
     def tick(self, now: int) -> None:
         self.clock(now)
-        if self._role == Role.LEADER:
-            self._tick_leader()
+        if self._lead is not None:
+            self._tick_leader(self._lead)
             return
         if self.now >= self._election_deadline:
             self._start_pre_vote()
@@ -190,13 +167,11 @@ class RaftCore:
         self.now = max(self.now, now)
 
     def propose(self, payloads: Sequence[bytes]) -> tuple[int, int]:
-        if self._role != Role.LEADER:
+        if self._lead is None:
             raise NotLeaderError(self._leader, self._term)
         first = self.log.last_index() + 1
         self.log.append([Entry(first + i, self._term, EntryType.NORMAL, p) for i, p in enumerate(payloads)])
-        last = self.log.last_index()
-        self._proposed = (first if self._proposed is None else self._proposed[0], last)
-        self._log_grew = True  # dispatchers batch everything proposed before the next ready()
+        self._lead.proposed(first, self.log.last_index())
         return first, self._term
 
     def read_index(self, ctx: object) -> None:
@@ -243,7 +218,9 @@ class RaftCore:
             is_leader_msg = isinstance(msg, (HeartbeatRequest, PushRequest, InstallSnapshotRequest))
             self._become_follower(msg.term, msg.src if is_leader_msg else None)
         elif msg.term < self._term:
-            self._refuse_stale(msg)
+            reply = refusal_of_stale(msg, self.id, self._term, self.log.last_index())
+            if reply is not None:
+                self._messages.append(reply)
             return
         handler = {
             VoteRequest: self._on_vote_request,
@@ -267,7 +244,7 @@ class RaftCore:
             or self.log.has_unpersisted() or self._messages or self._leader_messages
             or (not self._installing and self._commit > self._apply_handed)
             or self._failed_proposals or self._failed_reads or self._snapshot_sends
-            or (self._role == Role.LEADER and (self._log_grew or self._reads.wants_round()))
+            or (self._lead is not None and (self._lead.log_grew or self._reads.wants_round()))
             or self._reads.has_ready(self._applied)
         )
 
@@ -285,12 +262,10 @@ class RaftCore:
     def ready(self) -> Ready:
         if self._outstanding is not None:
             raise RuntimeError("advance() the previous Ready before asking for another")
-        if self._role == Role.LEADER:
-            if self._log_grew:
-                self._log_grew = False
-                for d in self._dispatchers.values():
-                    if d.eager:  # lazy ones take theirs at a tick (eager_set.py)
-                        self._send(d.poll(self.now))
+        if self._lead is not None:
+            if self._lead.log_grew:
+                self._lead.log_grew = False
+                self._send(self._lead.poll_eager())
             if self._reads.wants_round():
                 self._send_read_round()
         rd = Ready()
@@ -329,7 +304,7 @@ class RaftCore:
             self._handler.matched_through(idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
-        if self._role == Role.LEADER:
+        if self._lead is not None:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
 
@@ -378,14 +353,12 @@ class RaftCore:
         self._reset_election_timer()
 
     def _drop_leadership(self, old_term: int, new_leader: str | None) -> None:
-        if self._proposed is not None:
-            first, last = max(self._proposed[0], self._commit + 1), self._proposed[1]
-            if first <= last:
-                self._failed_proposals.append(DroppedProposals(old_term, first, last, new_leader))
-        self._proposed = None
+        assert self._lead is not None
+        dropped = self._lead.dropped(self._commit, old_term, new_leader)
+        if dropped is not None:
+            self._failed_proposals.append(dropped)
         self._failed_reads.extend(self._reads.fail_unconfirmed(new_leader))
-        self._dispatchers = {}
-        self._log_grew = False
+        self._lead = None
 
     def _start_pre_vote(self) -> None:
         self._role = Role.PRE_CANDIDATE
@@ -420,18 +393,10 @@ class RaftCore:
         self._role = Role.LEADER
         self._set_leader(self.id)
         self._votes = {}
-        self._leader_since = self.now
-        self._quorum = QuorumTracker(self.members)
-        self._acked_seq = {p: 0 for p in self.peers}
-        self._peer_heard, self._peer_ack_sent, self._hb_sent_at = {}, {}, {}
-        self._proposed = None
         # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
         self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
-        self._dispatchers = {p: Dispatcher(p, self) for p in self.peers}
-        self._eager_set = EagerSet(list(self._dispatchers.values()), majority(len(self.members)) - 1, self.config,
-                                   self.now)
-        for d in self._dispatchers.values():
-            self._send(d.start(self.now))
+        self._lead = Leadership(self)
+        self._send(self._lead.start())
         self._broadcast_heartbeat()
         self._update_match(self.id, self.log.persisted_index)
 
@@ -464,22 +429,6 @@ class RaftCore:
         self._votes[msg.src] = msg.granted
         if self._won(self._votes):
             self._become_leader()
-
-    def _refuse_stale(self, msg: Message) -> None:
-        """Answer a request from an older term with our term, so its sender steps down."""
-        reply: Message | None = None
-        if isinstance(msg, VoteRequest):
-            reply = VoteResponse(self.id, msg.src, self._term, granted=False, pre_vote=msg.pre_vote)
-        elif isinstance(msg, HeartbeatRequest):
-            reply = HeartbeatResponse(self.id, msg.src, self._term, success=False, seq=msg.seq,
-                                      end_index=self.log.last_index())
-        elif isinstance(msg, PushRequest):
-            reply = PushResponse(self.id, msg.src, self._term, type=msg.type, code=PushCode.STALE_TERM,
-                                 pre_index=msg.pre_index, end_index=self.log.last_index())
-        elif isinstance(msg, InstallSnapshotRequest):
-            reply = InstallSnapshotResponse(self.id, msg.src, self._term, success=False)
-        if reply is not None:
-            self._messages.append(reply)
 
     # ------------------------------------------------------------------ follower side
 
@@ -527,106 +476,72 @@ class RaftCore:
 
     # ------------------------------------------------------------------ leader side
 
-    def _tick_leader(self) -> None:
-        if self.now >= self._next_heartbeat:
+    def _tick_leader(self, lead: Leadership) -> None:
+        if self.now >= lead.next_heartbeat:
             self._broadcast_heartbeat()
-        if not self._quorum_active():
+        if not lead.contact.quorum_active(self.now, self.config.election_timeout_ms):
             self._become_follower(self._term, None)  # check-quorum: we may be cut off
             return
-        if self.config.lazy_push_ms:  # thrifty replication on (else every dispatcher stays eager)
-            self._eager_set.tick(self.now)
-        for d in self._dispatchers.values():
-            self._send(d.tick(self.now))
-
-    def _quorum_active(self) -> bool:
-        t = self.config.election_timeout_ms
-        if self.now - self._leader_since < t:
-            return True
-        heard = 1 + sum(1 for p in self.peers if self.now - self._peer_heard.get(p, _NEVER) < t)
-        return heard >= majority(len(self.members))
+        self._send(lead.tick())
 
     def _broadcast_heartbeat(self) -> None:
         """The periodic heartbeat, to every follower; it also serves waiting reads."""
-        self._next_heartbeat = self.now + self.config.heartbeat_interval_ms
-        self._heartbeat_round(self.peers)
+        assert self._lead is not None
+        self._lead.next_heartbeat = self.now + self.config.heartbeat_interval_ms
+        self._heartbeat_round(self._lead, self.peers)
 
     def _send_read_round(self) -> None:
-        """A heartbeat round for waiting reads, sent to no more followers than a majority needs:
-        those that acknowledged the newest rounds. Each heartbeat is a stream write and a reply
-        to read on the leader, its busiest costs under reads (README, Performance); in a
-        three-node cluster this halves them. If a chosen follower does not answer, the next
-        periodic heartbeat (to every follower) confirms the round instead, and its answers make
-        the follower that did answer the one chosen next."""
-        need = majority(len(self.members)) - 1
-        self._heartbeat_round(sorted(self.peers, key=lambda p: self._acked_seq.get(p, 0), reverse=True)[:need])
+        """A heartbeat round for waiting reads, to no more followers than a majority needs: each
+        heartbeat is a message to write and an answer to read on the leader, its busiest costs
+        under reads (docs/performance.md); in a three-node cluster this halves them. If a chosen
+        follower does not answer, the next periodic heartbeat (to every follower) confirms the
+        round instead."""
+        assert self._lead is not None
+        self._heartbeat_round(self._lead, self._lead.contact.read_round_peers())
 
-    def _heartbeat_round(self, peers: Sequence[str]) -> None:
-        self._hb_seq += 1
-        seq = self._hb_seq
-        self._hb_sent_at[seq] = self.now
-        self._hb_sent_at.pop(seq - 1000, None)
+    def _heartbeat_round(self, lead: Leadership, peers: Sequence[str]) -> None:
+        seq, heartbeats = lead.heartbeats(peers, self._commit)
         self._reads.round_sent(seq)
-        for p in peers:
-            # Each follower gets the commit index only as far as we know its log matches ours,
-            # so it may adopt it without checking (as etcd does): a follower that restarted
-            # learns the commit again from an idle leader.
-            commit = min(self._commit, self._quorum.match[p])
-            self._leader_messages.append(HeartbeatRequest(self.id, p, self._term, commit_index=commit, seq=seq))
-        self._check_read_rounds()
+        self._leader_messages.extend(heartbeats)
+        self._check_read_rounds(lead)
 
-    def _check_read_rounds(self) -> None:
-        need = majority(len(self.members)) - 1
-        if need == 0:
-            confirmed = self._hb_seq
-        else:
-            confirmed = sorted(self._acked_seq.values(), reverse=True)[need - 1]
+    def _check_read_rounds(self, lead: Leadership) -> None:
+        confirmed = lead.contact.confirmed_round()
         if confirmed > 0:
             self._reads.round_confirmed(confirmed)
 
     def _on_heartbeat_response(self, msg: HeartbeatResponse) -> None:
-        if self._role != Role.LEADER or not msg.success:
+        if self._lead is None or not msg.success:
             return
-        self._peer_heard[msg.src] = self.now
-        if msg.seq > self._acked_seq.get(msg.src, 0):
-            self._acked_seq[msg.src] = msg.seq
-            sent = self._hb_sent_at.get(msg.seq)
-            if sent is not None:
-                self._peer_ack_sent[msg.src] = max(self._peer_ack_sent.get(msg.src, _NEVER), sent)
-            self._check_read_rounds()
-        self._dispatchers[msg.src].on_heartbeat_response(msg.end_index)
+        if self._lead.on_heartbeat_response(msg):
+            self._check_read_rounds(self._lead)
 
     def _on_push_response(self, msg: PushResponse) -> None:
-        if self._role != Role.LEADER:
+        if self._lead is None:
             return
-        self._peer_heard[msg.src] = self.now
-        d = self._dispatchers[msg.src]
-        self._send(d.on_push_response(msg, self.now))
-        self._update_match(msg.src, d.match_index)
+        self._send(self._lead.on_push_response(msg))
+        self._update_match(msg.src, self._lead.match_index(msg.src))
 
     def _on_snapshot_response(self, msg: InstallSnapshotResponse) -> None:
-        if self._role != Role.LEADER:
+        if self._lead is None:
             return
-        self._peer_heard[msg.src] = self.now
-        d = self._dispatchers[msg.src]
-        self._send(d.on_snapshot_response(msg, self.now))
-        self._update_match(msg.src, d.match_index)
+        self._send(self._lead.on_snapshot_response(msg))
+        self._update_match(msg.src, self._lead.match_index(msg.src))
 
     def _update_match(self, member: str, index: int) -> None:
-        if self._quorum.update(member, index):
-            self._maybe_commit()
+        if self._lead is not None and self._lead.quorum.update(member, index):
+            self._maybe_commit(self._lead)
 
-    def _maybe_commit(self) -> None:
+    def _maybe_commit(self, lead: Leadership) -> None:
         """Commit the highest index a majority holds — only if that entry is of our term: an
         older-term entry is never committed by counting replicas (Raft §5.4.2, Figure 8)."""
-        n = self._quorum.quorum_index()
+        n = lead.quorum.quorum_index()
         if n <= self._commit or self.log.term(n) != self._term:
             return
         first_in_term = not self._committed_in_term()
         self._commit = n
         if first_in_term:
             self._reads.committed_in_term(n)
-        for d in self._dispatchers.values():
-            # Entries waiting to go carry the new commit index now; a COMMIT push on its own waits
-            # for the next tick (see the Dispatcher).
-            if d.eager:
-                self._send(d.poll(self.now))
+        # Entries waiting to go carry the new commit index now; a COMMIT push on its own waits for
+        # the next tick (see the Dispatcher).
+        self._send(lead.poll_eager())

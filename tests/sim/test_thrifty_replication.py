@@ -186,7 +186,7 @@ def test_no_trials_while_nothing_is_written() -> None:
     choices = set()
     for _ in range(60):  # 3 s: trials would come every 200 ms
         c.run_for(50)
-        choices.add(tuple(p for p, d in lead.core._dispatchers.items() if d.eager))
+        choices.add(tuple(p for p, d in lead.core._lead.dispatchers.items() if d.eager))
     assert choices == {(eager,)}
     c.check_all()
 
