@@ -1,12 +1,13 @@
-"""raftkv inside another Python process: the node and its gRPC server (so peers and remote clients
-can reach it) run on a background thread's event loop; the local API calls the node directly.
+"""raftkv inside another Python process: the node, its peer listener and its gRPC server (so peers
+and remote clients can reach it) run on a background thread's event loop; the local API calls the
+node directly.
 
     with kv.embedded.open("./meta-data") as db:          # a single-node store
         db.put(b"k", b"v"); db.get(b"k")                  # -> b"v"
 
 The methods have kv.Client's signatures and semantics: while no leader is known (an election),
 a call waits for one within `timeout`; when another node leads, writes (and non-stale reads)
-raise kv.errors.NotLeaderError carrying that leader's address."""
+raise kv.errors.NotLeaderError carrying that leader's client address."""
 from __future__ import annotations
 
 import asyncio
@@ -80,7 +81,8 @@ class EmbeddedNode:
 
     @property
     def address(self) -> str:
-        return self.config.peers[self.config.node_id]
+        """Where remote clients reach this node: its advertised client address."""
+        return self.config.advertised_client_address
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -146,6 +148,9 @@ class EmbeddedNode:
 
 def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: str = "127.0.0.1:7001",
          peers: dict[str, str] | None = None, timeout: float = 5.0, **config: Any) -> EmbeddedNode:  # noqa: A001
-    """An EmbeddedNode from the common settings; other NodeConfig fields go in `config`."""
+    """An EmbeddedNode from the common settings: `listen` is where its gRPC server takes clients,
+    `peers` every member's peer address (none: a single node). Other NodeConfig fields go in
+    `config`, e.g. listen_peer= (default: this node's entry in `peers`) and advertise_client=
+    (default: `listen`)."""
     return EmbeddedNode(NodeConfig(node_id=node_id, listen=listen, peers=dict(peers or {}),
                                    data_dir=Path(data_dir), **config), timeout=timeout)

@@ -1,6 +1,6 @@
-"""A raftkv node as a process: the log (raft/log) and the LMDB state, the Raft driver, and its gRPC
-services (peer, client, export) on one listen address, served by a group of grpc.aio servers
-(kv/server/server_group.py).
+"""A raftkv node as a process: the log (raft/log) and the LMDB state, the Raft driver with its peer
+transport on --listen-peer (raft/transport/tcp_transport.py), and its gRPC services for clients
+(KV, export) on --listen, served by a group of grpc.aio servers (kv/server/server_group.py).
 
     serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)
     running = await start_server(config)  # on a running loop; `await running.stop()` when done
@@ -18,13 +18,14 @@ from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.kv_service import KVHandler, KVServicer
-from raftkv_proto import export_pb2_grpc, kv_pb2_grpc, raft_pb2_grpc
+from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import EVENT_LOOPS, NodeConfig
 from raft.node.node import RaftNode
 from raft.node.recovery import reconcile_state_and_log
-from raft.transport.network_transport import NetworkTransport
+from raft.transport.address import split_address
+from raft.transport.tcp_transport import TcpTransport
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
 from statemachine.kv_state import KVStateMachine
@@ -63,7 +64,9 @@ class RunningServer:
 
 
 async def start_server(config: NodeConfig) -> RunningServer:
-    """Open the stores under config.data_dir, start the node and serve on config.listen."""
+    """Open the stores under config.data_dir, start the node (its peer listener on
+    config.peer_listen_address) and serve clients on config.listen."""
+    config.validate_addresses()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     log_store = open_log_store(config.data_dir, max_bytes=config.log_map_size, fsync=config.fsync)
     fsm: ReplaceableStateMachine | None = None
@@ -77,14 +80,13 @@ async def start_server(config: NodeConfig) -> RunningServer:
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
                                   keep=config.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)
-        transport = NetworkTransport(config, cluster_id)
+        transport = TcpTransport(config, cluster_id)
         node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
                         fsm_full_errors=(StateFullError,))
         handler = KVHandler(node, fsm)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.grpc_servers, [
-            (raft_pb2_grpc.add_RaftPeerServicer_to_server, transport.service),
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
         ])
@@ -103,9 +105,12 @@ async def start_server(config: NodeConfig) -> RunningServer:
                 fsm.close()
             log_store.close()
         raise
-    messages = f", peer messages on port {transport.message_port}" if transport.message_port else ""
-    log.info("node %s serving on %s%s (cluster %s, members %s, data in %s)", config.node_id, config.listen,
-             messages, node.cluster_id, ",".join(config.members), config.data_dir)
+    peers = ""
+    if config.peer_listen_address is not None:
+        peers = f", peers on {split_address(config.peer_listen_address)[0]}:{transport.peer_port}"
+    log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
+             config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
+             ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
 
 

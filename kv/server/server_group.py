@@ -29,10 +29,23 @@ import grpc
 
 from raft.transport.address import split_address
 from raft.transport.input_checks import add_servicer
-from raft.transport.peer_transport import SERVER_OPTIONS
 
 # (generated add_XServicer_to_server, servicer): one servicer instance serves every server.
 Service = tuple[Callable[[Any, Any], None], Any]
+
+# Largest message either side of a client call accepts (a batch or a pipeline of many writes).
+MAX_MESSAGE_BYTES = 64 << 20
+
+# Options for the node's grpc.aio servers: accept the clients' keepalive pings (without these a
+# server answers frequent pings with GOAWAY "too_many_pings") and large messages; SO_REUSEPORT
+# for the group, with its own check that no other process listens on the port.
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
 
 _GROUP_OPTIONS = [*SERVER_OPTIONS, ("grpc.so_reuseport", 1)]
 

@@ -25,7 +25,6 @@ from raft.node.config import (
     DEFAULT_LISTEN,
     DEFAULT_NODE_ID,
     EVENT_LOOPS,
-    PEER_TRANSPORTS,
     NodeConfig,
     parse_peers,
 )
@@ -88,16 +87,23 @@ def _add_serve(commands: Any) -> None:
         "serve", formatter_class=_Formatter, help="run a node",
         description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
                     f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
-        epilog="a three-node cluster, one command per member:\n"
+        epilog="a three-node cluster, one command per member (client ports 7001-7003, peer ports 7101-7103):\n"
                "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
-               "               --peers n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003")
+               "               --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103")
     serve.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="this member's id")
-    serve.add_argument("--listen", default=None, metavar="HOST:PORT",
-                       help=f"where to bind the gRPC server (default: this member's address in --peers, "
-                            f"else {DEFAULT_LISTEN})")
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                       help="where to bind the gRPC server for clients")
+    serve.add_argument("--advertise-client", default=None, metavar="HOST:PORT",
+                       help="where clients reach this member, told to the other members for their not-leader "
+                            "hints and status (default: --listen; required when --listen binds a wildcard "
+                            "address such as 0.0.0.0)")
     serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="where the log, state and snapshots live")
     serve.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
-                       help="every member (this one included) and where this node reaches it; empty: a single-node cluster")
+                       help="every member (this one included) and the PEER address where this node reaches it; "
+                            "empty: a single-node cluster")
+    serve.add_argument("--listen-peer", default=None, metavar="HOST:PORT",
+                       help="where to take the other members' connections (default: this member's address "
+                            "in --peers)")
     serve.add_argument("--cluster-id", default=None,
                        help="peers refuse messages from another cluster (default: derived from the member list)")
     serve.add_argument("--snapshot-threshold", type=_positive_int, default=_DEFAULT_NODE.snapshot_threshold,
@@ -136,17 +142,6 @@ def _add_serve(commands: Any) -> None:
                        help="while a lone linearizable read waits for its round, and US after it is served, the "
                             "leader polls instead of sleeping: lower latency for one reader, at the price of a "
                             "busy core for that long; 0: off")
-    serve.add_argument("--peer-transport", choices=PEER_TRANSPORTS, default=_DEFAULT_NODE.peer_transport,
-                       help="how Raft messages travel between members: tcp (framed on a plain TCP connection "
-                            "to each peer's --peer-port, about five times cheaper per message) or grpc (a "
-                            "gRPC stream on --listen: one port per member)")
-    serve.add_argument("--peer-port", type=_port_or_zero, default=_DEFAULT_NODE.peer_port, metavar="PORT",
-                       help="where this member takes its peers' message connections (tcp transport), on "
-                            "--listen's host; 0: any free port, which peers learn through --listen")
-    serve.add_argument("--peer-message-addresses", default="", metavar="ID=HOST:PORT,...",
-                       help="where to send each named member its messages (tcp transport) when a proxy or NAT "
-                            "stands between: the forwarded address of its --peer-port; members not named are "
-                            "reached at their --peers host and the port they tell")
     serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                        help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -204,10 +199,13 @@ def _add_cluster(commands: Any) -> None:
                                   description="Run a local cluster of raftkv nodes for trying raftkv out.")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", formatter_class=_Formatter, help="start a local cluster and wait for Ctrl-C",
-                            description="Start N `raftkv serve` processes on 127.0.0.1 (n1 on --base-port, n2 on "
-                                        "the next port, ...), print their endpoints, stop them all on Ctrl-C.")
+                            description="Start N `raftkv serve` processes on 127.0.0.1 (n1 takes clients on "
+                                        "--base-port and peers on --base-peer-port, n2 on the next ports, ...), "
+                                        "print their endpoints, stop them all on Ctrl-C.")
     up.add_argument("--nodes", type=_positive_int, default=3, help="how many members")
-    up.add_argument("--base-port", type=_port, default=7001, help="n1's port; the others follow")
+    up.add_argument("--base-port", type=_port, default=7001, help="n1's client port; the others follow")
+    up.add_argument("--base-peer-port", type=_port, default=None,
+                    help="n1's peer port; the others follow (default: --base-port + 100)")
     up.add_argument("--data-dir", type=Path, default="./raftkv-cluster",
                     help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
     up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
@@ -245,7 +243,8 @@ def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> Non
     restore.add_argument("--data-dir", type=Path, required=True, help="the new member's data directory")
     restore.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="the new member's id")
     restore.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
-                         help="the new cluster's members (default: this one alone on 127.0.0.1:7001)")
+                         help="the new cluster's members and their peer addresses, as `raftkv serve --peers` "
+                              "will name them (default: this one alone)")
     restore.add_argument("--cluster-id", default=None, help="the new cluster's id (default: a new random one)")
     restore.set_defaults(run=_run_snapshot_restore, command_parser=restore)
 
@@ -309,32 +308,25 @@ def _port(text: str) -> int:
     return value
 
 
-def _port_or_zero(text: str) -> int:
-    return 0 if text.strip() == "0" else _port(text)
-
-
 # ---- serve ---------------------------------------------------------------------------------
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
     peers = parse_peers(args.peers)
-    listen = args.listen or peers.get(args.node_id) or DEFAULT_LISTEN
-    if ":" not in listen:
-        raise ValueError(f"bad --listen {listen!r}: expected host:port")
     election, heartbeat = args.election_timeout_ms, args.heartbeat_interval_ms
     # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
     lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
     core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease,
                       lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms,
                       eager_trial_every_ms=args.eager_trial_every_ms)
-    return NodeConfig(node_id=args.node_id, listen=listen, peers=peers, data_dir=args.data_dir,
-                      cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
-                      fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
-                      grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
-                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
-                      peer_transport=args.peer_transport,
-                      peer_port=args.peer_port,
-                      peer_message_addresses=parse_peers(args.peer_message_addresses))
+    config = NodeConfig(node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
+                        peers=peers, listen_peer=args.listen_peer, data_dir=args.data_dir,
+                        cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
+                        fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
+                        grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
+                        read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us)
+    config.validate_addresses()
+    return config
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -466,7 +458,11 @@ def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     from kv.tools import cluster_up
 
     extra = ["--log-level", args.log_level] + ([] if args.fsync else ["--no-fsync"])
-    return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra)
+    try:
+        cluster_up.local_specs(args.nodes, args.base_port, args.data_dir, extra, args.base_peer_port)
+    except ValueError as bad:
+        parser.error(str(bad))  # exits 2 with the usage line
+    return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port)
 
 
 # ---- entry point ---------------------------------------------------------------------------

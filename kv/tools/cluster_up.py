@@ -23,18 +23,22 @@ STOP_GRACE_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
-    """How to start one member of a local cluster."""
+    """How to start one member of a local cluster: `listen` is its client address, `peers` every
+    member's peer address as this member reaches it (its own entry is where it listens for peers,
+    unless `listen_peer` says otherwise)."""
 
     node_id: str
     listen: str
     data_dir: Path
     peers: dict[str, str]
     extra_args: tuple[str, ...] = ()
+    listen_peer: str | None = None
 
     def serve_args(self) -> list[str]:
         peers = ",".join(f"{name}={addr}" for name, addr in sorted(self.peers.items()))
+        listen_peer = ["--listen-peer", self.listen_peer] if self.listen_peer is not None else []
         return ["--id", self.node_id, "--listen", self.listen, "--data-dir", str(self.data_dir),
-                "--peers", peers, *self.extra_args]
+                "--peers", peers, *listen_peer, *self.extra_args]
 
 
 # free_ports picks from FIRST_PICKED_PORT up to the kernel's ephemeral range.
@@ -47,7 +51,7 @@ def free_ports(n: int) -> list[int]:
 
     They are picked below the kernel's ephemeral range when it leaves room: a port the kernel
     hands out for a moment (a bind to port 0) can be handed out again at once, as the local end
-    of some connection or a node's own `--peer-port 0`, before the process meant to listen on it
+    of some connection, before the process meant to listen on it
     binds ("Address already in use", seen once in the integration tests)."""
     floor = _ephemeral_floor()
     with ExitStack() as stack:
@@ -90,10 +94,22 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = ()) -> list[NodeSpec]:
-    """n1..nN on 127.0.0.1:base_port.., each with its data in data_dir/nI."""
-    peers = {f"n{i + 1}": f"127.0.0.1:{base_port + i}" for i in range(nodes)}
-    return [NodeSpec(name, addr, data_dir / name, peers, tuple(extra_args)) for name, addr in peers.items()]
+def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (),
+                base_peer_port: int | None = None) -> list[NodeSpec]:
+    """n1..nN taking clients on 127.0.0.1:base_port.. and peers on 127.0.0.1:base_peer_port..
+    (default: base_port + 100..), each with its data in data_dir/nI."""
+    if base_peer_port is None:
+        base_peer_port = base_port + 100
+    clients = range(base_port, base_port + nodes)
+    peer_ports = range(base_peer_port, base_peer_port + nodes)
+    if set(clients) & set(peer_ports):
+        raise ValueError(f"client ports {base_port}..{clients[-1]} and peer ports {base_peer_port}..{peer_ports[-1]} "
+                         f"overlap: give another --base-peer-port")
+    if max(clients[-1], peer_ports[-1]) > 65535:
+        raise ValueError(f"{nodes} members need ports up to {max(clients[-1], peer_ports[-1])}, past 65535")
+    peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(peer_ports)}
+    return [NodeSpec(name, f"127.0.0.1:{port}", data_dir / name, peers, tuple(extra_args))
+            for name, port in zip(peers, clients)]
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
@@ -146,19 +162,21 @@ class LocalCluster:
         self._logs.clear()
 
 
-def run(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (), out: IO[str] = sys.stdout) -> int:
+def run(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (), out: IO[str] = sys.stdout,
+        base_peer_port: int | None = None) -> int:
     """Start the cluster, print how to reach it, wait for Ctrl-C (or a member dying), stop all."""
     if nodes < 1:
         raise ValueError("--nodes must be at least 1")
+    specs = local_specs(nodes, base_port, data_dir.resolve(), extra_args, base_peer_port)
     _stop_on_signals()
-    cluster = LocalCluster(local_specs(nodes, base_port, data_dir.resolve(), extra_args), data_dir.resolve())
+    cluster = LocalCluster(specs, data_dir.resolve())
     try:
         cluster.start()
         endpoints = ",".join(spec.listen for spec in cluster.specs)
         for spec in cluster.specs:
             pid = cluster.processes[spec.node_id].pid
-            print(f"{spec.node_id}  {spec.listen}  pid {pid}  data {spec.data_dir}  log {cluster.log_path(spec.node_id)}",
-                  file=out)
+            print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}  pid {pid}  data {spec.data_dir}  "
+                  f"log {cluster.log_path(spec.node_id)}", file=out)
         print(f"endpoints: {endpoints}", file=out)
         print(f"try: raftkv status --endpoints {endpoints}    (Ctrl-C stops the cluster)", file=out, flush=True)
         while not (dead := cluster.exited()):

@@ -24,53 +24,53 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftkv_proto/raft.proto\x12\x0braftkv.raft\"[\n\x05\x45ntry\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12$\n\x04type\x18\x03 \x01(\x0e\x32\x16.raftkv.raft.EntryType\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"N\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xd9\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12#\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x12.raftkv.raft.Entry\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\x12\x16\n\x0epacked_entries\x18\x08 \x01(\x0c\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"<\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0f\n\x07members\x18\x03 \x03(\t\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\x97\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"_\n\x0cMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\t\n\x07SendAck\"\xbb\x01\n\rSnapshotChunk\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\'\n\x04meta\x18\x04 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x05 \x01(\x04\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x0e\n\x06offset\x18\x07 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x12\x0c\n\x04\x64one\x18\t \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"3\n\x0cHelloRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\":\n\nHelloReply\x12\x14\n\x0cmessage_port\x18\x01 \x01(\r\x12\x16\n\x0epacked_entries\x18\x02 \x01(\x08*!\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03\x32\x88\x02\n\x08RaftPeer\x12\x37\n\x04Send\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck\x12;\n\x06Stream\x12\x19.raftkv.raft.MessageBatch\x1a\x14.raftkv.raft.SendAck(\x01\x12I\n\x0fInstallSnapshot\x12\x1a.raftkv.raft.SnapshotChunk\x1a\x18.raftkv.raft.SnapshotAck(\x01\x12;\n\x05Hello\x12\x19.raftkv.raft.HelloRequest\x1a\x17.raftkv.raft.HelloReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftkv_proto/raft.proto\x12\x0braftkv.raft\"N\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xad\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"<\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0f\n\x07members\x18\x03 \x03(\t\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\x97\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"~\n\tPeerHello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\r\n\x05to_id\x18\x03 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x04 \x01(\t\x12%\n\x07purpose\x18\x05 \x01(\x0e\x32\x14.raftkv.raft.Purpose\"J\n\x0ePeerHelloReply\x12\x0f\n\x07refusal\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x03 \x01(\t\":\n\x0cMessageBatch\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\x19\n\x07Refusal\x12\x0e\n\x06reason\x18\x01 \x01(\t\"k\n\x0eSnapshotHeader\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\'\n\x04meta\x18\x02 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\t\";\n\rSnapshotChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t*!\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03*>\n\x07Purpose\x12\x17\n\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x0c\n\x08MESSAGES\x10\x01\x12\x0c\n\x08SNAPSHOT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftkv_proto.raft_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYTYPE']._serialized_start=1991
-  _globals['_ENTRYTYPE']._serialized_end=2024
-  _globals['_PUSHTYPE']._serialized_start=2026
-  _globals['_PUSHTYPE']._serialized_end=2087
-  _globals['_PUSHCODE']._serialized_start=2089
-  _globals['_PUSHCODE']._serialized_end=2159
-  _globals['_ENTRY']._serialized_start=40
-  _globals['_ENTRY']._serialized_end=131
-  _globals['_VOTEREQUEST']._serialized_start=133
-  _globals['_VOTEREQUEST']._serialized_end=211
-  _globals['_VOTERESPONSE']._serialized_start=213
-  _globals['_VOTERESPONSE']._serialized_end=262
-  _globals['_HEARTBEATREQUEST']._serialized_start=264
-  _globals['_HEARTBEATREQUEST']._serialized_end=317
-  _globals['_HEARTBEATRESPONSE']._serialized_start=319
-  _globals['_HEARTBEATRESPONSE']._serialized_end=387
-  _globals['_PUSHREQUEST']._serialized_start=390
-  _globals['_PUSHREQUEST']._serialized_end=607
-  _globals['_PUSHRESPONSE']._serialized_start=610
-  _globals['_PUSHRESPONSE']._serialized_end=784
-  _globals['_SNAPSHOTMETA']._serialized_start=786
-  _globals['_SNAPSHOTMETA']._serialized_end=846
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=848
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=913
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=915
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=991
-  _globals['_PEERMESSAGE']._serialized_start=994
-  _globals['_PEERMESSAGE']._serialized_end=1529
-  _globals['_MESSAGEBATCH']._serialized_start=1531
-  _globals['_MESSAGEBATCH']._serialized_end=1626
-  _globals['_SENDACK']._serialized_start=1628
-  _globals['_SENDACK']._serialized_end=1637
-  _globals['_SNAPSHOTCHUNK']._serialized_start=1640
-  _globals['_SNAPSHOTCHUNK']._serialized_end=1827
-  _globals['_SNAPSHOTACK']._serialized_start=1829
-  _globals['_SNAPSHOTACK']._serialized_end=1876
-  _globals['_HELLOREQUEST']._serialized_start=1878
-  _globals['_HELLOREQUEST']._serialized_end=1929
-  _globals['_HELLOREPLY']._serialized_start=1931
-  _globals['_HELLOREPLY']._serialized_end=1989
-  _globals['_RAFTPEER']._serialized_start=2162
-  _globals['_RAFTPEER']._serialized_end=2426
+  _globals['_ENTRYTYPE']._serialized_start=1904
+  _globals['_ENTRYTYPE']._serialized_end=1937
+  _globals['_PUSHTYPE']._serialized_start=1939
+  _globals['_PUSHTYPE']._serialized_end=2000
+  _globals['_PUSHCODE']._serialized_start=2002
+  _globals['_PUSHCODE']._serialized_end=2072
+  _globals['_PURPOSE']._serialized_start=2074
+  _globals['_PURPOSE']._serialized_end=2136
+  _globals['_VOTEREQUEST']._serialized_start=40
+  _globals['_VOTEREQUEST']._serialized_end=118
+  _globals['_VOTERESPONSE']._serialized_start=120
+  _globals['_VOTERESPONSE']._serialized_end=169
+  _globals['_HEARTBEATREQUEST']._serialized_start=171
+  _globals['_HEARTBEATREQUEST']._serialized_end=224
+  _globals['_HEARTBEATRESPONSE']._serialized_start=226
+  _globals['_HEARTBEATRESPONSE']._serialized_end=294
+  _globals['_PUSHREQUEST']._serialized_start=297
+  _globals['_PUSHREQUEST']._serialized_end=470
+  _globals['_PUSHRESPONSE']._serialized_start=473
+  _globals['_PUSHRESPONSE']._serialized_end=647
+  _globals['_SNAPSHOTMETA']._serialized_start=649
+  _globals['_SNAPSHOTMETA']._serialized_end=709
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=711
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=776
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=778
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=854
+  _globals['_PEERMESSAGE']._serialized_start=857
+  _globals['_PEERMESSAGE']._serialized_end=1392
+  _globals['_PEERHELLO']._serialized_start=1394
+  _globals['_PEERHELLO']._serialized_end=1520
+  _globals['_PEERHELLOREPLY']._serialized_start=1522
+  _globals['_PEERHELLOREPLY']._serialized_end=1596
+  _globals['_MESSAGEBATCH']._serialized_start=1598
+  _globals['_MESSAGEBATCH']._serialized_end=1656
+  _globals['_REFUSAL']._serialized_start=1658
+  _globals['_REFUSAL']._serialized_end=1683
+  _globals['_SNAPSHOTHEADER']._serialized_start=1685
+  _globals['_SNAPSHOTHEADER']._serialized_end=1792
+  _globals['_SNAPSHOTCHUNK']._serialized_start=1794
+  _globals['_SNAPSHOTCHUNK']._serialized_end=1853
+  _globals['_SNAPSHOTACK']._serialized_start=1855
+  _globals['_SNAPSHOTACK']._serialized_end=1902
 # @@protoc_insertion_point(module_scope)

@@ -25,6 +25,12 @@ class PushCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INCONSISTENT: _ClassVar[PushCode]
     STALE_TERM: _ClassVar[PushCode]
     REFUSED: _ClassVar[PushCode]
+
+class Purpose(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PURPOSE_UNSPECIFIED: _ClassVar[Purpose]
+    MESSAGES: _ClassVar[Purpose]
+    SNAPSHOT: _ClassVar[Purpose]
 NORMAL: EntryType
 NOOP: EntryType
 APPEND: PushType
@@ -35,18 +41,9 @@ SUCCESS: PushCode
 INCONSISTENT: PushCode
 STALE_TERM: PushCode
 REFUSED: PushCode
-
-class Entry(_message.Message):
-    __slots__ = ("index", "term", "type", "payload")
-    INDEX_FIELD_NUMBER: _ClassVar[int]
-    TERM_FIELD_NUMBER: _ClassVar[int]
-    TYPE_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
-    index: int
-    term: int
-    type: EntryType
-    payload: bytes
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., payload: _Optional[bytes] = ...) -> None: ...
+PURPOSE_UNSPECIFIED: Purpose
+MESSAGES: Purpose
+SNAPSHOT: Purpose
 
 class VoteRequest(_message.Message):
     __slots__ = ("last_log_index", "last_log_term", "pre_vote")
@@ -85,7 +82,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., seq: _Optional[int] = ..., end_index: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
-    __slots__ = ("type", "pre_index", "pre_term", "entries", "commit_index", "truncate_index", "truncate_term", "packed_entries")
+    __slots__ = ("type", "pre_index", "pre_term", "entries", "commit_index", "truncate_index", "truncate_term")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRE_INDEX_FIELD_NUMBER: _ClassVar[int]
     PRE_TERM_FIELD_NUMBER: _ClassVar[int]
@@ -93,16 +90,14 @@ class PushRequest(_message.Message):
     COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_INDEX_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TERM_FIELD_NUMBER: _ClassVar[int]
-    PACKED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     type: PushType
     pre_index: int
     pre_term: int
-    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    entries: bytes
     commit_index: int
     truncate_index: int
     truncate_term: int
-    packed_entries: bytes
-    def __init__(self, type: _Optional[_Union[PushType, str]] = ..., pre_index: _Optional[int] = ..., pre_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., commit_index: _Optional[int] = ..., truncate_index: _Optional[int] = ..., truncate_term: _Optional[int] = ..., packed_entries: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, type: _Optional[_Union[PushType, str]] = ..., pre_index: _Optional[int] = ..., pre_term: _Optional[int] = ..., entries: _Optional[bytes] = ..., commit_index: _Optional[int] = ..., truncate_index: _Optional[int] = ..., truncate_term: _Optional[int] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("type", "code", "pre_index", "index", "end_index", "x_term", "x_index")
@@ -174,41 +169,63 @@ class PeerMessage(_message.Message):
     install_snapshot_response: InstallSnapshotResponse
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., heartbeat_request: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., push_request: _Optional[_Union[PushRequest, _Mapping]] = ..., push_response: _Optional[_Union[PushResponse, _Mapping]] = ..., install_snapshot_request: _Optional[_Union[InstallSnapshotRequest, _Mapping]] = ..., install_snapshot_response: _Optional[_Union[InstallSnapshotResponse, _Mapping]] = ...) -> None: ...
 
-class MessageBatch(_message.Message):
-    __slots__ = ("cluster_id", "from_id", "messages")
+class PeerHello(_message.Message):
+    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_ID_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TO_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     from_id: str
+    to_id: str
+    client_address: str
+    purpose: Purpose
+    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ...) -> None: ...
+
+class PeerHelloReply(_message.Message):
+    __slots__ = ("refusal", "node_id", "client_address")
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    refusal: str
+    node_id: str
+    client_address: str
+    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ...) -> None: ...
+
+class MessageBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PeerMessage]
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[PeerMessage, _Mapping]]] = ...) -> None: ...
+    def __init__(self, messages: _Optional[_Iterable[_Union[PeerMessage, _Mapping]]] = ...) -> None: ...
 
-class SendAck(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+class Refusal(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
-class SnapshotChunk(_message.Message):
-    __slots__ = ("cluster_id", "from_id", "term", "meta", "total_size", "sha256", "offset", "data", "done")
-    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
-    FROM_ID_FIELD_NUMBER: _ClassVar[int]
+class SnapshotHeader(_message.Message):
+    __slots__ = ("term", "meta", "total_size", "sha256")
     TERM_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
-    DATA_FIELD_NUMBER: _ClassVar[int]
-    DONE_FIELD_NUMBER: _ClassVar[int]
-    cluster_id: str
-    from_id: str
     term: int
     meta: SnapshotMeta
     total_size: int
     sha256: str
+    def __init__(self, term: _Optional[int] = ..., meta: _Optional[_Union[SnapshotMeta, _Mapping]] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class SnapshotChunk(_message.Message):
+    __slots__ = ("offset", "data", "done")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     done: bool
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., term: _Optional[int] = ..., meta: _Optional[_Union[SnapshotMeta, _Mapping]] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class SnapshotAck(_message.Message):
     __slots__ = ("success", "message")
@@ -217,19 +234,3 @@ class SnapshotAck(_message.Message):
     success: bool
     message: str
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
-
-class HelloRequest(_message.Message):
-    __slots__ = ("cluster_id", "from_id")
-    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
-    FROM_ID_FIELD_NUMBER: _ClassVar[int]
-    cluster_id: str
-    from_id: str
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ...) -> None: ...
-
-class HelloReply(_message.Message):
-    __slots__ = ("message_port", "packed_entries")
-    MESSAGE_PORT_FIELD_NUMBER: _ClassVar[int]
-    PACKED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    message_port: int
-    packed_entries: bool
-    def __init__(self, message_port: _Optional[int] = ..., packed_entries: _Optional[bool] = ...) -> None: ...

@@ -13,21 +13,28 @@ DEFAULT_DATA_DIR = "./raftkv-data"
 DEFAULT_NODE_ID = "n1"
 # The event loops a node process can run on (`raftkv serve --event-loop`); "auto": uvloop if installed.
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-# How a node sends Raft messages to its peers (`raftkv serve --peer-transport`).
-PEER_TRANSPORTS = ("tcp", "grpc")
+# Hosts that bind every interface: no client can be told to connect there.
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 @dataclass(slots=True)
 class NodeConfig:
     node_id: str = DEFAULT_NODE_ID
-    # Where this node binds its gRPC services (peer, client, export).
+    # Where this node binds its gRPC services for clients (KV, export).
     listen: str = DEFAULT_LISTEN
+    # Where clients reach this node (what peers put in not-leader hints and status when this node
+    # leads): None means `listen`, which must then name a host, not a wildcard like 0.0.0.0.
+    advertise_client: str | None = None
     # grpc.aio servers sharing `listen` (SO_REUSEPORT). Each accepts one call at a time, so with
     # many client connections more servers take calls in faster (kv/server/server_group.py).
     grpc_servers: int = 8
-    # member id -> address where this node reaches it (may differ from the member's --listen, e.g.
-    # through a proxy). Must include this node. Empty means a single-node cluster of just us.
+    # member id -> the PEER address where this node reaches that member (its --listen-peer, or a
+    # proxy or NAT in front of it, so it may differ from node to node). Must include this node.
+    # Empty means a single-node cluster of just us, with no peer listener.
     peers: dict[str, str] = field(default_factory=dict)
+    # Where this node takes its peers' connections (raft/transport/peer_protocol.py); None means
+    # its own entry in `peers`.
+    listen_peer: str | None = None
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     # Peers refuse messages carrying another cluster id. Generated on first start and kept in the
     # data directory; set it explicitly for a multi-node cluster started from scratch (every
@@ -51,19 +58,8 @@ class NodeConfig:
     read_spin_us: int = 500
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
-    # How message batches travel to peers: "tcp" (framed protobuf on a plain TCP connection to
-    # the peer's message port, learnt by a gRPC Hello) or "grpc" (a gRPC stream per peer: one
-    # port per node, at about five times the cost per message; raft/transport/message_listener.py).
-    peer_transport: str = "tcp"
-    # Where this node takes peers' message connections, on --listen's host: 0 picks a free port
-    # (peers learn it by Hello). Set it where a firewall or proxy must know the port in advance.
-    peer_port: int = 0
-    # member id -> where this node sends it messages on the TCP transport, for members reached
-    # through a proxy or NAT that forwards their --peer-port too. Members not named here are
-    # reached at the host of their `peers` address and the port their Hello tells.
-    peer_message_addresses: dict[str, str] = field(default_factory=dict)
-    # Every peer RPC carries this deadline.
-    rpc_timeout_ms: int = 1000
+    # How long a peer gets to accept a connection and answer its hello.
+    peer_connect_timeout_ms: int = 1000
     # The most space the log may take on disk, and the state's LMDB map size (a sparse file that
     # costs nothing until used).
     log_map_size: int = 8 << 30
@@ -85,49 +81,75 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        if not self.peers:
-            self.peers = {self.node_id: self.listen}
-        if self.node_id not in self.peers:
+        if self.peers and self.node_id not in self.peers:
             raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
+        if self.listen_peer is not None and not self.peers:
+            raise ValueError("--listen-peer needs --peers: a single node without --peers has no peers to listen for")
         if self.grpc_servers < 1:
             raise ValueError("--grpc-servers must be at least 1")
         if self.read_hold_ms < 0 or self.read_hold_siblings < 0:
             raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
         if self.read_spin_us < 0:
             raise ValueError("--read-spin-us cannot be negative")
-        if self.peer_transport not in PEER_TRANSPORTS:
-            raise ValueError(f"--peer-transport must be tcp or grpc, not {self.peer_transport!r}")
-        if not 0 <= self.peer_port <= 65535:
-            raise ValueError(f"--peer-port must be a port number (0 for any free one), not {self.peer_port}")
-        strangers = sorted(set(self.peer_message_addresses) - set(self.peers))
-        if strangers:
-            raise ValueError(f"--peer-message-addresses names {strangers}, which --peers does not")
-        for member, address in self.peer_message_addresses.items():
-            try:
-                split_address(address)
-            except ValueError as e:
-                raise ValueError(f"--peer-message-addresses: {member}: {e}") from None
+        if self.peer_connect_timeout_ms < 1:
+            raise ValueError("peer_connect_timeout_ms must be at least 1")
         if self.snapshot_threshold < 1:
             raise ValueError("--snapshot-threshold must be at least 1")
         if self.max_key_bytes > 511:
             raise ValueError("max_key_bytes cannot exceed LMDB's limit of 511 bytes")
 
+    def validate_addresses(self) -> None:
+        """ValueError, naming the flag, unless every address is host:port and clients can be told
+        where this node is. Called by whatever binds or dials them (the server, the command
+        line); the simulator's configurations name no real addresses."""
+        _check_address("--listen", self.listen)
+        if self.advertise_client is not None:
+            host, _ = _check_address("--advertise-client", self.advertise_client)
+            if host in WILDCARD_HOSTS:
+                raise ValueError(f"--advertise-client {self.advertise_client}: give the address clients reach this "
+                                 f"node at, not a wildcard")
+        elif split_address(self.listen)[0] in WILDCARD_HOSTS:
+            raise ValueError(f"--listen {self.listen} binds every interface, so it is no address to give clients: "
+                             f"give --advertise-client HOST:PORT, where clients reach this node")
+        for member, address in self.peers.items():
+            _check_address(f"--peers: {member}", address)
+        if self.listen_peer is not None:
+            _check_address("--listen-peer", self.listen_peer)
+
+    @property
+    def advertised_client_address(self) -> str:
+        """Where clients reach this node: --advertise-client, else --listen."""
+        return self.advertise_client if self.advertise_client is not None else self.listen
+
+    @property
+    def peer_listen_address(self) -> str | None:
+        """Where this node takes its peers' connections: --listen-peer, else its own --peers
+        entry; None for a single node without peers."""
+        return self.listen_peer if self.listen_peer is not None else self.peers.get(self.node_id)
+
     @property
     def members(self) -> list[str]:
-        return sorted(self.peers)
+        return sorted(self.peers) or [self.node_id]
 
     @property
     def trailing_entries(self) -> int:
         return min(self.snapshot_trailing_entries, self.snapshot_threshold // 2)
 
 
+def _check_address(flag: str, address: str) -> tuple[str, int]:
+    try:
+        return split_address(address)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
 def parse_peers(spec: str) -> dict[str, str]:
-    """Parse "n1=127.0.0.1:7001,n2=127.0.0.1:7002" into {"n1": "127.0.0.1:7001", ...}."""
+    """Parse "n1=127.0.0.1:7101,n2=127.0.0.1:7102" into {"n1": "127.0.0.1:7101", ...}."""
     peers: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, sep, addr = part.partition("=")
         if not sep or not name or ":" not in addr:
-            raise ValueError(f"bad peer {part!r}: expected id=host:port, e.g. n1=127.0.0.1:7001")
+            raise ValueError(f"bad peer {part!r}: expected id=host:port, e.g. n1=127.0.0.1:7101")
         if name in peers:
             raise ValueError(f"peer {name!r} named twice")
         peers[name] = addr

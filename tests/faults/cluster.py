@@ -2,9 +2,9 @@
 
 It is the integration harness's `Cluster` (processes, SIGKILL / restart / SIGSTOP, status
 polling) with one difference: node i's --peers names every other member by the proxy of link
-(i, j), and its --peer-message-addresses by that link's twin, which proxies the member's fixed
---peer-port (the TCP message transport). Members thus know each other by different addresses, so
-they are all given one explicit --cluster-id (the derived one hashes the addresses)."""
+(i, j), in front of that member's peer port; its own entry is its real peer port. Members thus
+know each other by different addresses, so they are all given one explicit --cluster-id (the
+derived one hashes the addresses)."""
 from __future__ import annotations
 
 import uuid
@@ -26,9 +26,8 @@ CLIENTS = "clients"
 class RoutedClient(Client):
     """A kv.Client that follows "not leader" hints to the leader's client endpoint.
 
-    A node's hint is the leader's address from that node's --peers, which here is a fault proxy
-    meant for peer traffic: following it would send client requests through a peer link's faults
-    (and a proxy of a blackholed link would swallow them)."""
+    A node's hint is the leader's own client address (--listen). With client proxies, a client
+    must reach the leader through its proxy, so that the client link's faults apply."""
 
     def __init__(self, endpoints: list[str], route: Callable[[str], str], **kwargs: Any) -> None:
         super().__init__(endpoints, **kwargs)
@@ -52,17 +51,15 @@ class FaultCluster(Cluster):
     def __post_init__(self) -> None:
         sources = [CLIENTS] if self.client_proxies else []
         # One call for the members' and the proxies' ports: separate calls could repeat a port.
-        ports = free_ports(2 * self.size + link_count(self.size, len(sources), message_twins=True))
-        targets = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports[:self.size])}
-        message_ports = {f"n{i + 1}": port for i, port in enumerate(ports[self.size:2 * self.size])}
-        self.network = ProxyNetwork(targets, self.seed, ports[2 * self.size:], sources,
-                                    {name: f"127.0.0.1:{port}" for name, port in message_ports.items()}).start()
+        ports = free_ports(2 * self.size + link_count(self.size, len(sources)))
+        names = [f"n{i + 1}" for i in range(self.size)]
+        listen = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
+        peer_ports = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
+        self.network = ProxyNetwork(peer_ports, self.seed, ports[2 * self.size:], sources, listen).start()
         cluster_id = f"faults-{uuid.uuid4().hex[:12]}"
-        for name, address in targets.items():
-            message_peers = ",".join(f"{m}={a}" for m, a in self.network.message_peers_for(name).items())
-            args = (*self.extra_args, "--cluster-id", cluster_id, "--peer-port", str(message_ports[name]),
-                    "--peer-message-addresses", message_peers)
-            spec = NodeSpec(name, address, self.base_dir / name, self.network.peers_for(name), args)
+        for name in names:
+            args = (*self.extra_args, "--cluster-id", cluster_id)
+            spec = NodeSpec(name, listen[name], self.base_dir / name, self.network.peers_for(name), args)
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
 
     def client(self, node_ids: Iterable[str] | None = None, timeout: float = 10.0, **kwargs: Any) -> Client:

@@ -1,10 +1,8 @@
 """A fault layer that needs no root: one TCP proxy per directed peer link.
 
-Node i reaches node j at the proxy of link (i, j) - its --peers entry for j names that port - so
-each link can be switched at run time, from any thread. Nodes on the TCP peer transport send
-their messages on a second connection, to the peer's --peer-port: with `message_targets`, each
-peer link has a twin proxy for it (node i's --peer-message-addresses), which takes every fault
-its link takes.
+Node i reaches node j's peer port at the proxy of link (i, j) - its --peers entry for j names
+that port - so each link can be switched at run time, from any thread. Everything node i sends
+node j travels there: its messages on one connection, each snapshot stream on one of its own.
 
 - pass: bytes flow (optionally each chunk held back by a delay with jitter, order kept);
 - blackhole: bytes vanish in both directions and new connections hang; when the link leaves
@@ -59,9 +57,9 @@ def flaky(delay_s: float, jitter_s: float, reset_prob: float) -> LinkFault:
     return LinkFault(Mode.PASS, delay_s, jitter_s, reset_prob)
 
 
-def link_count(members: int, clients: int = 0, message_twins: bool = False) -> int:
+def link_count(members: int, clients: int = 0) -> int:
     """How many links (hence ports) a network of `members` and `clients` client links needs."""
-    return members * (members - 1) * (2 if message_twins else 1) + clients * members
+    return members * (members - 1) + clients * members
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -102,7 +100,6 @@ class Link:
     connections: set[_Connection] = field(default_factory=set)
     server: asyncio.AbstractServer | None = None
     resets: int = 0
-    twin: Link | None = None  # the proxy of the same pair's message connection: same faults
 
     @property
     def address(self) -> str:
@@ -110,8 +107,6 @@ class Link:
 
     def set_fault(self, fault: LinkFault) -> None:
         """On the loop: switch mode, resetting connections that must not survive the switch."""
-        if self.twin is not None:
-            self.twin.set_fault(fault)
         old, self.fault = self.fault, fault
         leaving_blackhole = old.mode is Mode.BLACKHOLE and fault.mode is not Mode.BLACKHOLE
         for conn in list(self.connections):
@@ -195,33 +190,29 @@ class Link:
 
 class ProxyNetwork:
     """A proxy for every ordered pair of members, and one from each named client source to
-    every member. `targets` maps a member id to its real (listen) address. Use `peers_for(i)`
-    as node i's --peers and `client_address(source, j)` as a client's endpoint for j."""
+    every member. `targets` maps a member id to its real peer address (--listen-peer),
+    `client_targets` to its real client address (--listen; default: `targets`). Use
+    `peers_for(i)` as node i's --peers and `client_address(source, j)` as a client's endpoint
+    for j."""
 
     def __init__(self, targets: dict[str, str], seed: int = 0, ports: list[int] | None = None,
-                 client_sources: Iterable[str] = (), message_targets: dict[str, str] | None = None) -> None:
+                 client_sources: Iterable[str] = (), client_targets: dict[str, str] | None = None) -> None:
         """`ports`: one free port per link (`link_count`), picked together with the members'
-        own ports so that none is handed out twice. `message_targets`: each member's real
-        message address (its --peer-port), for the peer links' twins."""
+        own ports so that none is handed out twice."""
         self.targets = dict(targets)
+        self.client_targets = dict(client_targets if client_targets is not None else targets)
         ids = sorted(targets)
         self.client_sources = sorted(client_sources)
         assert not set(self.client_sources) & set(ids), "a client source cannot be named like a member"
-        peer_pairs = [(a, b) for a in ids for b in ids if a != b]
-        pairs = peer_pairs + [(c, m) for c in self.client_sources for m in ids]
-        twin_pairs = peer_pairs if message_targets else []
-        needed = len(pairs) + len(twin_pairs)
-        ports = ports if ports is not None else free_ports(needed)
-        assert len(ports) == needed, f"{needed} link ports needed, {len(ports)} given"
+        pairs = [(a, b) for a in ids for b in ids if a != b] + [(c, m) for c in self.client_sources for m in ids]
+        ports = ports if ports is not None else free_ports(len(pairs))
+        assert len(ports) == len(pairs), f"{len(pairs)} link ports needed, {len(ports)} given"
         rng = random.Random(seed)
         self.links: dict[tuple[str, str], Link] = {}
         for (src, dst), port in zip(pairs, ports):
-            host, target_port = targets[dst].rsplit(":", 1)
+            target = self.targets[dst] if src in self.targets else self.client_targets[dst]
+            host, target_port = target.rsplit(":", 1)
             self.links[(src, dst)] = Link(src, dst, port, (host, int(target_port)), random.Random(rng.random()))
-        for (src, dst), port in zip(twin_pairs, ports[len(pairs):]):
-            assert message_targets is not None
-            host, target_port = message_targets[dst].rsplit(":", 1)
-            self.links[(src, dst)].twin = Link(src, dst, port, (host, int(target_port)), random.Random(rng.random()))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
         self._started = False
@@ -234,29 +225,26 @@ class ProxyNetwork:
         """Node `node_id`'s --peers: itself at its own address, every other member via a proxy."""
         return {m: self.targets[m] if m == node_id else self.links[(node_id, m)].address for m in self.members}
 
-    def message_peers_for(self, node_id: str) -> dict[str, str]:
-        """Node `node_id`'s --peer-message-addresses: every other member's message twin proxy."""
-        return {m: twin.address for (src, m), link in self.links.items()
-                if src == node_id and (twin := link.twin) is not None}
-
-    def all_links(self) -> list[Link]:
-        """Every proxy: the links and their twins."""
-        return [*self.links.values(), *(link.twin for link in self.links.values() if link.twin is not None)]
-
     def client_address(self, source: str, member: str) -> str:
         return self.links[(source, member)].address
 
     def member_behind(self, address: str) -> str | None:
-        """The member a proxy address (or a member's own address) leads to."""
+        """The member a proxy address (or a member's own peer or client address) leads to."""
         for link in self.links.values():
             if link.address == address:
                 return link.dst
-        return next((m for m, a in self.targets.items() if a == address), None)
+        for addresses in (self.targets, self.client_targets):
+            member = next((m for m, a in addresses.items() if a == address), None)
+            if member is not None:
+                return member
+        return None
 
     def real_address(self, address: str) -> str:
         """The member address behind a proxy address (itself when it is not a proxy)."""
-        member = self.member_behind(address)
-        return self.targets[member] if member is not None else address
+        for link in self.links.values():
+            if link.address == address:
+                return f"{link.target[0]}:{link.target[1]}"
+        return address
 
     @property
     def peer_links(self) -> list[tuple[str, str]]:
@@ -275,7 +263,7 @@ class ProxyNetwork:
         return self
 
     async def _start_servers(self) -> None:
-        for link in self.all_links():
+        for link in self.links.values():
             link.server = await asyncio.start_server(link.handle, "127.0.0.1", link.listen_port)
 
     def close(self) -> None:
@@ -287,7 +275,7 @@ class ProxyNetwork:
         self._started = False
 
     async def _stop_servers(self) -> None:
-        for link in self.all_links():
+        for link in self.links.values():
             for conn in list(link.connections):
                 link._drop(conn)
             if link.server is not None:

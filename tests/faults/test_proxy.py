@@ -132,9 +132,13 @@ def test_flaky_links_reset_some_connections(network: ProxyNetwork) -> None:
 
 
 def test_client_links_are_faulted_apart_from_peer_links() -> None:
-    net = ProxyNetwork({"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, client_sources=["c"]).start()
+    net = ProxyNetwork({"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, client_sources=["c"],
+                       client_targets={"a": "127.0.0.1:3", "b": "127.0.0.1:4"}).start()
     try:
-        assert net.member_behind(net.client_address("c", "b")) == "b"
+        # Members reach each other's peer ports, clients their client ports.
+        assert net.real_address(net.peers_for("a")["b"]) == "127.0.0.1:2"
+        assert net.real_address(net.client_address("c", "b")) == "127.0.0.1:4"
+        assert net.member_behind(net.client_address("c", "b")) == "b" == net.member_behind("127.0.0.1:4")
         net.set_all(REJECT)
         assert all(net.fault_of("c", m) == HEALTHY for m in "ab")
         net.partition(["a"])

@@ -258,7 +258,7 @@ def test_flaky_links_everywhere(scenario: MakeScenario) -> None:
     cluster.network.flaky_everywhere(delay_s=0.005, jitter_s=0.005, reset_prob=0.02)
     flaky_at = now_ns()
     run.run_for(span(10.0, 30.0))
-    resets = sum(link.resets for link in cluster.network.all_links())
+    resets = sum(link.resets for link in cluster.network.links.values())
     assert resets > 0, f"{run.tag()} no connection was reset: the fault did not happen"
     assert run.ok_after(flaky_at), f"{run.tag()} nothing completed over flaky links: {run.history.summary()}"
     run.finish()

@@ -18,7 +18,7 @@ import grpc
 from kv import Client
 from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
 from kv.client.client import CHANNEL_OPTIONS
-from raftkv_proto import kv_pb2_grpc, raft_pb2_grpc
+from raftkv_proto import kv_pb2_grpc
 
 T = TypeVar("T")
 
@@ -82,7 +82,13 @@ class NodeProcess:
 
     @property
     def address(self) -> str:
+        """Where clients reach it (--listen)."""
         return self.spec.listen
+
+    @property
+    def peer_address(self) -> str:
+        """Where it takes its peers' connections (its own --peers entry)."""
+        return self.spec.listen_peer or self.spec.peers[self.spec.node_id]
 
     @property
     def running(self) -> bool:
@@ -145,7 +151,8 @@ class NodeProcess:
 
 @dataclass
 class Cluster:
-    """N members n1..nN, each started with --peers naming all of them."""
+    """N members n1..nN, each taking clients on a port of its own (--listen) and peers on another
+    (its --peers entry); every member is started with --peers naming all of them."""
 
     base_dir: Path
     size: int = 3
@@ -155,10 +162,11 @@ class Cluster:
     _channels: list[grpc.Channel] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        ports = free_ports(self.size)
-        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
-        for name, address in peers.items():
-            spec = NodeSpec(name, address, self.base_dir / name, peers, tuple(self.extra_args))
+        ports = free_ports(2 * self.size)  # one call, so that no port is handed out twice
+        names = [f"n{i + 1}" for i in range(self.size)]
+        peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
+        for name, port in zip(names, ports):
+            spec = NodeSpec(name, f"127.0.0.1:{port}", self.base_dir / name, peers, tuple(self.extra_args))
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
 
     # ---- processes ---------------------------------------------------------------------------
@@ -228,9 +236,6 @@ class Cluster:
     def kv_stub(self, node_id: str) -> kv_pb2_grpc.KVStub:
         """A raw stub of one member: no leader following, no retries."""
         return kv_pb2_grpc.KVStub(self._channel(node_id))
-
-    def peer_stub(self, node_id: str) -> raft_pb2_grpc.RaftPeerStub:
-        return raft_pb2_grpc.RaftPeerStub(self._channel(node_id))
 
     def status(self, node_id: str, timeout: float = 1.0) -> dict[str, Any]:
         with Client([self.nodes[node_id].address], timeout=timeout) as client:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import struct
 
 import grpc
@@ -11,7 +10,9 @@ import pytest
 from kv.errors import InvalidArgumentError
 from raftkv_proto import kv_pb2, raft_pb2
 from raft.transport.frames import frame
+from raft.transport.peer_protocol import MAX_FRAME_BYTES
 from tests.integration.cluster import Cluster
+from tests.integration.peer_wire import assert_closed, connect, heartbeat_batch, hello_frame, read_frame, say_hello
 
 pytestmark = pytest.mark.integration
 
@@ -56,33 +57,34 @@ def test_bad_keys_and_values(small_values: Cluster):
     assert_still_serving(cluster, leader)
 
 
-def peer_batch(cluster_id: str, from_id: str, to: str, term: int) -> raft_pb2.MessageBatch:
-    # A heartbeat from a far higher term: accepted, it would depose the leader.
-    message = raft_pb2.PeerMessage(src=from_id, dst=to, term=term,
-                                   heartbeat_request=raft_pb2.HeartbeatRequest(commit_index=0, seq=1))
-    return raft_pb2.MessageBatch(cluster_id=cluster_id, from_id=from_id, messages=[message])
-
-
-def test_peer_messages_from_another_cluster_or_an_unknown_member_are_refused(cluster: Cluster):
+@pytest.mark.parametrize("case, expected", [
+    ("wrong cluster id", "wrong cluster id: got 'not-"),
+    ("unknown member", "unknown member id 'n99'"),
+    ("wrong addressee", "reached"),
+])
+def test_peer_connections_from_another_cluster_an_unknown_member_or_for_another_member_are_refused(
+        cluster: Cluster, case: str, expected: str):
     leader = cluster.wait_for_leader()
     status = cluster.status(leader)
-    follower = next(n for n in cluster.nodes if n != leader)
-    stub = cluster.peer_stub(leader)
-    refused_batches = {
-        "wrong cluster id": peer_batch("not-" + status["cluster_id"], follower, leader, status["term"] + 100),
-        "unknown member": peer_batch(status["cluster_id"], "n99", leader, status["term"] + 100),
-    }
-    for expected, batch in refused_batches.items():
-        with pytest.raises(grpc.RpcError) as refused:
-            stub.Send(batch, timeout=5)
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert expected in refused.value.details()
+    cluster_id, high_term = status["cluster_id"], status["term"] + 100
+    follower, other = [n for n in cluster.nodes if n != leader]
+    from_id, to_id, claimed_cluster = {"wrong cluster id": (follower, leader, "not-" + cluster_id),
+                                       "unknown member": ("n99", leader, cluster_id),
+                                       "wrong addressee": (follower, other, cluster_id)}[case]
+    with connect(cluster, leader) as sock:
+        # The hello and, right behind it, heartbeats from a far higher term: none may reach the core.
+        sock.sendall(hello_frame(claimed_cluster, from_id, to_id) + heartbeat_batch(from_id, leader, high_term))
+        reply = raft_pb2.PeerHelloReply.FromString(read_frame(sock))
+        assert expected in reply.refusal and not reply.node_id
+        assert_closed(sock)
+    if case == "wrong addressee":
+        assert f"message for '{other}' reached '{leader}': check --peers addresses" in reply.refusal
     after = cluster.status(leader)
     assert after["role"] == "leader" and after["term"] == status["term"]  # the high term was ignored
     assert_still_serving(cluster, leader)
 
 
-@pytest.mark.parametrize("method", ["/raftkv.raft.RaftPeer/Send", "/raftkv.kv.KV/Put", "/raftkv.kv.KV/Get"])
+@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Put", "/raftkv.kv.KV/Get"])
 def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
     leader = cluster.wait_for_leader()
     channel = grpc.insecure_channel(cluster.nodes[leader].address)
@@ -99,18 +101,14 @@ def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
     assert_still_serving(cluster, leader)
 
 
-@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.kv.KV/Pipeline", "/raftkv.raft.RaftPeer/Stream",
-                                    "/raftkv.raft.RaftPeer/InstallSnapshot"])
+@pytest.mark.parametrize("method", ["/raftkv.kv.KV/Stream", "/raftkv.kv.KV/Pipeline"])
 def test_garbage_on_a_stream_is_refused(cluster: Cluster, method: str):
     leader = cluster.wait_for_leader()
     channel = grpc.insecure_channel(cluster.nodes[leader].address)
     try:
         garbage = iter([b"\xff" * 64])  # no serializers: the bytes go out as they are
         with pytest.raises(grpc.RpcError) as refused:
-            if method.startswith("/raftkv.kv.KV/"):
-                list(channel.stream_stream(method)(garbage, timeout=5))
-            else:
-                channel.stream_unary(method)(garbage, timeout=5)
+            list(channel.stream_stream(method)(garbage, timeout=5))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert re.search("malformed", refused.value.details() or "", re.I)
     finally:
@@ -164,94 +162,70 @@ def test_a_pipeline_answers_every_tagged_request_with_its_tag(cluster: Cluster):
     assert replies[99].WhichOneof("reply") == "get" and not replies[99].get.found
 
 
-def hello(cluster: Cluster, node_id: str, cluster_id: str, from_id: str) -> raft_pb2.HelloReply:
-    return cluster.peer_stub(node_id).Hello(raft_pb2.HelloRequest(cluster_id=cluster_id, from_id=from_id), timeout=5)
-
-
-def test_hello_tells_a_member_the_message_port_and_refuses_strangers(cluster: Cluster):
+def test_the_peer_port_answers_a_member_with_its_id_and_client_address(cluster: Cluster):
     leader = cluster.wait_for_leader()
     cluster_id = cluster.status(leader)["cluster_id"]
     follower = next(n for n in cluster.nodes if n != leader)
-    grpc_port = int(cluster.nodes[leader].address.rpartition(":")[2])
-    port = hello(cluster, leader, cluster_id, follower).message_port
-    assert port != 0 and port != grpc_port  # 0 would mean "no listener: use the gRPC Stream"
-    assert hello(cluster, leader, cluster_id, follower).message_port == port  # the same listener each time
-    for expected, (wrong_cluster, from_id) in {"wrong cluster id": ("not-" + cluster_id, follower),
-                                               "unknown member id": (cluster_id, "n99")}.items():
-        with pytest.raises(grpc.RpcError) as refused:
-            hello(cluster, leader, wrong_cluster, from_id)
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert expected in (refused.value.details() or "")
+    with connect(cluster, leader) as sock:
+        reply = say_hello(sock, cluster_id, follower, leader)
+        assert not reply.refusal
+        assert (reply.node_id, reply.client_address) == (leader, cluster.nodes[leader].address)
+        # The peer port is no gRPC port, nor the other way round.
+        assert cluster.nodes[leader].peer_address != cluster.nodes[leader].address
     assert_still_serving(cluster, leader)
 
 
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    """recv may return part of what was sent; b"" (closed) before n bytes fails the test."""
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, f"connection closed after {len(data)} of {n} bytes"
-        data += chunk
-    return data
-
-
-def refusal(sock: socket.socket) -> str:
-    """The one frame a node sends back on a refused message connection: its reason. The node must
-    then close the connection (a timeout here fails the test)."""
-    (length,) = struct.unpack(">I", recv_exactly(sock, 4))
-    assert 0 < length < 64 << 10, f"a reason of {length} bytes"
-    reason = recv_exactly(sock, length).decode()
-    assert sock.recv(1) == b"", "the node kept the connection open after refusing it"
-    return reason
-
-
-def message_connection(cluster: Cluster, node_id: str, cluster_id: str, from_id: str) -> socket.socket:
-    """A TCP connection to the node's message port, found as peers find it: with Hello."""
-    port = hello(cluster, node_id, cluster_id, from_id).message_port
-    assert port != 0
-    host = cluster.nodes[node_id].address.rpartition(":")[0].strip("[]")
-    return socket.create_connection((host, port), timeout=5)
-
-
-@pytest.mark.parametrize("case", ["unparsable frame", "oversized frame header", "wrong cluster id",
-                                  "unknown member", "wrong addressee"])
-def test_bad_bytes_on_the_message_port_get_a_reason_and_a_close(cluster: Cluster, case: str):
+@pytest.mark.parametrize("case", ["unparsable hello", "oversized frame before the hello", "a gRPC client",
+                                  "unparsable batch", "oversized frame after the hello", "another sender",
+                                  "another addressee"])
+def test_bad_bytes_on_the_peer_port_get_a_reason_and_a_close(cluster: Cluster, case: str):
     leader = cluster.wait_for_leader()
     status = cluster.status(leader)
     cluster_id, high_term = status["cluster_id"], status["term"] + 100
     follower, other = [n for n in cluster.nodes if n != leader]
-    sent, expected = {
-        "unparsable frame": (b"\x00\x00\x00\x10" + b"\xff" * 16, "malformed peer message"),
-        "oversized frame header": (b"\xff\xff\xff\xff", "malformed peer message"),
+    greeting = hello_frame(cluster_id, follower, leader)
+    sent, stage, expected = {
+        "unparsable hello": (frame(b"\xff" * 16), "hello", "malformed hello"),
+        "oversized frame before the hello": (b"\xff\xff\xff\xff", "hello", "over the limit"),
+        "a gRPC client": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "hello", "clients connect to a member's client address"),
+        "unparsable batch": (greeting + b"\x00\x00\x00\x10" + b"\xff" * 16, "batch", "malformed peer message"),
+        "oversized frame after the hello": (greeting + struct.pack(">I", MAX_FRAME_BYTES + 1), "batch", "over the limit"),
         # Heartbeats from a far higher term: had any reached the core, the leader would be deposed.
-        "wrong cluster id": (frame(peer_batch("not-" + cluster_id, follower, leader, high_term).SerializeToString()),
-                             "wrong cluster id"),
-        "unknown member": (frame(peer_batch(cluster_id, "n99", leader, high_term).SerializeToString()),
-                           "unknown member id"),
-        "wrong addressee": (frame(peer_batch(cluster_id, follower, other, high_term).SerializeToString()),
-                            "check --peers addresses"),
+        "another sender": (greeting + heartbeat_batch(other, leader, high_term), "batch",
+                           f"a message from '{other}' on the connection from '{follower}'"),
+        "another addressee": (greeting + heartbeat_batch(follower, other, high_term), "batch",
+                              "check --peers addresses"),
     }[case]
-    with message_connection(cluster, leader, cluster_id, follower) as sock:
+    with connect(cluster, leader) as sock:
         sock.sendall(sent)
-        assert expected in refusal(sock)
+        answer = raft_pb2.PeerHelloReply.FromString(read_frame(sock))
+        if stage == "hello":
+            assert expected in answer.refusal
+        else:
+            assert answer.node_id == leader and not answer.refusal
+            assert expected in raft_pb2.Refusal.FromString(read_frame(sock)).reason
+        assert_closed(sock)
     after = cluster.status(leader)
     assert after["role"] == "leader" and after["term"] == status["term"]  # nothing reached the core
     assert_still_serving(cluster, leader)
 
 
-def test_a_message_connection_takes_good_batches_until_a_bad_one(cluster: Cluster):
+def test_a_peer_connection_takes_good_batches_until_a_bad_one(cluster: Cluster):
     """A refusal ends one connection only: the listener takes new ones, and a good batch (in two
     pieces, as TCP may deliver it) leaves its connection open until bad bytes follow."""
     leader = cluster.wait_for_leader()
     cluster_id = cluster.status(leader)["cluster_id"]
     follower = next(n for n in cluster.nodes if n != leader)
-    with message_connection(cluster, leader, cluster_id, follower) as sock:
+    with connect(cluster, leader) as sock:
         sock.sendall(b"\xff\xff\xff\xff")
-        assert "malformed peer message" in refusal(sock)
-    good = frame(raft_pb2.MessageBatch(cluster_id=cluster_id, from_id=follower).SerializeToString())
-    with message_connection(cluster, leader, cluster_id, follower) as sock:
+        assert "malformed hello" in raft_pb2.PeerHelloReply.FromString(read_frame(sock)).refusal
+        assert_closed(sock)
+    good = frame(raft_pb2.MessageBatch().SerializeToString())
+    with connect(cluster, leader) as sock:
+        assert not say_hello(sock, cluster_id, follower, leader).refusal
         sock.sendall(good[:3])
         sock.sendall(good[3:] + b"\x00\x00\x00\x10" + b"\xff" * 16)
         # Had the good batch been refused, its reason would come back instead.
-        assert "malformed peer message" in refusal(sock)
+        assert "malformed peer message" in raft_pb2.Refusal.FromString(read_frame(sock)).reason
+        assert_closed(sock)
     assert_still_serving(cluster, leader)

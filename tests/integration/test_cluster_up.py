@@ -21,12 +21,13 @@ pytestmark = pytest.mark.integration
 
 
 def consecutive_free_ports(n: int, attempts: int = 50) -> int:
-    """A base port such that base .. base+n-1 were all free a moment ago."""
+    """A base port such that base .. base+n-1 (client ports) and base+100 .. base+100+n-1 (peer
+    ports) were all free a moment ago."""
     for _ in range(attempts):
         base = random.randrange(20000, 60000)
         try:
             with ExitStack() as stack:
-                for port in range(base, base + n):
+                for port in [*range(base, base + n), *range(base + 100, base + 100 + n)]:
                     stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
         except OSError:
             continue

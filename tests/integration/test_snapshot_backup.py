@@ -11,7 +11,10 @@ import pytest
 
 from kv import Client
 from raftkv_proto import raft_pb2
+from raft.transport.frames import frame
+from raft.transport.peer_protocol import SNAPSHOT
 from tests.integration.cluster import Cluster, free_ports, wait_until
+from tests.integration.peer_wire import assert_closed, connect, read_frame, say_hello
 
 pytestmark = pytest.mark.integration
 
@@ -38,16 +41,17 @@ def test_save_100k_keys_then_restore_into_a_new_single_node_cluster(make_cluster
     inspected = raftkv("snapshot", "inspect", str(backup))
     assert inspected.returncode == 0 and '"checksum_ok": true' in inspected.stdout, inspected.stdout
 
-    [port] = free_ports(1)
+    port, peer_port = free_ports(2)
     data_dir = tmp_path / "restored"
     restored = raftkv("snapshot", "restore", str(backup), "--data-dir", str(data_dir),
-                      "--id", "r1", "--peers", f"r1=127.0.0.1:{port}")
+                      "--id", "r1", "--peers", f"r1=127.0.0.1:{peer_port}")
     assert restored.returncode == 0, restored.stderr
     new_cluster_id = restored.stdout.split("new cluster id ")[1].split(")")[0]
     assert new_cluster_id != cluster.status("n1")["cluster_id"]
 
     node = subprocess.Popen([sys.executable, "-m", "kv", "serve", "--id", "r1", "--data-dir", str(data_dir),
-                             "--peers", f"r1=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--listen", f"127.0.0.1:{port}", "--peers", f"r1=127.0.0.1:{peer_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with Client([f"127.0.0.1:{port}"], timeout=30.0) as fresh:
             wait_until("the restored node leads", lambda: fresh.status()[0].get("role") == "leader")
@@ -83,10 +87,14 @@ def test_corrupt_and_truncated_snapshots_are_refused_and_nodes_keep_running(clus
     # A follower offered a corrupt stream by a "leader" refuses it and keeps serving.
     follower = next(n for n, s in cluster.statuses().items() if s.get("role") == "follower")
     cluster_id = cluster.status(follower)["cluster_id"]
-    chunks = [raft_pb2.SnapshotChunk(cluster_id=cluster_id, from_id="n1" if follower != "n1" else "n2", term=1,
-                                     total_size=len(raw), sha256="0" * 64, offset=0, data=corrupt.read_bytes(),
-                                     done=True)]
-    ack = cluster.peer_stub(follower).InstallSnapshot(iter(chunks), timeout=10)
+    header = raft_pb2.SnapshotHeader(term=1, total_size=len(raw), sha256="0" * 64)
+    chunk = raft_pb2.SnapshotChunk(offset=0, data=corrupt.read_bytes(), done=True)
+    with connect(cluster, follower) as sock:
+        sender = "n1" if follower != "n1" else "n2"
+        assert not say_hello(sock, cluster_id, sender, follower, SNAPSHOT).refusal
+        sock.sendall(frame(header.SerializeToString()) + frame(chunk.SerializeToString()))
+        ack = raft_pb2.SnapshotAck.FromString(read_frame(sock))
+        assert_closed(sock)
     assert not ack.success and ack.message
     assert Client([cluster.nodes[follower].address]).get("k", consistency="stale") == b"v"
     client.put("k2", "still replicating")

@@ -28,13 +28,15 @@ async def start_node(config: NodeConfig) -> ExportNode:
 
 class InProcessCluster:
     def __init__(self, base: Path, size: int = 3) -> None:
-        ports = free_ports(size)
-        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
-        self.endpoints = ",".join(peers.values())
+        ports = free_ports(2 * size)  # a client and a peer port per member
+        names = [f"n{i + 1}" for i in range(size)]
+        listen = {nid: f"127.0.0.1:{port}" for nid, port in zip(names, ports)}
+        peers = {nid: f"127.0.0.1:{port}" for nid, port in zip(names, ports[size:])}
+        self.endpoints = ",".join(listen.values())
         core = CoreConfig()
-        self.configs = [NodeConfig(node_id=nid, listen=addr, peers=dict(peers), data_dir=base / nid, core=core,
+        self.configs = [NodeConfig(node_id=nid, listen=listen[nid], peers=dict(peers), data_dir=base / nid, core=core,
                                    fsync=False, state_map_size=1 << 30, log_map_size=1 << 30)
-                        for nid, addr in peers.items()]
+                        for nid in names]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raftkv-test-cluster", daemon=True)
         self._thread.start()

@@ -31,9 +31,10 @@ def test_serve_defaults_are_a_single_node_store_on_7001():
     config = cli.node_config(parse("serve"))
     expected = NodeConfig()
     assert config.node_id == "n1"
-    assert config.listen == "127.0.0.1:7001"
+    assert config.listen == config.advertised_client_address == "127.0.0.1:7001"
     assert config.data_dir == Path("./raftkv-data")
-    assert config.peers == {"n1": "127.0.0.1:7001"}
+    assert config.peers == {} and config.members == ["n1"]  # a single node: no peers, no peer listener
+    assert config.peer_listen_address is None
     assert config.fsync is True
     assert config.core == expected.core
     assert (config.max_value_bytes, config.snapshot_threshold) == (expected.max_value_bytes, expected.snapshot_threshold)
@@ -43,14 +44,15 @@ def test_serve_defaults_are_a_single_node_store_on_7001():
 
 
 def test_serve_flags_map_onto_node_config():
-    args = parse("serve", "--id", "n2", "--data-dir", "/tmp/d2", "--peers",
-                 "n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003", "--cluster-id", "c1",
+    args = parse("serve", "--id", "n2", "--listen", "127.0.0.1:7002", "--data-dir", "/tmp/d2", "--peers",
+                 "n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103", "--cluster-id", "c1",
                  "--snapshot-threshold", "50", "--election-timeout-ms", "300", "--heartbeat-interval-ms", "30",
                  "--max-value-bytes", "1000", "--no-fsync", "--log-level", "debug", "--grpc-servers", "3",
                  "--read-hold-ms", "0.5", "--read-hold-siblings", "0", "--read-spin-us", "0",
                  "--lazy-push-ms", "50", "--eager-timeout-ms", "30", "--eager-trial-every-ms", "0")
     config = cli.node_config(args)
-    assert config.listen == "127.0.0.1:7002"  # from --peers, as --listen was not given
+    assert config.listen == config.advertised_client_address == "127.0.0.1:7002"
+    assert config.peer_listen_address == "127.0.0.1:7102"  # its own --peers entry
     assert config.members == ["n1", "n2", "n3"]
     assert config.data_dir == Path("/tmp/d2")
     assert config.cluster_id == "c1"
@@ -75,10 +77,26 @@ def test_serve_refuses_a_bad_read_hold(flag, value, capsys):
     assert flag in capsys.readouterr().err
 
 
-def test_explicit_listen_wins_over_peers():
-    config = cli.node_config(parse("serve", "--listen", "0.0.0.0:9000", "--peers", "n1=10.0.0.1:7001"))
-    assert config.listen == "0.0.0.0:9000"
-    assert config.peers == {"n1": "10.0.0.1:7001"}
+def test_listen_listen_peer_and_advertise_client_are_separate_addresses():
+    config = cli.node_config(parse("serve", "--listen", "0.0.0.0:9000", "--advertise-client", "db1.example:9000",
+                                   "--peers", "n1=10.0.0.1:7101,n2=10.0.0.2:7101", "--listen-peer", "0.0.0.0:7101"))
+    assert (config.listen, config.advertised_client_address) == ("0.0.0.0:9000", "db1.example:9000")
+    assert config.peers == {"n1": "10.0.0.1:7101", "n2": "10.0.0.2:7101"}
+    assert config.peer_listen_address == "0.0.0.0:7101"
+
+
+def test_the_serve_example_is_a_three_member_cluster_with_client_and_peer_ports(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    out = capsys.readouterr().out
+    example = ("raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
+               "               --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103")
+    assert example in out
+    assert "PEER address" in out and "--advertise-client" in out and "--listen-peer" in out
+    args = example.replace("\\\n", "").split()[2:]
+    config = cli.node_config(parse("serve", *args))
+    assert (config.listen, config.peer_listen_address, config.members) == ("127.0.0.1:7001", "127.0.0.1:7101",
+                                                                            ["n1", "n2", "n3"])
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -108,7 +126,18 @@ def test_help_shows_useful_defaults(capsys):
     (["serve", "--peers", "n1"], "expected id=host:port"),
     (["serve", "--election-timeout-ms", "100", "--heartbeat-interval-ms", "100"], "heartbeat_interval_ms"),
     (["serve", "--election-timeout-ms", "abc"], "expected a whole number"),
-    (["serve", "--listen", "nowhere"], "expected host:port"),
+    (["serve", "--listen", "nowhere"], "--listen: bad address 'nowhere': expected host:port"),
+    (["serve", "--listen", "0.0.0.0:7001"], "give --advertise-client HOST:PORT"),
+    (["serve", "--listen", "[::]:7001"], "give --advertise-client HOST:PORT"),
+    (["serve", "--advertise-client", "0.0.0.0:7001"], "--advertise-client 0.0.0.0:7001: give the address"),
+    (["serve", "--advertise-client", "db1"], "--advertise-client: bad address"),
+    (["serve", "--peers", "n1=127.0.0.1:7101,n2=somewhere"], "expected id=host:port"),
+    (["serve", "--peers", "n1=127.0.0.1:7101,n2=h:port"], "--peers: n2: bad address"),
+    (["serve", "--peers", "n1=127.0.0.1:7101", "--listen-peer", "nowhere"], "--listen-peer: bad address"),
+    (["serve", "--listen-peer", "127.0.0.1:7101"], "--listen-peer needs --peers"),
+    (["serve", "--peer-port", "7101"], "unrecognized arguments"),
+    (["serve", "--peer-transport", "tcp"], "unrecognized arguments"),
+    (["cluster", "up", "--base-port", "7001", "--base-peer-port", "7002"], "overlap"),
     (["serve", "--frobnicate"], "unrecognized arguments"),
     (["get", "k", "--consistency", "eventual"], "invalid choice"),
     (["put", "k"], "required"),
@@ -175,13 +204,15 @@ def test_python_dash_m_kv_is_the_cli():
 
 
 def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
-    specs = local_specs(3, 7101, tmp_path, ["--no-fsync"])
-    assert [s.listen for s in specs] == ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
+    specs = local_specs(3, 7001, tmp_path, ["--no-fsync"])
+    assert [s.listen for s in specs] == ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]
     command = serve_command(specs[1])
     assert command[:4] == [sys.executable, "-m", "kv", "serve"]
     args = cli.build_parser().parse_args(command[3:])
     config = cli.node_config(args)
-    assert config.node_id == "n2" and config.listen == "127.0.0.1:7102"
+    assert config.node_id == "n2" and config.listen == "127.0.0.1:7002"
     assert config.peers == {"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"}
+    assert config.peer_listen_address == "127.0.0.1:7102"
+    assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")

@@ -65,23 +65,29 @@ def test_put_get_delete_scan_batch_close_reopen(tmp_path: Path) -> None:
 
 
 def test_follower_refuses_writes_with_leader_address(tmp_path: Path) -> None:
+    """The not-leader hint carries the leader's advertised client address (here "localhost:PORT",
+    while it listens on 127.0.0.1:PORT), never its peer address."""
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
-    nodes = [embedded.open(tmp_path / nid, node_id=nid, listen=addr, peers=peers, core=FAST, tick_interval_ms=5,
+    client_ports = {nid: free_port() for nid in peers}
+    nodes = [embedded.open(tmp_path / nid, node_id=nid, listen=f"127.0.0.1:{client_ports[nid]}", peers=peers,
+                           advertise_client=f"localhost:{client_ports[nid]}", core=FAST, tick_interval_ms=5,
                            log_map_size=64 << 20, state_map_size=64 << 20)
-             for nid, addr in peers.items()]
+             for nid in peers]
     try:
         nodes[0].put(b"k", b"v")  # waits out the election; succeeds only if n1 leads
     except errors.NotLeaderError as e:
-        assert e.leader_id in peers and e.leader_address == peers[e.leader_id]
+        assert e.leader_id in peers and e.leader_address == f"localhost:{client_ports[e.leader_id]}"
         leader = next(n for n in nodes if n.config.node_id == e.leader_id)
         leader.put(b"k", b"v")
     else:
         leader = nodes[0]
+    assert leader.address == f"localhost:{client_ports[leader.config.node_id]}"
     for follower in (n for n in nodes if n is not leader):
         with pytest.raises(errors.NotLeaderError) as err:
             follower.delete(b"k")
         assert err.value.leader_address == leader.address
-    assert leader.get(b"k") == b"v"
+    with Client([leader.address], timeout=5) as client:  # the advertised address reaches it
+        assert client.get(b"k") == b"v"
     for n in nodes:
         n.close()
 

@@ -21,7 +21,7 @@ from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
 from raft.node.node import RaftNode
-from raft.transport.network_transport import NetworkTransport
+from raft.transport.tcp_transport import TcpTransport
 from kv.server.server import RunningServer, start_server
 from statemachine.commands import encode_command, put_op
 from statemachine.errors import StateFullError
@@ -47,15 +47,15 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
 
 
 class Single:
-    """A single RaftNode on real stores (the default log store, LMDB state), without a gRPC server
-    (it has no peers)."""
+    """A single RaftNode on real stores (the default log store, LMDB state), without a gRPC server;
+    it has no peers, so its transport has no peer listener."""
 
     def __init__(self, data_dir: Path, **config: Any) -> None:
         self.config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{free_port()}", data_dir=data_dir, core=FAST,
                                  tick_interval_ms=5, **config)
         self.log = open_log_store(data_dir, max_bytes=config.get("log_map_size", 64 << 20))
         self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
-        self.node = RaftNode(self.config, self.log, self.fsm, NetworkTransport(self.config, "c-test"),
+        self.node = RaftNode(self.config, self.log, self.fsm, TcpTransport(self.config, "c-test"),
                              cluster_id="c-test")
 
     async def __aenter__(self) -> RaftNode:
@@ -278,10 +278,11 @@ def test_single_node_throughput(tmp_path: Path) -> None:
 # ---- three nodes in one process ----------------------------------------------------------------
 
 async def start_cluster(tmp_path: Path, n: int = 3, **config_fields: Any) -> list[RunningServer]:
+    """n members, each with a client port (--listen) and a peer port (its --peers entry)."""
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in range(1, n + 1)}
     servers = []
-    for nid, addr in peers.items():
-        config = NodeConfig(node_id=nid, listen=addr, peers=peers, data_dir=tmp_path / nid, core=FAST,
+    for nid in peers:
+        config = NodeConfig(node_id=nid, listen=f"127.0.0.1:{free_port()}", peers=peers, data_dir=tmp_path / nid, core=FAST,
                             tick_interval_ms=5, log_map_size=64 << 20, state_map_size=64 << 20, **config_fields)
         servers.append(await start_server(config))
     return servers
@@ -306,7 +307,8 @@ def test_three_nodes_replicate(tmp_path: Path) -> None:
             with pytest.raises(NotLeaderError) as err:
                 await follower.node.propose(put_cmd(b"x", b"y"))
             assert err.value.leader == leader_id
-            assert follower.node.status()["leader_address"] == leader.config.listen
+            # The leader's client address, which the follower learnt in the peers' handshake.
+            assert follower.node.status()["leader_address"] == leader.config.listen != leader.config.peers[leader_id]
             # A linearizable read through the leader sees the last write.
             index = await asyncio.wait_for(leader.node.read_barrier("linearizable"), WAIT_S)
             assert index >= last

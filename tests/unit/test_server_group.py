@@ -124,18 +124,20 @@ def test_a_node_that_fails_to_start_frees_its_port_and_stores(tmp_path: Path) ->
     taken) and start it again in the same process, on the same port and data directory."""
     async def main() -> None:
         port = free_port()
-        peers = {"n1": f"127.0.0.1:{port}", "n2": f"127.0.0.1:{free_port()}", "n3": f"127.0.0.1:{free_port()}"}
         with socket.socket() as blocker:
             blocker.bind(("127.0.0.1", 0))
             blocker.listen()
-            config = NodeConfig(node_id="n1", listen=peers["n1"], peers=peers, data_dir=tmp_path / "n1",
-                                peer_port=blocker.getsockname()[1], log_map_size=64 << 20, state_map_size=64 << 20)
-            with pytest.raises(OSError, match="cannot listen for peer messages"):
+            peer_port = blocker.getsockname()[1]
+            peers = {"n1": f"127.0.0.1:{peer_port}", "n2": f"127.0.0.1:{free_port()}", "n3": f"127.0.0.1:{free_port()}"}
+            config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{port}", peers=peers, data_dir=tmp_path / "n1",
+                                log_map_size=64 << 20, state_map_size=64 << 20)
+            with pytest.raises(OSError, match=f"cannot listen for peers on 127.0.0.1:{peer_port} \\(--listen-peer\\)"):
                 await start_server(config)
             assert sockets_on_port(port, _LISTEN) == 0
         server = await start_server(config)  # the peer port is free now
         try:
             assert sockets_on_port(port, _LISTEN) == config.grpc_servers
+            assert sockets_on_port(peer_port, _LISTEN) == 1
         finally:
             await server.stop()
 

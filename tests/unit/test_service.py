@@ -68,7 +68,7 @@ def test_node_errors_become_client_errors_when_raised_at_start_or_at_the_end(tmp
             failing.set_exception(node_errors.NotLeaderError("n1", 3))
             with pytest.raises(errors.NotLeaderError) as refused:
                 await call
-            assert (refused.value.leader_id, refused.value.leader_address) == ("n1", node.config.peers["n1"])
+            assert (refused.value.leader_id, refused.value.leader_address) == ("n1", node.config.listen)
 
             def invalid(_: int) -> int:
                 raise errors.InvalidArgumentError("no such thing")

@@ -1,16 +1,21 @@
-"""The peer transport: the codec round trip, the RaftPeer service and the TCP message listener
-refusing what they must, and the client over both (real gRPC servers and sockets on 127.0.0.1)."""
+"""The peer transport: the codec round trip, and the TCP transport (raft/transport/tcp_transport.py)
+between real sockets on 127.0.0.1 - messages in order, refused hellos and bad bytes answered with
+a reason and a close, snapshot streams and their acks, unreachable peers, and the client addresses
+members tell each other in the handshake."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import struct
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from raftkv_proto import raft_pb2, raft_pb2_grpc
+from raftkv_proto import raft_pb2
 from raft.core.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -25,11 +30,15 @@ from raft.core.messages import (
     VoteResponse,
 )
 from raft.core.types import Entry, EntryType, SnapshotMeta
-from raft.transport.codec import CodecError, from_proto, pack_entries, to_proto
-from raft.transport.frames import FrameReader, frame
-from raft.transport.message_listener import MessageListener
-from raft.transport.peer_client import PeerClient
-from raft.transport.peer_transport import SERVER_OPTIONS, PeerService
+from raft.node.config import NodeConfig
+from raft.node.ports import SnapshotInfo
+from raft.transport import peer_listener
+from raft.transport.codec import CodecError, encode_batch, from_proto, pack_entries, to_proto
+from raft.transport.frames import FrameError, FrameReader, frame
+from raft.transport.peer_links import PeerLinks
+from raft.transport.peer_listener import PeerListener
+from raft.transport.peer_protocol import MAX_FRAME_BYTES, MESSAGES, SNAPSHOT, hello
+from raft.transport.tcp_transport import TcpTransport
 
 H = {"src": "n1", "dst": "n2", "term": 7}
 APPEND = PushRequest(**H, type=PushType.APPEND, pre_index=10, pre_term=5, commit_index=9,
@@ -48,20 +57,25 @@ EVERY_MESSAGE: list[Message] = [
     InstallSnapshotResponse(**H, success=True, index=100, end_index=100),
 ]
 
+# ---- the codec -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("packed", [False, True], ids=["entries", "packed"])
+
 @pytest.mark.parametrize("msg", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
-def test_codec_round_trip(msg: Message, packed: bool) -> None:
-    wire = to_proto(msg, packed).SerializeToString()
+def test_codec_round_trip(msg: Message) -> None:
+    wire = to_proto(msg).SerializeToString()
     back = from_proto(raft_pb2.PeerMessage.FromString(wire))
     assert type(back) is type(msg)
     assert dataclasses.asdict(back) == dataclasses.asdict(msg)
 
 
-def test_packed_entries_take_one_field_and_no_entry_objects() -> None:
-    body = to_proto(APPEND, packed=True).push_request
-    assert len(body.entries) == 0 and body.packed_entries == pack_entries(APPEND.entries)
-    assert len(to_proto(APPEND).push_request.entries) == 2 and not to_proto(APPEND).push_request.packed_entries
+def test_a_batch_is_its_messages_in_order() -> None:
+    batch = raft_pb2.MessageBatch.FromString(encode_batch(EVERY_MESSAGE))
+    assert [dataclasses.asdict(from_proto(pm)) for pm in batch.messages] == [dataclasses.asdict(m) for m in EVERY_MESSAGE]
+
+
+def test_packed_entries_take_one_field() -> None:
+    assert to_proto(APPEND).push_request.entries == pack_entries(APPEND.entries)
+    assert to_proto(PushRequest(**H, type=PushType.COMMIT)).push_request.entries == b""
 
 
 @pytest.mark.parametrize("cut, words", [
@@ -71,17 +85,9 @@ def test_packed_entries_take_one_field_and_no_entry_objects() -> None:
 ], ids=["header", "payload", "type"])
 def test_codec_refuses_broken_packed_entries(cut: Any, words: str) -> None:
     packed = pack_entries([Entry(12, 7, EntryType.NORMAL, b"\x00cmd\xff")])
-    bad = raft_pb2.PeerMessage(src="n1", dst="n2", term=7,
-                               push_request=raft_pb2.PushRequest(packed_entries=cut(packed)))
+    bad = raft_pb2.PeerMessage(src="n1", dst="n2", term=7, push_request=raft_pb2.PushRequest(entries=cut(packed)))
     with pytest.raises(CodecError, match=words):
         from_proto(bad)
-
-
-def test_codec_refuses_a_push_with_both_entry_forms() -> None:
-    both = to_proto(APPEND)
-    both.push_request.packed_entries = pack_entries([Entry(13, 7, EntryType.NORMAL, b"x")])
-    with pytest.raises(CodecError, match="both"):
-        from_proto(both)
 
 
 def test_codec_covers_every_body_case() -> None:
@@ -97,323 +103,430 @@ def test_codec_refuses_bodyless_and_unknown_enum() -> None:
         from_proto(bad)
 
 
-def test_snapshot_data_does_not_travel() -> None:
-    msg = InstallSnapshotRequest(**H, meta=SnapshotMeta(5, 2), data=b"big")
-    assert from_proto(to_proto(msg)).data is None  # type: ignore[attr-defined]
+# ---- frames ------------------------------------------------------------------------------------
+
+def test_frames_come_whole_from_any_split_of_the_bytes() -> None:
+    data = frame(b"one") + frame(b"") + frame(b"three" * 100)
+    for cut in range(len(data) + 1):
+        reader = FrameReader(1 << 10)
+        assert reader.feed(data[:cut]) + reader.feed(data[cut:]) == [b"one", b"", b"three" * 100]
+        assert reader.buffered == 0
 
 
-# ---- the service over real gRPC ----------------------------------------------------------------
+def test_the_first_frame_has_its_own_limit_and_an_error_keeps_the_frames_before_it() -> None:
+    reader = FrameReader(1 << 10, first_frame_bytes=8)
+    with pytest.raises(FrameError, match="over the limit of 8"):
+        reader.feed(frame(b"x" * 9))
+    reader = FrameReader(1 << 10, first_frame_bytes=8)
+    assert reader.feed(frame(b"hello") + frame(b"y" * 500)) == [b"hello", b"y" * 500]
+    with pytest.raises(FrameError, match="over the limit of 1024") as error:
+        reader.feed(frame(b"z") + struct.pack(">I", 1025))
+    assert error.value.frames == [b"z"]
 
-class Peer:
-    """A PeerService for node n2 of cluster "c1" on a free port, collecting what it delivers; with
-    transport "tcp" also a MessageListener, whose port its Hello tells."""
 
-    def __init__(self, transport: str = "grpc", service_class: type[PeerService] = PeerService) -> None:
+# ---- two transports on 127.0.0.1 -----------------------------------------------------------------
+
+CLUSTER = "c1"
+WAIT_S = 10.0
+
+
+class Recorder:
+    """The node's side (raft.node.ports.Inbound): what the transport hands over."""
+
+    def __init__(self) -> None:
         self.delivered: list[Message] = []
-        self.batches: list[raft_pb2.MessageBatch] = []  # every batch, as it came off the wire
-        self.arrived = asyncio.Event()
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
-        service = service_class("n2", "c1", ["n1", "n2", "n3"], self._deliver,
-                                message_port=lambda: self.listener.port if self.listener else 0)
-        self.listener = MessageListener(self._recording(service.check), self._deliver) if transport == "tcp" else None
-        raft_pb2_grpc.add_RaftPeerServicer_to_server(service, self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.address = f"127.0.0.1:{self.port}"
+        self.gone: list[str] = []
+        self.changed = asyncio.Event()  # set on everything that arrives
+        self.snapshots: list[dict[str, Any]] = []
+        self.snapshot_answer = (True, "")
+        self.gate: asyncio.Event | None = None  # held after the first chunk until set
+        self.stop_after_chunks: int | None = None
 
-    async def start(self) -> None:
-        if self.listener is not None:
-            await self.listener.start("127.0.0.1", 0)
-        await self.server.start()
-
-    async def stop(self) -> None:
-        await self.server.stop(None)
-        if self.listener is not None:
-            await self.listener.close()
-
-    def _deliver(self, messages: list[Message]) -> None:
+    def step(self, messages: list[Message]) -> None:
         self.delivered.extend(messages)
-        self.arrived.set()
+        self.changed.set()
 
-    def _recording(self, check: Any) -> Any:
-        def recorded(batch: raft_pb2.MessageBatch) -> list[Message]:
-            self.batches.append(batch)
-            return check(batch)  # type: ignore[no-any-return]
-        return recorded
+    def peer_unreachable(self, peer: str) -> None:
+        self.gone.append(peer)
+        self.changed.set()
 
-
-class NodeBeforePackedEntries(PeerService):
-    """A peer from before packed entries: its Hello does not offer them."""
-
-    async def Hello(self, request: raft_pb2.HelloRequest, context: grpc.aio.ServicerContext) -> raft_pb2.HelloReply:
-        reply = await super().Hello(request, context)
-        return raft_pb2.HelloReply(message_port=reply.message_port)
-
-
-@pytest.mark.parametrize("service_class, packed", [(PeerService, True), (NodeBeforePackedEntries, False)],
-                         ids=["peer-reads-packed", "peer-from-before"])
-def test_pushes_go_packed_only_to_a_peer_whose_hello_offers_it(service_class: type[PeerService],
-                                                               packed: bool) -> None:
-    async def main() -> None:
-        peer = Peer("tcp", service_class)
-        await peer.start()
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
-        push = APPEND
+    async def receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int, sha256: str,
+                               chunks: AsyncIterator[tuple[int, bytes, bool]]) -> tuple[bool, str]:
+        record: dict[str, Any] = dict(leader=leader, term=term, meta=meta, total_size=total_size, sha256=sha256,
+                                      chunks=[], error=None)
+        self.snapshots.append(record)
+        self.changed.set()
         try:
-            client.send([push])
-            await asyncio.wait_for(peer.arrived.wait(), 5)
-            assert peer.delivered == [push]
-            wire = peer.batches[0].messages[0].push_request
-            assert (bool(wire.packed_entries), len(wire.entries)) == ((True, 0) if packed else (False, 2))
-        finally:
-            await client.close()
-            await peer.stop()
-
-    _run(main())
-
-
-def _batch(cluster: str = "c1", from_id: str = "n1", dst: str = "n2") -> raft_pb2.MessageBatch:
-    msg = to_proto(HeartbeatRequest(src=from_id, dst=dst, term=3, commit_index=1, seq=1))
-    return raft_pb2.MessageBatch(cluster_id=cluster, from_id=from_id, messages=[msg])
+            async for chunk in chunks:
+                record["chunks"].append(chunk)
+                self.changed.set()
+                if self.gate is not None and len(record["chunks"]) == 1:
+                    await self.gate.wait()
+                if self.stop_after_chunks is not None and len(record["chunks"]) >= self.stop_after_chunks:
+                    return False, "a newer snapshot is already here"
+        except Exception as e:  # noqa: BLE001 - as the node's snapshot driver: a broken stream is a refusal
+            record["error"] = str(e)
+            self.changed.set()
+            return False, str(e)
+        return self.snapshot_answer
 
 
-def _run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
+async def until(predicate: Callable[[], Any], event: asyncio.Event, timeout: float = WAIT_S) -> None:
+    """Wait until `predicate()` holds, checking each time `event` is set."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            event.clear()
+            if predicate():
+                return
+            await event.wait()
 
 
-def test_send_refusals_and_garbage() -> None:
+class Node:
+    """A TcpTransport for `node_id` over a Recorder, its peer listener on a free port."""
+
+    def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
+                 advertise: str | None = None, port: int = 0) -> None:
+        peers = {**peers, node_id: f"127.0.0.1:{port}"}
+        self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
+                                 f"client-of-{node_id}.example:7001", peers=peers)
+        self.transport = TcpTransport(self.config, cluster_id)
+        self.inbound = Recorder()
+
+    async def __aenter__(self) -> Node:
+        await self.transport.start(self.inbound)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.transport.close()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.transport.peer_port}"
+
+    @property
+    def port(self) -> int:
+        return self.transport.peer_port
+
+    def link(self, peer: str) -> Any:
+        return self.transport.links.link(peer)
+
+    async def link_settles(self, peer: str, predicate: Callable[[Any], bool]) -> None:
+        link = self.link(peer)
+        await until(lambda: predicate(link), link.checked)
+
+
+def _run(main: Callable[[], Any]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def heartbeat(seq: int, src: str = "n1", dst: str = "n2", term: int = 3) -> HeartbeatRequest:
+    return HeartbeatRequest(src=src, dst=dst, term=term, commit_index=seq, seq=seq)
+
+
+def test_messages_arrive_in_order_and_members_learn_each_others_client_addresses() -> None:
     async def main() -> None:
-        peer = Peer()
-        await peer.server.start()
-        try:
-            async with grpc.aio.insecure_channel(peer.address) as channel:
-                stub = raft_pb2_grpc.RaftPeerStub(channel)
-                cases = [(_batch(cluster="other"), "wrong cluster id: got 'other', this cluster is 'c1'"),
-                         (_batch(from_id="n9"), "unknown member id"),
-                         (_batch(dst="n3"), "reached 'n2'")]
-                for batch, words in cases:
-                    with pytest.raises(grpc.aio.AioRpcError) as err:
-                        await stub.Send(batch, timeout=2)
-                    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-                    assert words in err.value.details()
-                # Bytes that do not parse as a MessageBatch, sent on a raw method handle.
-                raw = channel.unary_unary("/raftkv.raft.RaftPeer/Send")
-                with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await raw(b"\xff\xff\xff\xff garbage", timeout=2)
-                assert err.value.code() != grpc.StatusCode.OK
-                assert peer.delivered == []
-                # ... and the service still serves a good batch afterwards.
-                await stub.Send(_batch(), timeout=2)
-                assert [type(m) for m in peer.delivered] == [HeartbeatRequest]
-                with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await stub.InstallSnapshot(iter([raft_pb2.SnapshotChunk()]), timeout=2)
-                assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        finally:
-            await peer.server.stop(None)
+        async with Node("n2", {"n1": "127.0.0.1:1", "n3": "127.0.0.1:1"}) as n2:
+            async with Node("n1", {"n2": n2.address, "n3": "127.0.0.1:1"}) as n1:
+                assert n1.transport.client_address("n1") == "client-of-n1.example:7001"
+                assert n1.transport.client_address("n2") is None  # no handshake yet
+                # Queued while the link connects, then written straight onto the connection.
+                n1.transport.send([heartbeat(i) for i in range(20)] + [APPEND])
+                for i in range(20, 40):
+                    n1.transport.send([heartbeat(i)])
+                await n1.link_settles("n2", lambda link: link.connection is not None)
+                for i in range(40, 200):
+                    n1.transport.send([heartbeat(i)])
+                await until(lambda: len(n2.inbound.delivered) == 201, n2.inbound.changed)
+                seqs = [m.seq for m in n2.inbound.delivered if isinstance(m, HeartbeatRequest)]
+                assert seqs == list(range(200))
+                push = n2.inbound.delivered[20]
+                assert dataclasses.asdict(push) == dataclasses.asdict(APPEND)
+                # Each side learnt the other's advertised client address from the handshake.
+                assert n2.transport.client_address("n1") == "client-of-n1.example:7001"
+                assert n1.transport.client_address("n2") == "client-of-n2.example:7001"
+                assert n1.transport.client_address("n3") is None and n1.transport.client_address("n9") is None
+                assert n1.transport.links.dropped("n2") == 0 and n1.inbound.gone == []
 
-    _run(main())
+    _run(main)
 
 
-TRANSPORTS = pytest.mark.parametrize("transport", ["tcp", "grpc"])
-
-
-@TRANSPORTS
-def test_client_sends_and_reports_reachability(caplog: pytest.LogCaptureFixture, transport: str) -> None:
-    caplog.set_level(logging.INFO, logger="raft.transport.peer_client")
-
-    async def main() -> None:
-        peer = Peer(transport)
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500)
-        try:
-            # Nothing listens yet: the call fails and the peer is reported unreachable, once.
-            for _ in range(3):
-                await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n2", term=1))
-            assert client.reachable("n2") is False
-            assert sum("unreachable" in r.message for r in caplog.records) == 1
-            await peer.start()
-            # A healed link carries traffic again after a short reconnect backoff.
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            while not peer.delivered:
-                await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n2", term=1))
-                if not peer.delivered:
-                    await asyncio.sleep(0.01)  # the pace of Raft's retransmissions (heartbeats), not a sync
-            print(f"\nreconnected after {1000 * (loop.time() - started):.0f} ms")
-            assert loop.time() - started < 1.0
-            assert client.reachable("n2") is True
-            assert any("reachable again" in r.message for r in caplog.records)
-            assert (client._links["n2"].connection is not None) == (transport == "tcp")
-        finally:
-            await client.close()
-            await peer.stop()
-
-    _run(main())
-
-
-async def _send_and_settle(client: PeerClient, msg: Message) -> None:
-    """Send and wait until the link's stream pump has next learned whether the peer is reachable
-    (the client is fire-and-forget; the pump works in the background)."""
-    link = client._links[msg.dst]
-    link.checked.clear()
-    client.send([msg])
-    await asyncio.wait_for(link.checked.wait(), 5)
-
-
-@TRANSPORTS
-def test_client_drops_beyond_inflight_bound(transport: str) -> None:
-    async def main() -> None:
-        # An address that accepts TCP but never answers HTTP/2 keeps calls in flight until their
-        # deadline: a bare listening socket.
-        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": f"127.0.0.1:{port}"},
-                            rpc_timeout_ms=300, max_inflight=4, peer_transport=transport)
-        try:
-            for _ in range(10):
-                client.send([HeartbeatRequest(src="n1", dst="n2", term=1)])
-            assert client.dropped("n2") == 6
-            await asyncio.wait_for(client._links["n2"].checked.wait(), 5)
-            assert client.reachable("n2") is False
-        finally:
-            await client.close()
-            server.close()
-
-    _run(main())
-
-
-@TRANSPORTS
-def test_no_batch_is_lost_after_an_outage(transport: str) -> None:
-    """Every failed reconnect attempt leaves gRPC's consumer of that call's request iterator
-    alive; it must not take (and drop) batches meant for the stream that finally connects. The
-    regression: after a peer's restart its pre-votes and votes vanished for up to 40 s, one per
-    failed attempt, so a cluster of two live nodes could not elect a leader."""
+@pytest.mark.parametrize("case, reason", [
+    ("wrong cluster", "wrong cluster id: got 'other', this cluster is 'c1'"),
+    ("unknown member", "unknown member id 'n9'"),
+    ("wrong addressee", "message for 'n3' reached 'n2': check --peers addresses"),
+])
+def test_a_refused_hello_is_logged_once_with_its_reason(caplog: pytest.LogCaptureFixture, case: str,
+                                                        reason: str) -> None:
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_links")
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_listener")
 
     async def main() -> None:
-        peer = Peer(transport)
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500,
-                            peer_transport=transport)
-        link = client._links["n2"]
-        try:
-            # The peer is down: the pump's reconnect attempts fail one after another.
-            await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n2", term=1))
-            for _ in range(10):
-                link.checked.clear()
-                await asyncio.wait_for(link.checked.wait(), 5)
-            assert client.reachable("n2") is False
-            await peer.start()
-            while client.reachable("n2") is not True:
-                link.checked.clear()
-                await asyncio.wait_for(link.checked.wait(), 5)
-            # One message, sent once, as a pre-vote is: it must arrive.
-            client.send([HeartbeatRequest(src="n1", dst="n2", term=7)])
-            await asyncio.wait_for(peer.arrived.wait(), 5)
-            assert [m.term for m in peer.delivered] == [7]
-        finally:
-            await client.close()
-            await peer.stop()
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            sender, dst, cluster = {"wrong cluster": ("n1", "n2", "other"), "unknown member": ("n9", "n2", CLUSTER),
+                                    "wrong addressee": ("n1", "n3", CLUSTER)}[case]
+            async with Node(sender, {dst: n2.address}, cluster_id=cluster) as dialer:
+                dialer.transport.send([heartbeat(1, src=sender, dst=dst)])
+                await dialer.link_settles(dst, lambda link: link.last_refusal is not None)
+                for _ in range(3):  # the link dials again and is refused again: no new log line
+                    link = dialer.link(dst)
+                    link.checked.clear()
+                    await asyncio.wait_for(link.checked.wait(), WAIT_S)
+                    dialer.transport.send([heartbeat(2, src=sender, dst=dst)])
+                refusals = [r.getMessage() for r in caplog.records if "refused our connection" in r.getMessage()]
+                assert len(refusals) == 1 and reason in refusals[0], refusals
+                # The listener says it once too, not once per attempt.
+                listened = [r.getMessage() for r in caplog.records if r.name == "raft.transport.peer_listener"]
+                assert len(listened) == 1 and reason in listened[0], listened
+                assert link.reachable is not True and link.connection is None
+                assert dialer.inbound.gone == []  # up but refusing: not gone
+                assert n2.inbound.delivered == []
+                assert n2.transport.client_address(sender) is None
 
-    _run(main())
+    _run(main)
 
 
-# ---- the TCP message listener --------------------------------------------------------------------
-
-async def _exchange(port: int, data: bytes) -> tuple[list[bytes], bool]:
-    """Send raw bytes to a message port; the frames the listener sends back, and whether it then
+async def raw_exchange(port: int, data: bytes) -> tuple[list[bytes], bool]:
+    """Send raw bytes to a peer port; the frames the listener sends back, and whether it then
     closed the connection."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(data)
-        received = await asyncio.wait_for(reader.read(), 5)  # to EOF: the listener closes
+        received = await asyncio.wait_for(reader.read(), WAIT_S)  # to EOF: the listener closes
         return FrameReader(1 << 20).feed(received), reader.at_eof()
     finally:
         writer.close()
 
 
-def test_listener_refuses_garbage_and_strangers_and_serves_on() -> None:
-    async def main() -> None:
-        peer = Peer("tcp")
-        await peer.start()
-        assert peer.listener is not None
-        port = peer.listener.port
-        try:
-            cases = [(b"\x00\x00\x00\x04\xff\xff\xff\xff", "malformed peer message"),
-                     (b"\xff\xff\xff\xff", "over the limit"),
-                     (frame(_batch(cluster="other").SerializeToString()), "wrong cluster id: got 'other'"),
-                     (frame(_batch(from_id="n9").SerializeToString()), "unknown member id"),
-                     (frame(_batch(dst="n3").SerializeToString()), "reached 'n2'")]
-            for data, words in cases:
-                reasons, closed = await _exchange(port, data)
-                assert len(reasons) == 1 and words in reasons[0].decode(), (words, reasons)
-                assert closed
-            assert peer.delivered == []
-            # A good batch after all that is delivered; one with a bad batch behind it in the
-            # same write keeps the good one (batches are whole) and refuses the rest.
-            good = frame(_batch().SerializeToString())
-            reasons, closed = await _exchange(port, good + frame(_batch(cluster="other").SerializeToString()))
-            assert "wrong cluster id" in reasons[0].decode() and closed
-            assert [type(m) for m in peer.delivered] == [HeartbeatRequest]
-        finally:
-            await peer.stop()
-
-    _run(main())
+def hello_frame(from_id: str = "n1", to_id: str = "n2", purpose: int = MESSAGES, cluster: str = CLUSTER) -> bytes:
+    return frame(hello(cluster, from_id, to_id, "client-of-raw:1", purpose).SerializeToString())
 
 
-def test_client_logs_a_refusal_once_and_does_not_call_the_peer_gone(caplog: pytest.LogCaptureFixture) -> None:
-    """A node whose --peers puts n3 at n2's address: Hello passes (same cluster, known member),
-    the batches for n3 are refused by n2's listener with the reason, which the client logs once."""
-    caplog.set_level(logging.INFO, logger="raft.transport.peer_client")
+def batch_frame(*messages: raft_pb2.PeerMessage) -> bytes:
+    return frame(raft_pb2.MessageBatch(messages=list(messages)).SerializeToString())
+
+
+def test_bad_bytes_on_the_peer_port_get_a_reason_and_a_close_and_the_node_serves_on() -> None:
+    hb = to_proto(heartbeat(1))
+    bad_cases: list[tuple[bytes, str, str]] = [
+        # Before a hello: the answer is a PeerHelloReply with the refusal.
+        (b"\x00\x00\x00\x04\xff\xff\xff\xff", "hello", "malformed hello"),
+        (b"\xff\xff\xff\xff", "hello", "over the limit of 65536"),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "hello", "a gRPC client connected to it"),
+        (hello_frame(purpose=raft_pb2.PURPOSE_UNSPECIFIED), "hello", "no known purpose"),
+        (hello_frame(from_id="n2"), "hello", "a connection from 'n2' to itself"),
+        # After an accepted hello: the answer, then a Refusal.
+        (hello_frame() + frame(b"\xff\xff\xff\xff garbage"), "batch", "malformed peer message"),
+        (hello_frame() + struct.pack(">I", MAX_FRAME_BYTES + 1), "batch", "over the limit"),
+        (hello_frame() + batch_frame(to_proto(heartbeat(1, src="n3"))), "batch", "a message from 'n3'"),
+        (hello_frame() + batch_frame(to_proto(heartbeat(1, dst="n3"))), "batch", "reached 'n2'"),
+        (hello_frame() + batch_frame(raft_pb2.PeerMessage(src="n1", dst="n2", term=1)), "batch", "has no body"),
+    ]
 
     async def main() -> None:
-        peer = Peer("tcp")
-        await peer.start()
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            for data, stage, words in bad_cases:
+                frames, closed = await raw_exchange(n2.port, data)
+                assert closed, words
+                if stage == "hello":
+                    assert len(frames) == 1
+                    assert words in raft_pb2.PeerHelloReply.FromString(frames[0]).refusal, words
+                else:
+                    assert len(frames) == 2
+                    assert raft_pb2.PeerHelloReply.FromString(frames[0]).node_id == "n2"
+                    assert words in raft_pb2.Refusal.FromString(frames[1]).reason, words
+            assert n2.inbound.delivered == []
+            # A good batch with a bad one behind it in the same write: the good one (whole) is
+            # delivered, the bad one refused, and then the connection is closed.
+            frames, closed = await raw_exchange(n2.port, hello_frame() + batch_frame(hb) +
+                                                batch_frame(to_proto(heartbeat(2, src="n3"))))
+            assert closed and "a message from 'n3'" in raft_pb2.Refusal.FromString(frames[1]).reason
+            assert [m.seq for m in n2.inbound.delivered] == [1]  # type: ignore[attr-defined]
+            # The listener serves on: a transport's connection is accepted and delivered.
+            async with Node("n1", {"n2": n2.address}) as n1:
+                n1.transport.send([heartbeat(3)])
+                await until(lambda: len(n2.inbound.delivered) == 2, n2.inbound.changed)
+
+    _run(main)
+
+
+def test_a_connection_that_never_says_hello_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peer_listener, "HELLO_TIMEOUT_S", 0.2)
+
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            frames, closed = await raw_exchange(n2.port, b"")
+            assert closed and "no hello within" in raft_pb2.PeerHelloReply.FromString(frames[0]).refusal
+
+    _run(main)
+
+
+def snapshot_info(size: int) -> SnapshotInfo:
+    return SnapshotInfo(index=50, term=4, path=Path("/nowhere"), file_size=size, sha256="ab" * 32)
+
+
+async def file_chunks(pieces: list[bytes]) -> AsyncIterator[tuple[int, bytes, bool]]:
+    offset = 0
+    for i, data in enumerate(pieces):
+        yield offset, data, i == len(pieces) - 1
+        offset += len(data)
+
+
+META = SnapshotMeta(50, 4, ("n1", "n2"))
+
+
+def test_a_snapshot_travels_in_chunks_on_its_own_connection_and_gets_its_ack() -> None:
+    pieces = [bytes([i]) * (1000 + i) for i in range(6)]
+
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2, Node("n1", {"n2": n2.address}) as n1:
+            n2.inbound.gate = asyncio.Event()  # the node holds the stream after its first chunk
+            sending = asyncio.create_task(n1.transport.send_snapshot(
+                "n2", 9, META, snapshot_info(sum(map(len, pieces))), file_chunks(pieces), timeout_s=WAIT_S))
+            await until(lambda: n2.inbound.snapshots and n2.inbound.snapshots[0]["chunks"], n2.inbound.changed)
+            # Meanwhile messages flow on the link's own connection.
+            n1.transport.send([heartbeat(1)])
+            await until(lambda: n2.inbound.delivered, n2.inbound.changed)
+            assert not sending.done()
+            n2.inbound.gate.set()
+            assert await sending == (True, "")
+            record = n2.inbound.snapshots[0]
+            assert (record["leader"], record["term"], record["meta"]) == ("n1", 9, META)
+            assert (record["total_size"], record["sha256"]) == (sum(map(len, pieces)), "ab" * 32)
+            assert record["chunks"] == [c async for c in file_chunks(pieces)]
+            assert n1.transport.client_address("n2") == "client-of-n2.example:7001"
+            # The node's verdict goes back as it is, also a refusal part way through the stream.
+            n2.inbound.snapshot_answer = (False, "the term is stale")
+            assert await n1.transport.send_snapshot("n2", 9, META, snapshot_info(6), file_chunks([b"abc", b"def"]),
+                                                    WAIT_S) == (False, "the term is stale")
+            n2.inbound.stop_after_chunks = 1
+            many = [b"x" * 100_000] * 200
+            assert await n1.transport.send_snapshot("n2", 9, META, snapshot_info(20_000_000), file_chunks(many),
+                                                    WAIT_S) == (False, "a newer snapshot is already here")
+
+    _run(main)
+
+
+def test_a_snapshot_stream_that_breaks_off_is_refused_and_the_sender_hears_why() -> None:
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            header = raft_pb2.SnapshotHeader(term=9, meta=raft_pb2.SnapshotMeta(index=50, term=4), total_size=10)
+            chunk = raft_pb2.SnapshotChunk(offset=0, data=b"01234")
+            _, writer = await asyncio.open_connection("127.0.0.1", n2.port)
+            writer.write(hello_frame(purpose=SNAPSHOT) + frame(header.SerializeToString()) +
+                         frame(chunk.SerializeToString()))
+            await until(lambda: n2.inbound.snapshots and n2.inbound.snapshots[0]["chunks"], n2.inbound.changed)
+            writer.close()
+            await until(lambda: n2.inbound.snapshots[0]["error"], n2.inbound.changed)
+            assert "closed in the middle of a snapshot stream" in n2.inbound.snapshots[0]["error"]
+            # Bytes that are no frame where the header should be: an ack that says so.
+            frames, closed = await raw_exchange(n2.port, hello_frame(purpose=SNAPSHOT) + b"\xff\xff\xff\xff")
+            ack = raft_pb2.SnapshotAck.FromString(frames[1])
+            assert closed and not ack.success and "malformed snapshot stream" in ack.message
+            # A chunk that does not decode ends the stream with an ack that says so.
+            frames, closed = await raw_exchange(n2.port, hello_frame(purpose=SNAPSHOT) +
+                                                frame(header.SerializeToString()) + frame(b"\xff\xff\xff"))
+            ack = raft_pb2.SnapshotAck.FromString(frames[1])
+            assert closed and not ack.success and "malformed snapshot chunk" in ack.message
+
+    _run(main)
+
+
+def test_a_refused_connection_reports_the_peer_unreachable_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_links")
+
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            address = n2.address
+        # n2 is gone: its port refuses connections.
+        async with Node("n1", {"n2": address}) as n1:
+            n1.transport.send([heartbeat(1)])
+            await until(lambda: len(n1.inbound.gone) >= 3, n1.inbound.changed)
+            assert set(n1.inbound.gone) == {"n2"}
+            assert n1.link("n2").reachable is False
+            assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
+            ok, why = await n1.transport.send_snapshot("n2", 9, META, snapshot_info(3), file_chunks([b"abc"]), WAIT_S)
+            assert not ok and why.startswith(f"cannot reach n2 at {address}:"), why
+
+    _run(main)
+
+
+def test_a_peer_that_stops_is_reported_gone_and_reached_again_when_it_is_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_links")
+
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            port = n2.port
+            async with Node("n1", {"n2": n2.address}) as n1:
+                n1.transport.send([heartbeat(1)])
+                await until(lambda: n2.inbound.delivered, n2.inbound.changed)
+                await n2.transport.close()  # closes its connections: n1 hears the peer is gone
+                await until(lambda: n1.inbound.gone, n1.inbound.changed)
+                assert n1.link("n2").reachable is False
+                # Back on the same port: the link dials again within ~100 ms and carries a message
+                # sent once (as a vote is) after it reconnected.
+                async with Node("n2", {"n1": "127.0.0.1:1"}, port=port) as again:
+                    started = asyncio.get_running_loop().time()
+                    await n1.link_settles("n2", lambda link: link.connection is not None)
+                    print(f"\nreconnected after {1000 * (asyncio.get_running_loop().time() - started):.0f} ms")
+                    n1.transport.send([heartbeat(7)])
+                    await until(lambda: again.inbound.delivered, again.inbound.changed)
+                    assert [m.seq for m in again.inbound.delivered] == [7]  # type: ignore[attr-defined]
+                    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+    _run(main)
+
+
+def test_sends_beyond_the_queue_bound_are_dropped_while_the_peer_does_not_answer() -> None:
+    async def main() -> None:
+        # Accepts TCP but never answers a hello: a stopped (SIGSTOPped) process looks like this.
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
         gone: list[str] = []
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n3": peer.address}, rpc_timeout_ms=500,
-                            on_gone=gone.append)
-        link = client._links["n3"]
+        links = PeerLinks("n1", CLUSTER, "client:1", {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=300,
+                          max_inflight=4, on_gone=gone.append)
         try:
-            for _ in range(3):
-                await _send_and_settle(client, HeartbeatRequest(src="n1", dst="n3", term=1))
-                while link.last_refusal is None:  # the refusal arrives after the connection opened
-                    link.checked.clear()
-                    await asyncio.wait_for(link.checked.wait(), 5)
-            refusals = [r.message for r in caplog.records if "refused our messages" in r.message]
-            assert len(refusals) == 1 and "message for 'n3' reached 'n2'" in refusals[0]
-            assert gone == [] and peer.delivered == []
+            for _ in range(10):
+                links.send([heartbeat(1)])
+            assert links.dropped("n2") == 6
+            await until(lambda: links.reachable("n2") is False, links.link("n2").checked)
+            assert links.dropped("n2") == 10  # the queued ones too, once the link failed
+            assert gone == []  # no answer is not "gone": the process may only be slow
         finally:
-            await client.close()
-            await peer.stop()
+            await links.close()
+            server.close()
 
-    _run(main())
+    _run(main)
 
 
-def test_client_calls_the_peer_gone_when_its_connection_closes() -> None:
-    """A follower learns its leader's process is gone from the closed connection and stands for
-    election sooner (W7): the TCP link must report it as the gRPC stream's UNAVAILABLE did."""
+def test_a_dialer_pointed_at_a_grpc_port_says_it_is_not_a_peer(caplog: pytest.LogCaptureFixture) -> None:
+    """The old --peers named client (gRPC) ports: a node started with such a list must say so."""
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_links")
 
     async def main() -> None:
-        peer = Peer("tcp")
-        await peer.start()
-        gone = asyncio.Event()
-        client = PeerClient("n1", "c1", {"n1": "127.0.0.1:1", "n2": peer.address}, rpc_timeout_ms=500,
-                            on_gone=lambda p: gone.set())
+        server = grpc.aio.server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        links = PeerLinks("n1", CLUSTER, "client:1", {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=1000)
         try:
-            client.send([HeartbeatRequest(src="n1", dst="n2", term=1)])
-            await asyncio.wait_for(peer.arrived.wait(), 5)
-            assert not gone.is_set()
-            await peer.stop()  # closes the listener's connections
-            await asyncio.wait_for(gone.wait(), 5)
-            assert client.reachable("n2") is False
+            links.send([heartbeat(1)])
+            await until(lambda: links.link("n2").last_refusal is not None, links.link("n2").checked)
+            assert "does not answer as a raftkv peer" in (links.link("n2").last_refusal or "")
+            assert "(--listen-peer), not its client one" in caplog.text
         finally:
-            await client.close()
+            await links.close()
+            await server.stop(None)
 
-    _run(main())
+    _run(main)
 
 
-def test_listener_takes_one_port_on_every_address_it_binds() -> None:
-    """An empty host binds IPv4 and IPv6 (where the machine has both), a socket each; `Hello`
-    tells a single port, so both must listen on it."""
+def test_the_listener_takes_one_port_on_every_address_it_binds() -> None:
+    """An empty host binds IPv4 and IPv6 (where the machine has both), a socket each, and with
+    port 0 every one of them must listen on the same port."""
 
     async def main() -> None:
-        listener = MessageListener(lambda batch: [], lambda messages: None)
+        listener = PeerListener("n2", CLUSTER, ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
+                                lambda member, address: None)
         port = await listener.start("", 0)
         try:
             assert listener._server is not None
@@ -421,4 +534,14 @@ def test_listener_takes_one_port_on_every_address_it_binds() -> None:
         finally:
             await listener.close()
 
-    _run(main())
+    _run(main)
+
+
+def test_a_taken_peer_port_is_an_error_that_names_the_flag() -> None:
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            taken = Node("n3", {"n1": "127.0.0.1:1"}, port=n2.port)
+            with pytest.raises(OSError, match=f"cannot listen for peers on {n2.address} \\(--listen-peer\\)"):
+                await taken.transport.start(taken.inbound)
+
+    _run(main)

@@ -44,9 +44,11 @@ class RaftkvCluster(MemberProcesses):
     consistencies = (LINEARIZABLE, LEASE, STALE)
 
     def __init__(self, work_dir: Path, registry: Registry, nodes: int = 3, extra_args: Sequence[str] = ()) -> None:
-        peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(free_ports(nodes))}
-        self.specs = {name: NodeSpec(name, address, work_dir / name, peers, tuple(extra_args))
-                      for name, address in peers.items()}
+        ports = free_ports(2 * nodes)  # one call: a client and a peer port per member, all different
+        names = [f"n{i + 1}" for i in range(nodes)]
+        peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[nodes:])}
+        self.specs = {name: NodeSpec(name, f"127.0.0.1:{port}", work_dir / name, peers, tuple(extra_args))
+                      for name, port in zip(names, ports)}
         self.members = list(self.specs)
         self.registry = registry
         self.children = {name: Child(name, serve_command(spec), work_dir / f"{name}.log", env=child_env())

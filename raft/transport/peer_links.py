@@ -1,0 +1,344 @@
+"""PeerLinks: the dialing half of raft/transport/peer_protocol.py. Per peer, one MESSAGES
+connection that carries every batch of messages to it, in order; and a connection of its own for
+each snapshot stream.
+
+The driver loop must never wait on a peer, so `send` never blocks: on an open connection it
+writes the batch as one frame at once; otherwise a pump task per peer connects (hello, answer)
+and flushes what queued meanwhile, merging it into few frames. At most `max_inflight` sends queue
+per peer and messages beyond that are dropped, as are the queued ones when the link fails and
+those that would overfill a connection's send buffer - Raft retransmits (heartbeats, push
+timeouts), so a drop costs latency, never safety. A failed link is dialled again after
+REOPEN_PAUSE_S, so a healed link carries traffic again within ~100 ms."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from google.protobuf.message import DecodeError
+
+from raftkv_proto import raft_pb2
+from raft.core.messages import Message
+from raft.core.types import SnapshotMeta
+from raft.transport.address import socket_host, split_address
+from raft.transport.codec import encode_batch, meta_to_proto
+from raft.transport.frames import FrameError, FrameReader, frame
+from raft.transport.peer_protocol import (
+    MAX_HELLO_BYTES,
+    MESSAGES,
+    SNAPSHOT,
+    PeerRefused,
+    check_reply,
+    configure_peer_socket,
+    hello,
+)
+
+log = logging.getLogger(__name__)
+
+# Most queued sends merged into one frame when a connection opens.
+MAX_SENDS_PER_WRITE = 16
+# Pause before dialling a link again after it failed.
+REOPEN_PAUSE_S = 0.05
+# A connection holding this much unsent data takes no more batches until it drains (they are
+# dropped): its peer is not reading, and Raft resends what still matters once it does.
+MAX_BUFFERED_BYTES = 16 << 20
+
+
+@dataclass(slots=True)
+class PeerLink:
+    peer_id: str
+    address: str  # where we reach the peer's listener (our --peers entry for it)
+    host: str | None
+    port: int
+    reachable: bool | None = None  # None until the first connection attempt ends: nothing to report yet
+    dropped: int = 0
+    last_refusal: str | None = None
+    queue: deque[Sequence[Message]] = field(default_factory=deque)
+    pump: asyncio.Task[None] | None = None
+    # The open connection, once the queue is flushed into it: send() writes there.
+    connection: _Outbound | None = None
+    # Set each time the pump learns whether the peer is reachable (tests and tools await it).
+    checked: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PeerLinks:
+    """Sends core messages and snapshot streams to peers. Create and use it on the event loop
+    that runs the node."""
+
+    def __init__(self, node_id: str, cluster_id: str, client_address: str, peers: dict[str, str],
+                 connect_timeout_ms: int, max_inflight: int = 64,
+                 on_gone: Callable[[str], None] | None = None,
+                 learnt: Callable[[str, str], None] | None = None) -> None:
+        """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
+        called each time a link to `peer` fails because the connection was refused, reset or
+        closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
+        is told the client address each peer advertises in its answer to our hello."""
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._client_address = client_address
+        self._timeout_s = connect_timeout_ms / 1000
+        self._max_inflight = max_inflight
+        self.on_gone = on_gone
+        self._learnt = learnt
+        self._links: dict[str, PeerLink] = {}
+        for pid, address in peers.items():
+            if pid != node_id:
+                host, port = split_address(address)
+                self._links[pid] = PeerLink(pid, address, socket_host(host), port)
+
+    def link(self, peer_id: str) -> PeerLink:
+        return self._links[peer_id]
+
+    def reachable(self, peer_id: str) -> bool | None:
+        return self._links[peer_id].reachable
+
+    def dropped(self, peer_id: str) -> int:
+        return self._links[peer_id].dropped
+
+    # ---- messages ----------------------------------------------------------------------------
+
+    def send(self, messages: Sequence[Message]) -> None:
+        """Write or queue the messages on their destinations' links; return at once."""
+        by_dst: dict[str, list[Message]] = {}
+        for m in messages:
+            by_dst.setdefault(m.dst, []).append(m)
+        for dst, batch in by_dst.items():
+            link = self._links.get(dst)
+            if link is None:
+                log.error("dropping %d message(s) for %r: not a peer of %r", len(batch), dst, self._node_id)
+                continue
+            connection = link.connection
+            if connection is not None:  # the queue is empty while a connection is open
+                if not connection.write(frame(encode_batch(batch))):
+                    link.dropped += len(batch)
+                continue
+            if link.pump is None:
+                link.pump = asyncio.get_running_loop().create_task(self._pump(link), name=f"raft-link-{dst}")
+            if len(link.queue) >= self._max_inflight:
+                link.dropped += len(batch)
+                continue
+            link.queue.append(batch)
+
+    async def _pump(self, link: PeerLink) -> None:
+        """Keep the link connected: dial, flush the queue, hand the connection to send(); when it
+        fails, say why and dial again."""
+        while True:
+            try:
+                await self._session(link)
+            except PeerRefused as e:  # the peer answered but refused us, and said why
+                self._refused(link, str(e))
+            except TimeoutError:
+                self._unreachable(link, f"no connection and answer to our hello within {self._timeout_s:g} s")
+            except OSError as e:  # refused, reset, or closed by a peer that gave no reason
+                if self.on_gone is not None:
+                    self.on_gone(link.peer_id)
+                self._unreachable(link, str(e) or type(e).__name__)
+            self._drop_queued(link)  # stale by the time the link heals; Raft resends
+            link.checked.set()
+            await asyncio.sleep(REOPEN_PAUSE_S)
+
+    async def _session(self, link: PeerLink) -> None:
+        """Connect and say hello, flush what queued meanwhile, then let send() write directly
+        until the connection ends (always by an exception)."""
+        loop = asyncio.get_running_loop()
+        connection = _Outbound(loop, link.address, link.peer_id)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await loop.create_connection(lambda: connection, link.host, link.port)
+                connection.write(self._hello(link, MESSAGES))
+                answer = await connection.answer
+            self._accepted(link, answer)
+            self._reachable(link)
+            while link.queue:
+                sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
+                if not connection.write(frame(encode_batch(m for queued in sends for m in queued))):
+                    link.dropped += sum(len(queued) for queued in sends)
+            link.connection = connection
+            await connection.closed
+        finally:
+            link.connection = None
+            connection.abort()
+            if not connection.answer.done():
+                connection.answer.cancel()  # nobody will read what it would say
+        if connection.refusal is not None:
+            raise PeerRefused(connection.refusal)
+        raise ConnectionResetError(f"connection closed: {connection.closed.result() or 'by the peer'}")
+
+    def _hello(self, link: PeerLink, purpose: int) -> bytes:
+        return frame(hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
+                     .SerializeToString())
+
+    def _accepted(self, link: PeerLink, answer: bytes) -> None:
+        reply = check_reply(answer, link.peer_id, link.address)
+        if reply.client_address and self._learnt is not None:
+            self._learnt(link.peer_id, reply.client_address)
+
+    def _drop_queued(self, link: PeerLink) -> None:
+        link.dropped += sum(len(queued) for queued in link.queue)
+        link.queue.clear()
+
+    def _reachable(self, link: PeerLink) -> None:
+        if link.reachable is False:
+            log.info("peer %s at %s reachable again", link.peer_id, link.address)
+        link.reachable = True
+        link.checked.set()
+
+    def _unreachable(self, link: PeerLink, why: str) -> None:
+        if link.reachable is not False:
+            log.warning("peer %s at %s unreachable: %s", link.peer_id, link.address, why)
+        link.reachable = False
+        # A refusal is logged once while it repeats (the link dials again and is refused again
+        # every REOPEN_PAUSE_S); a peer that went away and refuses again is logged again.
+        link.last_refusal = None
+
+    def _refused(self, link: PeerLink, refusal: str) -> None:
+        # The peer answered but refused (wrong cluster id, misaddressed): a configuration problem.
+        # Log each distinct refusal once, not once per attempt.
+        if refusal != link.last_refusal:
+            log.error("peer %s at %s refused our connection: %s", link.peer_id, link.address, refusal)
+            link.last_refusal = refusal
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    async def send_snapshot(self, peer_id: str, term: int, meta: SnapshotMeta, total_size: int, sha256: str,
+                            chunks: AsyncIterator[tuple[int, bytes, bool]], timeout_s: float) -> tuple[bool, str]:
+        """Stream a snapshot file to a peer on a connection of its own; (accepted, why not)."""
+        link = self._links.get(peer_id)
+        if link is None:
+            return False, f"{peer_id!r} is not a peer of {self._node_id!r}"
+        writer: asyncio.StreamWriter | None = None
+        ack: asyncio.Task[bytes] | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                try:
+                    async with asyncio.timeout(self._timeout_s):
+                        reader, writer = await asyncio.open_connection(link.host, link.port)
+                        configure_peer_socket(writer.get_extra_info("socket"))
+                        writer.write(self._hello(link, SNAPSHOT))
+                        answer = await _read_frame(reader)
+                except FrameError:
+                    raise PeerRefused(f"{link.address} does not answer as a raftkv peer") from None
+                except TimeoutError:
+                    return False, f"{peer_id} at {link.address} did not answer within {self._timeout_s:g} s"
+                except (OSError, EOFError) as e:
+                    return False, f"cannot reach {peer_id} at {link.address}: {e or type(e).__name__}"
+                self._accepted(link, answer)
+                header = raft_pb2.SnapshotHeader(term=term, meta=meta_to_proto(meta), total_size=total_size,
+                                                 sha256=sha256)
+                writer.write(frame(header.SerializeToString()))
+                # The ack may come before the last chunk (the peer refuses the stream part way).
+                ack = asyncio.get_running_loop().create_task(_read_frame(reader))
+                try:
+                    async for offset, data, done in chunks:
+                        if ack.done():
+                            break
+                        chunk = raft_pb2.SnapshotChunk(offset=offset, data=data, done=done)
+                        writer.write(frame(chunk.SerializeToString()))
+                        await writer.drain()
+                except OSError:
+                    if not ack.done():
+                        raise
+                reply = raft_pb2.SnapshotAck.FromString(await ack)
+            return reply.success, reply.message
+        except PeerRefused as e:
+            return False, f"{peer_id} refused the snapshot connection: {e}"
+        except TimeoutError:
+            return False, f"{peer_id} did not take the snapshot within {timeout_s:g} s"
+        except (OSError, EOFError, FrameError, DecodeError) as e:
+            return False, f"the snapshot stream to {peer_id} broke off: {e or type(e).__name__}"
+        finally:
+            if ack is not None:
+                if not ack.done():
+                    ack.cancel()
+                elif not ack.cancelled():
+                    ack.exception()  # retrieved: a failure here was reported another way
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            if writer is not None:
+                writer.close()
+
+    async def close(self) -> None:
+        pending = [link.pump for link in self._links.values() if link.pump is not None]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    """One answer frame from the listener. EOFError when the connection ends first."""
+    frames = FrameReader(MAX_HELLO_BYTES)
+    while True:
+        data = await reader.read(MAX_HELLO_BYTES)
+        if not data:
+            raise EOFError("the peer closed the connection without answering")
+        got = frames.feed(data)
+        if got:
+            return got[0]
+
+
+class _Outbound(asyncio.Protocol):
+    """Our end of a MESSAGES connection. What flows back: the answer to our hello, then at most
+    one frame, a Refusal: why the peer closes the connection."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, address: str, peer_id: str) -> None:
+        self.answer: asyncio.Future[bytes] = loop.create_future()
+        self.closed: asyncio.Future[Exception | None] = loop.create_future()
+        self.refusal: str | None = None
+        self._address = address
+        self._peer_id = peer_id
+        self._transport: asyncio.Transport | None = None
+        self._reader = FrameReader(MAX_HELLO_BYTES)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        configure_peer_socket(transport.get_extra_info("socket"))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as e:
+            frames = e.frames
+            if not frames and not self.answer.done():
+                self.answer.set_exception(self._not_a_peer())
+                self.abort()
+                return
+            frames.append(b"")  # a reason we could not read
+        for body in frames:
+            if not self.answer.done():
+                self.answer.set_result(body)
+            elif self.refusal is None:
+                try:
+                    self.refusal = raft_pb2.Refusal.FromString(body).reason or "no reason given"
+                except DecodeError:
+                    self.refusal = "an unreadable reason"
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            if self._reader.buffered:  # something came back, but not a frame
+                self.answer.set_exception(self._not_a_peer())
+            else:
+                self.answer.set_exception(ConnectionResetError(
+                    f"the connection closed before an answer to our hello{f' ({exc})' if exc else ''}"))
+        if not self.closed.done():
+            self.closed.set_result(exc)
+
+    def _not_a_peer(self) -> PeerRefused:
+        return PeerRefused(f"{self._address} does not answer as a raftkv peer: is it {self._peer_id}'s peer "
+                           f"address (--listen-peer), not its client one?")
+
+    def write(self, data: bytes) -> bool:
+        """Queue the bytes on the connection; False (nothing written) when it is closing or its
+        peer has left MAX_BUFFERED_BYTES unread."""
+        t = self._transport
+        if t is None or t.is_closing() or t.get_write_buffer_size() > MAX_BUFFERED_BYTES:
+            return False
+        t.write(data)
+        return True
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,320 @@
+"""PeerListener: the TCP port where a node takes its peers' connections (--listen-peer), the
+listening half of raft/transport/peer_protocol.py.
+
+Each connection starts with a hello, checked before anything else is read: another cluster, a
+stranger or a connection meant for another member gets one PeerHelloReply with the reason and is
+closed. Then, on a MESSAGES connection, each frame is a MessageBatch whose messages must all come
+from the hello's member and be addressed to this node; a batch that does not decode or does not
+pass gets one Refusal frame and the connection is closed, and the node never sees any part of
+it. On a SNAPSHOT connection the header and chunks are handed to the node as they arrive (reading
+pauses while the node is behind), and the node's verdict goes back as one SnapshotAck.
+
+The node logs a refusal and serves on: bad bytes on its peer port never stop it."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from typing import cast
+
+from google.protobuf.message import DecodeError
+
+from raftkv_proto import raft_pb2
+from raft.core.messages import Message
+from raft.core.types import SnapshotMeta
+from raft.transport.address import socket_host
+from raft.transport.codec import CodecError, from_proto, meta_from_proto
+from raft.transport.frames import FrameError, FrameReader, frame
+from raft.transport.peer_protocol import (
+    MAX_FRAME_BYTES,
+    MAX_HELLO_BYTES,
+    MESSAGES,
+    PURPOSES,
+    PeerRefused,
+    check_hello,
+    configure_peer_socket,
+    not_a_peer,
+    parse_hello,
+)
+
+log = logging.getLogger(__name__)
+
+# A connection that has not sent its hello this long after it opened is closed.
+HELLO_TIMEOUT_S = 10.0
+# Refusals remembered (by the member the hello claims to come from, else the dialer's host) so
+# that each is logged once while the dialer keeps trying.
+MAX_REMEMBERED_REFUSALS = 1000
+# Snapshot chunks read ahead of the node: reading pauses above the first, resumes at the second.
+CHUNKS_AHEAD_HIGH = 4
+CHUNKS_AHEAD_LOW = 1
+
+ReceiveSnapshot = Callable[[str, int, SnapshotMeta, int, str, AsyncIterator[tuple[int, bytes, bool]]],
+                           Awaitable[tuple[bool, str]]]
+
+
+class PeerListener:
+    """`deliver(messages)` takes an accepted batch's messages, in order, and must not block (the
+    node steps them); `receive_snapshot` is raft.node.ports.Inbound's; `learnt(member, address)`
+    is told each accepted dialer's advertised client address."""
+
+    def __init__(self, node_id: str, cluster_id: str, members: Collection[str], client_address: str,
+                 deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
+                 learnt: Callable[[str, str], None]) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.members = frozenset(members)
+        self.deliver = deliver
+        self.receive_snapshot = receive_snapshot
+        self.learnt = learnt
+        self.accepted = raft_pb2.PeerHelloReply(node_id=node_id, client_address=client_address).SerializeToString()
+        self.connections: set[_Accepted] = set()
+        self.refusals: dict[str, str] = {}  # source -> the refusal last logged for it
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host (as written: "[::1]", "" for every interface) and port (0: any free
+        port); return the port bound. OSError (with the address) when it cannot be bound."""
+        loop = asyncio.get_running_loop()
+        bind_host = socket_host(host)
+        try:
+            server = await loop.create_server(lambda: _Accepted(self), bind_host, port)
+            chosen = server.sockets[0].getsockname()[1]
+            if any(s.getsockname()[1] != chosen for s in server.sockets):
+                # Port 0 and a name like "localhost" gave a socket per address family, each with
+                # a port of its own: make every family listen on one port.
+                server.close()
+                await server.wait_closed()
+                server = await loop.create_server(lambda: _Accepted(self), bind_host, chosen)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot listen for peers on {host}:{port} (--listen-peer): {e.strerror}") from e
+        self._server = server
+        self.port = chosen
+        return chosen
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        receiving = [c.receiving for c in self.connections if c.receiving is not None]
+        for connection in list(self.connections):
+            connection.close()
+        for task in receiving:
+            task.cancel()
+        await asyncio.gather(*receiving, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+
+class _Accepted(asyncio.Protocol):
+    """One connection from a peer: its hello, then what its purpose says."""
+
+    def __init__(self, listener: PeerListener) -> None:
+        self._listener = listener
+        self._reader = FrameReader(MAX_FRAME_BYTES, first_frame_bytes=MAX_HELLO_BYTES)
+        self._transport: asyncio.Transport | None = None
+        self._closing = False
+        self._on_frame: Callable[[bytes], None] = self._hello
+        self._hello_timer: asyncio.TimerHandle | None = None
+        self._peer = ""  # the member on the other end, once its hello is accepted
+        # A snapshot connection: the node's receive task and the chunks read ahead of it.
+        self.receiving: asyncio.Task[None] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._chunks_end: Exception | None = None  # why no more chunks will come
+        self._chunk_waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        configure_peer_socket(transport.get_extra_info("socket"))
+        self._listener.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self._hello_timer = loop.call_later(HELLO_TIMEOUT_S, self._refuse_hello,
+                                            f"no hello within {HELLO_TIMEOUT_S:.0f} s")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._listener.connections.discard(self)
+        self._closing = True
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        self._end_chunks(ConnectionResetError(f"the connection from {self._peer} closed in the middle of a "
+                                              f"snapshot stream"))
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        error: FrameError | None = None
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as e:
+            frames, error = e.frames, e
+        for body in frames:
+            self._on_frame(body)
+            if self._closing:
+                return
+        if error is not None:
+            self._bad_frame(data, error)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # ---- the hello ---------------------------------------------------------------------------
+
+    def _hello(self, body: bytes) -> None:
+        listener = self._listener
+        try:
+            hello = parse_hello(body)
+        except PeerRefused as e:
+            self._refuse_hello(str(e), body)
+            return
+        try:
+            check_hello(hello, listener.cluster_id, listener.node_id, listener.members)
+        except PeerRefused as e:
+            self._refuse_hello(str(e), claimed=hello.from_id)
+            return
+        assert self._transport is not None and self._hello_timer is not None
+        self._hello_timer.cancel()
+        self._peer = hello.from_id
+        listener.refusals.pop(hello.from_id, None)
+        if hello.client_address:
+            listener.learnt(hello.from_id, hello.client_address)
+        self._on_frame = self._batch if hello.purpose == MESSAGES else self._snapshot_header
+        self._transport.write(frame(listener.accepted))
+        log.debug("accepted a %s connection from %s", PURPOSES[hello.purpose], hello.from_id)
+
+    def _refuse_hello(self, why: str, received: bytes = b"", claimed: str = "") -> None:
+        if self._closing:
+            return
+        if received and why.startswith("malformed hello"):
+            why = not_a_peer(received, why)
+        assert self._transport is not None
+        # A misconfigured member dials again every few tens of ms: say each refusal once.
+        source = claimed or str((self._transport.get_extra_info("peername") or ("?",))[0])
+        if self._listener.refusals.get(source) != why:
+            if len(self._listener.refusals) >= MAX_REMEMBERED_REFUSALS:
+                self._listener.refusals.clear()
+            self._listener.refusals[source] = why
+            self._log_refusal(why)
+        self._close_with(raft_pb2.PeerHelloReply(refusal=why).SerializeToString())
+
+    def _bad_frame(self, received: bytes, error: FrameError) -> None:
+        if self._on_frame == self._hello:
+            self._refuse_hello(f"malformed hello: {error}", received)
+        elif self._on_frame == self._batch:
+            self._refuse_batch(f"malformed peer message: {error}")
+        elif self._on_frame == self._snapshot_header:
+            self._ack(False, f"malformed snapshot stream: {error}")
+        else:  # the node is reading the chunks: it answers, with this reason
+            self._end_chunks(ValueError(f"malformed snapshot stream: {error}"))
+            self._on_frame = self._ignore
+
+    def _log_refusal(self, why: str) -> None:
+        assert self._transport is not None
+        log.warning("refused a peer connection from %s: %s", self._peer or self._transport.get_extra_info("peername"),
+                    why)
+
+    def _close_with(self, reply: bytes) -> None:
+        """Send the last frame and close."""
+        assert self._transport is not None
+        self._closing = True
+        self._transport.write(frame(reply))
+        self._transport.close()
+
+    # ---- MESSAGES ----------------------------------------------------------------------------
+
+    def _batch(self, body: bytes) -> None:
+        """Every message of the batch checked and decoded, then all of them delivered."""
+        peer, me = self._peer, self._listener.node_id
+        try:
+            messages: list[Message] = []
+            for pm in raft_pb2.MessageBatch.FromString(body).messages:
+                if pm.src != peer:
+                    raise PeerRefused(f"a message from {pm.src!r} on the connection from {peer!r}")
+                if pm.dst != me:
+                    raise PeerRefused(f"message for {pm.dst!r} reached {me!r}: check --peers addresses")
+                messages.append(from_proto(pm))
+        except (DecodeError, CodecError) as e:
+            self._refuse_batch(f"malformed peer message: {e}")
+        except PeerRefused as e:
+            self._refuse_batch(str(e))
+        else:
+            self._listener.deliver(messages)
+
+    def _refuse_batch(self, why: str) -> None:
+        self._log_refusal(why)
+        self._close_with(raft_pb2.Refusal(reason=why).SerializeToString())
+
+    # ---- SNAPSHOT ----------------------------------------------------------------------------
+
+    def _snapshot_header(self, body: bytes) -> None:
+        self._on_frame = self._chunk
+        try:
+            header = raft_pb2.SnapshotHeader.FromString(body)
+        except DecodeError as e:
+            log.warning("refused a snapshot stream from %s: malformed header: %s", self._peer, e)
+            self._ack(False, f"malformed snapshot header: {e}")
+            return
+        self.receiving = asyncio.get_running_loop().create_task(self._receive(header),
+                                                                name=f"raft-snapshot-from-{self._peer}")
+
+    async def _receive(self, header: raft_pb2.SnapshotHeader) -> None:
+        try:
+            ok, why = await self._listener.receive_snapshot(self._peer, header.term, meta_from_proto(header.meta),
+                                                            header.total_size, header.sha256, self._chunk_stream())
+        except Exception as e:  # noqa: BLE001 - the dialer gets the reason, the node serves on
+            ok, why = False, str(e) or type(e).__name__
+        self._ack(ok, why)
+
+    def _ack(self, ok: bool, why: str) -> None:
+        """The node's verdict on the stream (the node logs a refusal), and the end of it."""
+        self._on_frame = self._ignore
+        if self._closing or self._transport is None:
+            return
+        self._close_with(raft_pb2.SnapshotAck(success=ok, message=why).SerializeToString())
+
+    def _chunk(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._wake()
+        if len(self._chunks) > CHUNKS_AHEAD_HIGH and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _ignore(self, body: bytes) -> None:
+        pass
+
+    def _end_chunks(self, why: Exception) -> None:
+        if self._chunks_end is None:
+            self._chunks_end = why
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._chunk_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _chunk_stream(self) -> AsyncIterator[tuple[int, bytes, bool]]:
+        """The chunks as the node reads them: (offset, data, done), up to the one marked done.
+        Raises when the stream breaks off or a chunk does not decode."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._chunks:
+                if self._chunks_end is not None:
+                    raise self._chunks_end
+                self._chunk_waiter = loop.create_future()
+                await self._chunk_waiter
+            body = self._chunks.popleft()
+            if self._paused and len(self._chunks) <= CHUNKS_AHEAD_LOW and not self._closing:
+                self._paused = False
+                assert self._transport is not None
+                self._transport.resume_reading()
+            try:
+                chunk = raft_pb2.SnapshotChunk.FromString(body)
+            except DecodeError as e:
+                raise ValueError(f"malformed snapshot chunk: {e}") from None
+            yield chunk.offset, chunk.data, chunk.done
+            if chunk.done:
+                return
