@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", default="1,16", help="comma-separated client counts (default 1,16)")
     parser.add_argument("--payload", type=int, default=256, help="bytes per request and reply (default 256)")
-    servers = NodeConfig().grpc_servers
+    servers = NodeConfig().tuning.grpc_servers
     parser.add_argument("--servers", type=int, default=servers,
                         help=f"gRPC servers on the port (default {servers}, as a node)")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process

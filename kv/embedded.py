@@ -150,7 +150,8 @@ def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: st
          peers: dict[str, str] | None = None, timeout: float = 5.0, **config: Any) -> EmbeddedNode:  # noqa: A001
     """An EmbeddedNode from the common settings: `listen` is where its gRPC server takes clients,
     `peers` every member's peer address (none: a single node). Other NodeConfig fields go in
-    `config`, e.g. listen_peer= (default: this node's entry in `peers`) and advertise_client=
-    (default: `listen`)."""
+    `config`, e.g. listen_peer= (default: this node's entry in `peers`), advertise_client=
+    (default: `listen`), or a layer: storage=StorageConfig(...), limits=Limits(...),
+    tuning=Tuning(...), core=CoreConfig(...) (raft/node/config.py, docs/tuning.md)."""
     return EmbeddedNode(NodeConfig(node_id=node_id, listen=listen, peers=dict(peers or {}),
                                    data_dir=Path(data_dir), **config), timeout=timeout)

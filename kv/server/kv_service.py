@@ -59,7 +59,7 @@ class KVHandler:
         self._node = node
         self._fsm = fsm
         config = node.config
-        self._limits = CommandLimits(max_key_bytes=config.max_key_bytes, max_value_bytes=config.max_value_bytes)
+        self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
 
     # ---- writes ------------------------------------------------------------------------------
 

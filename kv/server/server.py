@@ -21,7 +21,7 @@ from kv.server.kv_service import KVHandler, KVServicer
 from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
-from raft.node.config import EVENT_LOOPS, NodeConfig
+from raft.node.config import NodeConfig
 from raft.node.node import RaftNode
 from raft.node.recovery import reconcile_state_and_log
 from raft.transport.address import split_address
@@ -68,17 +68,17 @@ async def start_server(config: NodeConfig) -> RunningServer:
     config.peer_listen_address) and serve clients on config.listen."""
     config.validate_addresses()
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    log_store = open_log_store(config.data_dir, max_bytes=config.log_map_size, fsync=config.fsync)
+    log_store = open_log_store(config.data_dir, max_bytes=config.storage.log_max_bytes, fsync=config.storage.fsync)
     fsm: ReplaceableStateMachine | None = None
     node: RaftNode | None = None
     servers: ServerGroup | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
-        fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.state_map_size))
+        fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes))
         cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
-                                  keep=config.snapshots_kept)
+                                  keep=config.storage.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)
         transport = TcpTransport(config, cluster_id)
         node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
@@ -86,7 +86,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         handler = KVHandler(node, fsm)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)
-        servers = ServerGroup.bind(config.listen, config.grpc_servers, [
+        servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
         ])
@@ -116,9 +116,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
     """The event loop a node runs on: uvloop when installed ("auto"), which takes about 15% more
-    requests per second through the same node than asyncio's own loop (README, Performance)."""
-    if choice not in EVENT_LOOPS:
-        raise ValueError(f"event loop must be one of {EVENT_LOOPS}, not {choice!r}")
+    requests per second through the same node than asyncio's own loop (docs/performance.md)."""
+    if choice not in ("auto", "uvloop", "asyncio"):
+        raise ValueError(f"event loop must be auto, uvloop or asyncio, not {choice!r}")
     if choice != "asyncio":
         try:
             import uvloop

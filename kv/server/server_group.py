@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from raft.transport.address import split_address
-from raft.transport.input_checks import add_servicer
+from kv.server.input_checks import add_servicer
 
 # (generated add_XServicer_to_server, servicer): one servicer instance serves every server.
 Service = tuple[Callable[[Any, Any], None], Any]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,47 +17,25 @@ from kv.client.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC 
 from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
-from raft.core.config import CoreConfig
+from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_float, positive_int
+from kv.tools.serve_command import add_serve_parser
 from raft.log import LogStoreError
-from raft.node.config import (
-    DEFAULT_DATA_DIR,
-    DEFAULT_LISTEN,
-    DEFAULT_NODE_ID,
-    EVENT_LOOPS,
-    NodeConfig,
-    parse_peers,
-)
+from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
-LOG_LEVELS = ("debug", "info", "warning", "error")
 # Exit codes: 1 for a failed request or an absent key (argparse exits 2 for a bad command line).
 EXIT_FAILED = 1
-
-_DEFAULT_CORE = CoreConfig()
-_DEFAULT_NODE = NodeConfig()
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keep the examples' line breaks, and show a flag's default unless its help already talks
-    about it or there is nothing worth showing (flags, empty values)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if "default" in text or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool):
-            return text
-        return f"{text} (default: %(default)s)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="raftkv", formatter_class=_Formatter,
+        prog="raftkv", formatter_class=Formatter,
         description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
                "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_serve(commands)
+    add_serve_parser(commands)
     client_options = _client_options()
     _add_put(commands, client_options)
     _add_get(commands, client_options)
@@ -77,79 +54,13 @@ def _client_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
                          help="comma-separated addresses of cluster members; the client finds the leader")
-    options.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
+    options.add_argument("--timeout", type=positive_float, default=5.0, metavar="SECONDS",
                          help="give up (and exit 1) after this long, retries included")
     return options
 
 
-def _add_serve(commands: Any) -> None:
-    serve = commands.add_parser(
-        "serve", formatter_class=_Formatter, help="run a node",
-        description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
-                    f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
-        epilog="a three-node cluster, one command per member (client ports 7001-7003, peer ports 7101-7103):\n"
-               "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
-               "               --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103")
-    serve.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="this member's id")
-    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                       help="where to bind the gRPC server for clients")
-    serve.add_argument("--advertise-client", default=None, metavar="HOST:PORT",
-                       help="where clients reach this member, told to the other members for their not-leader "
-                            "hints and status (default: --listen; required when --listen binds a wildcard "
-                            "address such as 0.0.0.0)")
-    serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="where the log, state and snapshots live")
-    serve.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
-                       help="every member (this one included) and the PEER address where this node reaches it; "
-                            "empty: a single-node cluster")
-    serve.add_argument("--listen-peer", default=None, metavar="HOST:PORT",
-                       help="where to take the other members' connections (default: this member's address "
-                            "in --peers)")
-    serve.add_argument("--cluster-id", default=None,
-                       help="peers refuse messages from another cluster (default: derived from the member list)")
-    serve.add_argument("--snapshot-threshold", type=_positive_int, default=_DEFAULT_NODE.snapshot_threshold,
-                       metavar="N", help="take a snapshot after this many applied entries")
-    serve.add_argument("--election-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.election_timeout_ms,
-                       metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
-    serve.add_argument("--heartbeat-interval-ms", type=_positive_int, default=_DEFAULT_CORE.heartbeat_interval_ms,
-                       metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
-    serve.add_argument("--lazy-push-ms", type=_non_negative_int, default=_DEFAULT_CORE.lazy_push_ms, metavar="MS",
-                       help="thrifty replication: new entries go at once only to the followers a majority "
-                            "needs; the others get full batches, and the rest at least every MS; 0: every "
-                            "follower gets every entry at once")
-    serve.add_argument("--eager-timeout-ms", type=_positive_int, default=_DEFAULT_CORE.eager_timeout_ms,
-                       metavar="MS", help="a follower that leaves a batch unanswered this long loses its place "
-                                          "among those sent every entry at once (what a stopped follower costs a "
-                                          "write); so does one that answers more than twice as slowly as another "
-                                          "and by more than a tenth of this")
-    serve.add_argument("--eager-trial-every-ms", type=_non_negative_int, default=_DEFAULT_CORE.eager_trial_every_ms,
-                       metavar="MS", help="this often (and once soon after an election) a lazy follower is tried "
-                                          f"as the eager one for {_DEFAULT_CORE.eager_trial_ms} ms and kept if it "
-                                          "answers clearly faster; 0: no trials")
-    serve.add_argument("--max-value-bytes", type=_positive_int, default=_DEFAULT_NODE.max_value_bytes,
-                       metavar="BYTES", help="largest value a client may write")
-    serve.add_argument("--no-fsync", dest="fsync", action="store_false",
-                       help="do not fsync the log before acknowledging (benchmarks only: loses data on a crash)")
-    serve.add_argument("--grpc-servers", type=_positive_int, default=_DEFAULT_NODE.grpc_servers, metavar="N",
-                       help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a time, so "
-                            "more take calls from many client connections in faster")
-    serve.add_argument("--read-hold-ms", type=_non_negative_float, default=_DEFAULT_NODE.read_hold_ms, metavar="MS",
-                       help="on a busy leader, hold a linearizable read up to MS before its ReadIndex round so "
-                            "one round serves more reads; 0: off")
-    serve.add_argument("--read-hold-siblings", type=_non_negative_int, default=_DEFAULT_NODE.read_hold_siblings,
-                       metavar="N", help="hold a read only when at least N other reads are waiting "
-                                         "(a lone reader is never held)")
-    serve.add_argument("--read-spin-us", type=_non_negative_int, default=_DEFAULT_NODE.read_spin_us, metavar="US",
-                       help="while a lone linearizable read waits for its round, and US after it is served, the "
-                            "leader polls instead of sleeping: lower latency for one reader, at the price of a "
-                            "busy core for that long; 0: off")
-    serve.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
-                       help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
-    serve.set_defaults(run=_run_serve, command_parser=serve)
-
-
 def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    put = commands.add_parser("put", parents=[client_options], formatter_class=_Formatter,
+    put = commands.add_parser("put", parents=[client_options], formatter_class=Formatter,
                               help="write a value", description="Write VALUE under KEY; prints the raft index.")
     put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
     put.add_argument("value", metavar="VALUE", help="the value (UTF-8)")
@@ -157,7 +68,7 @@ def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
 
 
 def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    get = commands.add_parser("get", parents=[client_options], formatter_class=_Formatter,
+    get = commands.add_parser("get", parents=[client_options], formatter_class=Formatter,
                               help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
     get.add_argument("key", metavar="KEY", help="the key")
     _add_consistency(get)
@@ -165,27 +76,27 @@ def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
 
 
 def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    delete = commands.add_parser("delete", parents=[client_options], formatter_class=_Formatter,
+    delete = commands.add_parser("delete", parents=[client_options], formatter_class=Formatter,
                                  help="delete a key", description="Delete KEY; prints whether it existed.")
     delete.add_argument("key", metavar="KEY", help="the key")
     delete.set_defaults(run=_run_delete, command_parser=delete)
 
 
 def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    scan = commands.add_parser("scan", parents=[client_options], formatter_class=_Formatter,
+    scan = commands.add_parser("scan", parents=[client_options], formatter_class=Formatter,
                                help="list keys in order",
                                description="Print KEY<TAB>VALUE lines in key order: keys starting with "
                                            "--prefix, or in [--start, --end).")
     scan.add_argument("--prefix", default=None, help="only keys starting with this")
     scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
     scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
-    scan.add_argument("--limit", type=_positive_int, default=100, help="at most this many pairs")
+    scan.add_argument("--limit", type=positive_int, default=100, help="at most this many pairs")
     _add_consistency(scan)
     scan.set_defaults(run=_run_scan, command_parser=scan)
 
 
 def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    status = commands.add_parser("status", parents=[client_options], formatter_class=_Formatter,
+    status = commands.add_parser("status", parents=[client_options], formatter_class=Formatter,
                                  help="show each member's role and indexes",
                                  description="Ask every endpoint for its status; exit 1 when none answers.")
     status.add_argument("--json", action="store_true",
@@ -195,16 +106,16 @@ def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
 
 
 def _add_cluster(commands: Any) -> None:
-    cluster = commands.add_parser("cluster", formatter_class=_Formatter, help="run a local cluster",
+    cluster = commands.add_parser("cluster", formatter_class=Formatter, help="run a local cluster",
                                   description="Run a local cluster of raftkv nodes for trying raftkv out.")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
-    up = actions.add_parser("up", formatter_class=_Formatter, help="start a local cluster and wait for Ctrl-C",
+    up = actions.add_parser("up", formatter_class=Formatter, help="start a local cluster and wait for Ctrl-C",
                             description="Start N `raftkv serve` processes on 127.0.0.1 (n1 takes clients on "
                                         "--base-port and peers on --base-peer-port, n2 on the next ports, ...), "
                                         "print their endpoints, stop them all on Ctrl-C.")
-    up.add_argument("--nodes", type=_positive_int, default=3, help="how many members")
-    up.add_argument("--base-port", type=_port, default=7001, help="n1's client port; the others follow")
-    up.add_argument("--base-peer-port", type=_port, default=None,
+    up.add_argument("--nodes", type=positive_int, default=3, help="how many members")
+    up.add_argument("--base-port", type=port, default=7001, help="n1's client port; the others follow")
+    up.add_argument("--base-peer-port", type=port, default=None,
                     help="n1's peer port; the others follow (default: --base-port + 100)")
     up.add_argument("--data-dir", type=Path, default="./raftkv-cluster",
                     help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
@@ -214,24 +125,24 @@ def _add_cluster(commands: Any) -> None:
 
 
 def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    snap = commands.add_parser("snapshot", formatter_class=_Formatter, help="save, inspect and restore snapshots",
+    snap = commands.add_parser("snapshot", formatter_class=Formatter, help="save, inspect and restore snapshots",
                                description="Back up a cluster to a snapshot file, check one, or seed a new "
                                            "cluster from one.")
     actions = snap.add_subparsers(dest="action", metavar="ACTION", required=True)
-    save = actions.add_parser("save", parents=[client_options], formatter_class=_Formatter,
+    save = actions.add_parser("save", parents=[client_options], formatter_class=Formatter,
                               help="stream a consistent snapshot from the leader to FILE",
                               description="Ask the leader for a snapshot holding every write acknowledged "
                                           "before this command (confirmed by a ReadIndex round), stream it to "
                                           "FILE and verify its size and sha256.")
     save.add_argument("file", type=Path, metavar="FILE")
     save.set_defaults(run=_run_snapshot_save, command_parser=save, timeout=600.0)
-    inspect = actions.add_parser("inspect", formatter_class=_Formatter,
+    inspect = actions.add_parser("inspect", formatter_class=Formatter,
                                  help="print a snapshot's manifest and key count, verify its checksum",
                                  description="Exit code 1 when the file does not verify.")
     inspect.add_argument("file", type=Path, metavar="FILE")
     inspect.set_defaults(run=_run_snapshot_inspect, command_parser=inspect)
     restore = actions.add_parser(
-        "restore", formatter_class=_Formatter, help="prepare a data directory for a new cluster from FILE",
+        "restore", formatter_class=Formatter, help="prepare a data directory for a new cluster from FILE",
         description="Create --data-dir (which must be empty or absent) so that `raftkv serve` with the same "
                     "--id, --peers and --data-dir starts a NEW cluster holding the snapshot's data. The new "
                     "cluster gets a new cluster id, so it cannot be confused with the old one; for a multi-node "
@@ -251,7 +162,7 @@ def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> Non
 
 def _add_bench(commands: Any) -> None:
     from kv.tools.bench.cli import add_arguments
-    bench = commands.add_parser("bench", formatter_class=_Formatter,
+    bench = commands.add_parser("bench", formatter_class=Formatter,
                                 help="benchmark a local cluster, optionally against etcd",
                                 description="Start a local three-node raftkv cluster (fsync on) and run the standard "
                                             "workloads W1..W9; --compare etcd runs a three-member etcd cluster side "
@@ -268,81 +179,6 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _add_consistency(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consistency", choices=tuple(CONSISTENCY), default="linearizable",
                         help="linearizable: confirmed by a quorum; lease: the leader's lease; stale: any node's local state")
-
-
-# ---- argument types ------------------------------------------------------------------------
-
-def _at_least(kind: Callable[[str], float], minimum: int) -> Callable[[str], Any]:
-    """An argparse type: a number (int or float, as `kind` parses) no smaller than `minimum`."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
-        if not value >= minimum:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
-        return value
-    return parse
-
-
-_positive_int = _at_least(int, 1)
-_non_negative_int = _at_least(int, 0)
-_non_negative_float = _at_least(float, 0)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {value}")
-    return value
-
-
-# ---- serve ---------------------------------------------------------------------------------
-
-def node_config(args: argparse.Namespace) -> NodeConfig:
-    """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
-    peers = parse_peers(args.peers)
-    election, heartbeat = args.election_timeout_ms, args.heartbeat_interval_ms
-    # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
-    lease = min(_DEFAULT_CORE.lease_ms, election * 9 // 10)
-    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=heartbeat, lease_ms=lease,
-                      lazy_push_ms=args.lazy_push_ms, eager_timeout_ms=args.eager_timeout_ms,
-                      eager_trial_every_ms=args.eager_trial_every_ms)
-    config = NodeConfig(node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
-                        peers=peers, listen_peer=args.listen_peer, data_dir=args.data_dir,
-                        cluster_id=args.cluster_id, core=core, max_value_bytes=args.max_value_bytes,
-                        fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
-                        grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
-                        read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us)
-    config.validate_addresses()
-    return config
-
-
-def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        config = node_config(args)
-    except ValueError as bad:
-        parser.error(str(bad))  # exits 2 with the usage line
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s")
-    try:
-        # Imported here: the client commands do not need the server's dependencies.
-        from kv.server.server import serve
-    except ImportError as missing:
-        raise ValueError(f"the server cannot start: {missing}") from None
-    serve(config, args.event_loop)
-    return 0
 
 
 # ---- client commands -----------------------------------------------------------------------

@@ -33,16 +33,16 @@ class LogCorruptionError(_AtPath):
 
 
 class LogFullError(_AtPath):
-    """The log reached its size limit (the LMDB map, or NodeConfig.log_map_size for the write-ahead
-    log) or the disk is full. Nothing of the failed write was applied; reads still work."""
+    """The log reached its size limit (StorageConfig.log_max_bytes) or the disk is full. Nothing of
+    the failed write was applied; reads still work."""
 
     def __init__(self, path: str, detail: str) -> None:
         super().__init__(
             path, detail,
             f"raft log at {path} is full ({detail}); the write was refused and nothing of it was "
             f"stored. Reads still work, and compacting the log after a snapshot frees pages. If it "
-            f"persists, free disk space or restart the node with a larger log map size "
-            f"(NodeConfig.log_map_size)."
+            f"persists, free disk space or restart the node with a larger log size limit "
+            f"(StorageConfig.log_max_bytes)."
         )
 
 

@@ -21,7 +21,7 @@ short lock.
   carries the log's state, so segments wholly below a compaction point can be deleted.
 - Recently written entries stay in memory (entry_cache.py, up to `cache_bytes`): the leader sends
   and applies those right after writing them. Older ones are read back with pread and checked.
-- The log's size is capped by `max_bytes` (NodeConfig.log_map_size): a save that needs a new
+- The log's size is capped by `max_bytes` (StorageConfig.log_max_bytes): a save that needs a new
   segment beyond it raises LogFullError, as a full disk does.
 """
 from __future__ import annotations
@@ -265,7 +265,7 @@ class WalLogStore(ViewReads):
                 raise LogFullError(
                     str(self._path),
                     f"the log holds {held} bytes and a new segment of {size} would pass its limit of "
-                    f"{self._max_bytes} bytes (NodeConfig.log_map_size)")
+                    f"{self._max_bytes} bytes (StorageConfig.log_max_bytes)")
         try:
             segment = Segment.create(self._path, start.seq, segment_body(start), size, fsync=self._fsync)
         except OSError as e:

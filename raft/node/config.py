@@ -1,5 +1,5 @@
-"""Everything a running node is configured with, in one typed place with documented defaults.
-`raftkv serve` flags map one to one onto these fields."""
+"""Everything a running node is configured with, in typed layers with documented defaults
+(docs/tuning.md says when to change each). `raftkv serve`'s flags set these fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,17 +18,101 @@ WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 @dataclass(slots=True)
+class StorageConfig:
+    """The disk: durability, sizes, snapshots and compaction."""
+
+    # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
+    fsync: bool = True
+    # The most space the log may take on disk, and the state's LMDB map size (a sparse file that
+    # costs nothing until used): past either, writes are refused as DISK_FULL.
+    log_max_bytes: int = 8 << 30
+    state_max_bytes: int = 8 << 30
+    # Take a snapshot after this many applied entries, or after this many bytes of applied
+    # payload, whichever comes first (`raftkv serve --snapshot-threshold` sets the entry count).
+    snapshot_threshold: int = 100_000
+    snapshot_threshold_bytes: int = 256 << 20
+    # Entries kept in the log behind a snapshot, so a slightly slow follower catches up by APPEND
+    # rather than a full install. Capped at half the threshold.
+    snapshot_trailing_entries: int = 10_000
+    # Snapshot files kept on disk (the newest is the one sent to followers).
+    snapshots_kept: int = 2
+
+    def __post_init__(self) -> None:
+        if self.snapshot_threshold < 1:
+            raise ValueError("snapshot_threshold must be at least 1")
+        if self.snapshots_kept < 1:
+            raise ValueError("snapshots_kept must be at least 1")
+
+    @property
+    def trailing_entries(self) -> int:
+        return min(self.snapshot_trailing_entries, self.snapshot_threshold // 2)
+
+
+
+@dataclass(slots=True)
+class Limits:
+    """What a node accepts from clients."""
+
+    # Largest value a client may write; LMDB's own limit on keys is 511 bytes.
+    max_value_bytes: int = 1 << 20
+    max_key_bytes: int = 511
+    # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
+    max_pending_requests: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_key_bytes <= 511:
+            raise ValueError("max_key_bytes must be from 1 to LMDB's limit of 511 bytes")
+        if self.max_value_bytes < 1 or self.max_pending_requests < 1:
+            raise ValueError("max_value_bytes and max_pending_requests must be at least 1")
+
+
+@dataclass(slots=True)
+class Tuning:
+    """How a node uses its machine: settings whose best value depends on the machine, not on the
+    cluster (docs/tuning.md says what each trades; `raftkv serve --help-tuning` lists the flags)."""
+
+    # grpc.aio servers sharing `listen` (SO_REUSEPORT). Each accepts one call at a time, so with
+    # many client connections more servers take calls in faster (kv/server/server_group.py).
+    grpc_servers: int = 8
+    # On a busy leader, hold a linearizable read up to this long before it joins a ReadIndex
+    # round, when at least read_hold_siblings other reads are waiting, so one round serves more
+    # reads (raft/node/read_hold.py). 0 turns it off; a lone reader is never held.
+    read_hold_ms: float = 1.0
+    read_hold_siblings: int = 4
+    # While a lone linearizable read waits for its round, and this long after it is served, the
+    # leader's event loop polls instead of sleeping (raft/node/loop_spin.py): on a VM each
+    # wake-up costs tens of µs. It burns up to two such spans of one core per lone read; 0: off.
+    read_spin_us: int = 500
+    # Tick period of the driver: how often the core learns the time.
+    tick_interval_ms: int = 10
+    # How long a peer gets to accept a connection and answer its hello.
+    peer_connect_timeout_ms: int = 1000
+    # Snapshot streams to followers: chunk size and bandwidth cap (bytes/s; 0 = unthrottled).
+    snapshot_chunk_bytes: int = 1 << 20
+    snapshot_bandwidth_bytes_per_s: int = 128 << 20
+
+    def __post_init__(self) -> None:
+        if self.grpc_servers < 1:
+            raise ValueError("grpc_servers must be at least 1")
+        if self.read_hold_ms < 0 or self.read_hold_siblings < 0 or self.read_spin_us < 0:
+            raise ValueError("read_hold_ms, read_hold_siblings and read_spin_us cannot be negative")
+        if self.tick_interval_ms < 1 or self.peer_connect_timeout_ms < 1 or self.snapshot_chunk_bytes < 1:
+            raise ValueError("tick_interval_ms, peer_connect_timeout_ms and snapshot_chunk_bytes must be at least 1")
+
+
+@dataclass(slots=True)
 class NodeConfig:
+    """A node's configuration, in layers: who it is and where (the fields here), the protocol
+    (`core`, raft/core/config.py), the disk (`storage`), what it accepts (`limits`) and how it
+    uses its machine (`tuning`). Errors name the field; the command line names its flags."""
+
     node_id: str = DEFAULT_NODE_ID
     # Where this node binds its gRPC services for clients (KV, export).
     listen: str = DEFAULT_LISTEN
     # Where clients reach this node (what peers put in not-leader hints and status when this node
     # leads): None means `listen`, which must then name a host, not a wildcard like 0.0.0.0.
     advertise_client: str | None = None
-    # grpc.aio servers sharing `listen` (SO_REUSEPORT). Each accepts one call at a time, so with
-    # many client connections more servers take calls in faster (kv/server/server_group.py).
-    grpc_servers: int = 8
-    # member id -> the PEER address where this node reaches that member (its --listen-peer, or a
+    # member id -> the PEER address where this node reaches that member (its listen_peer, or a
     # proxy or NAT in front of it, so it may differ from node to node). Must include this node.
     # Empty means a single-node cluster of just us, with no peer listener.
     peers: dict[str, str] = field(default_factory=dict)
@@ -41,106 +125,57 @@ class NodeConfig:
     # member must agree), or leave it None and the members agree on a hash of the member list.
     cluster_id: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
-    # Tick period of the driver: how often the core learns the time.
-    tick_interval_ms: int = 10
-    # Largest value a client may write; LMDB's own limit on keys is 511 bytes.
-    max_value_bytes: int = 1 << 20
-    max_key_bytes: int = 511
-    # On a busy leader, hold a linearizable read up to this long before it joins a ReadIndex
-    # round, when at least read_hold_siblings other reads are waiting, so one round serves more
-    # reads (raft/node/read_hold.py). 0 turns it off; a lone reader is never held. Since clients
-    # send on streams a round takes about 0.5 ms, and a 2 ms hold cost 8 readers 20% (README).
-    read_hold_ms: float = 1.0
-    read_hold_siblings: int = 4
-    # While a lone linearizable read waits for its round, and this long after it is served, the
-    # leader's event loop polls instead of sleeping (raft/node/loop_spin.py): on a VM each
-    # wake-up costs tens of µs. It burns up to two such spans of one core per lone read; 0: off.
-    read_spin_us: int = 500
-    # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
-    max_pending_requests: int = 10_000
-    # How long a peer gets to accept a connection and answer its hello.
-    peer_connect_timeout_ms: int = 1000
-    # The most space the log may take on disk, and the state's LMDB map size (a sparse file that
-    # costs nothing until used).
-    log_map_size: int = 8 << 30
-    state_map_size: int = 8 << 30
-    # fsync the log before acknowledging (never turn off outside benchmarks of the difference).
-    fsync: bool = True
-    # Take a snapshot after this many applied entries, or after this many bytes of applied
-    # payload, whichever comes first (`raftkv serve --snapshot-threshold` sets the entry count).
-    snapshot_threshold: int = 100_000
-    snapshot_threshold_bytes: int = 256 << 20
-    # Entries kept in the log behind a snapshot, so a slightly slow follower catches up by APPEND
-    # rather than a full install. Capped at half the threshold.
-    snapshot_trailing_entries: int = 10_000
-    # Snapshot streams to followers: chunk size and bandwidth cap (bytes/s; 0 = unthrottled).
-    snapshot_chunk_bytes: int = 1 << 20
-    snapshot_bandwidth_bytes_per_s: int = 128 << 20
-    # Snapshot files kept on disk (the newest is the one sent to followers).
-    snapshots_kept: int = 2
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    limits: Limits = field(default_factory=Limits)
+    tuning: Tuning = field(default_factory=Tuning)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         if self.peers and self.node_id not in self.peers:
-            raise ValueError(f"--peers must name this node ({self.node_id!r}); it names {sorted(self.peers)}")
+            raise ValueError(f"peers must name this node ({self.node_id!r}); they name {sorted(self.peers)}")
         if self.listen_peer is not None and not self.peers:
-            raise ValueError("--listen-peer needs --peers: a single node without --peers has no peers to listen for")
-        if self.grpc_servers < 1:
-            raise ValueError("--grpc-servers must be at least 1")
-        if self.read_hold_ms < 0 or self.read_hold_siblings < 0:
-            raise ValueError("--read-hold-ms and --read-hold-siblings cannot be negative")
-        if self.read_spin_us < 0:
-            raise ValueError("--read-spin-us cannot be negative")
-        if self.peer_connect_timeout_ms < 1:
-            raise ValueError("peer_connect_timeout_ms must be at least 1")
-        if self.snapshot_threshold < 1:
-            raise ValueError("--snapshot-threshold must be at least 1")
-        if self.max_key_bytes > 511:
-            raise ValueError("max_key_bytes cannot exceed LMDB's limit of 511 bytes")
+            raise ValueError("listen_peer needs peers: a single node without peers has none to listen for")
 
     def validate_addresses(self) -> None:
-        """ValueError, naming the flag, unless every address is host:port and clients can be told
-        where this node is. Called by whatever binds or dials them (the server, the command
+        """ValueError, naming the field, unless every address is host:port and clients can be
+        told where this node is. Called by whatever binds or dials them (the server, the command
         line); the simulator's configurations name no real addresses."""
-        _check_address("--listen", self.listen)
+        _check_address("listen", self.listen)
         if self.advertise_client is not None:
-            host, _ = _check_address("--advertise-client", self.advertise_client)
+            host, _ = _check_address("advertise_client", self.advertise_client)
             if host in WILDCARD_HOSTS:
-                raise ValueError(f"--advertise-client {self.advertise_client}: give the address clients reach this "
+                raise ValueError(f"advertise_client {self.advertise_client}: give the address clients reach this "
                                  f"node at, not a wildcard")
         elif split_address(self.listen)[0] in WILDCARD_HOSTS:
-            raise ValueError(f"--listen {self.listen} binds every interface, so it is no address to give clients: "
-                             f"give --advertise-client HOST:PORT, where clients reach this node")
+            raise ValueError(f"listen {self.listen} binds every interface, so it is no address to give clients: "
+                             f"give advertise_client HOST:PORT, where clients reach this node")
         for member, address in self.peers.items():
-            _check_address(f"--peers: {member}", address)
+            _check_address(f"peers: {member}", address)
         if self.listen_peer is not None:
-            _check_address("--listen-peer", self.listen_peer)
+            _check_address("listen_peer", self.listen_peer)
 
     @property
     def advertised_client_address(self) -> str:
-        """Where clients reach this node: --advertise-client, else --listen."""
+        """Where clients reach this node: advertise_client, else listen."""
         return self.advertise_client if self.advertise_client is not None else self.listen
 
     @property
     def peer_listen_address(self) -> str | None:
-        """Where this node takes its peers' connections: --listen-peer, else its own --peers
-        entry; None for a single node without peers."""
+        """Where this node takes its peers' connections: listen_peer, else its own entry in
+        peers; None for a single node without peers."""
         return self.listen_peer if self.listen_peer is not None else self.peers.get(self.node_id)
 
     @property
     def members(self) -> list[str]:
         return sorted(self.peers) or [self.node_id]
 
-    @property
-    def trailing_entries(self) -> int:
-        return min(self.snapshot_trailing_entries, self.snapshot_threshold // 2)
 
 
-def _check_address(flag: str, address: str) -> tuple[str, int]:
+def _check_address(name: str, address: str) -> tuple[str, int]:
     try:
         return split_address(address)
     except ValueError as e:
-        raise ValueError(f"{flag}: {e}") from None
+        raise ValueError(f"{name}: {e}") from None
 
 
 def parse_peers(spec: str) -> dict[str, str]:

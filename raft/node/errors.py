@@ -12,7 +12,7 @@ class NodeError(Exception):
 
 
 class QueueFullError(NodeError):
-    """More client requests are waiting on this node than NodeConfig.max_pending_requests."""
+    """More client requests are waiting on this node than Limits.max_pending_requests (raft/node/config.py)."""
 
 
 class DiskFullError(NodeError):

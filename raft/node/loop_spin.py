@@ -12,7 +12,7 @@ idle thread.
 The price is CPU: the loop burns its core until the deadline. RaftNode therefore spins only for a
 lone linearizable read, while its round is in flight and for a moment after it is served (when
 the same client's next request is likely on its way), never under load, when the loop has work
-anyway (`LoneReadSpin`, the policy). NodeConfig.read_spin_us sets the moment; 0 turns spinning
+anyway (`LoneReadSpin`, the policy). Tuning.read_spin_us sets the moment; 0 turns spinning
 off. `NextReadGuess` skips the moment after a read when lone reads have lately come further apart
 than that: a client that reads now and then costs the round's spin only.
 """

@@ -210,10 +210,10 @@ class RaftNode:
 
     def _check_queue(self) -> None:
         pending = len(self.proposals) + self.reads.pending
-        if pending >= self.config.max_pending_requests:
+        if pending >= self.config.limits.max_pending_requests:
             raise QueueFullError(
                 f"{pending} requests are already waiting on node {self.id} "
-                f"(max_pending_requests={self.config.max_pending_requests}); back off and retry")
+                f"(max_pending_requests={self.config.limits.max_pending_requests}); back off and retry")
 
     # ---- the driver --------------------------------------------------------------------------
 
@@ -235,7 +235,7 @@ class RaftNode:
         self.poke()
 
     async def _tick_loop(self) -> None:
-        interval = self.config.tick_interval_ms / 1000
+        interval = self.config.tuning.tick_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             self.core.tick(self._clock())

@@ -8,7 +8,7 @@ from each follower it asks (about 0.1 ms of CPU per message on this project's be
 and under a closed loop the round carries only the reads that happened to arrive during the last
 one: 16 clients' gets shared a round 3.4 at a time. Holding reads for up to `delay_s` when at
 least `siblings` other reads are already waiting made the rounds bigger and their cost per read
-smaller (16 clients: about +20% gets/s, followers' CPU per get halved; NodeConfig.read_hold_ms
+smaller (16 clients: about +20% gets/s, followers' CPU per get halved; Tuning.read_hold_ms
 says why the default is 1 ms). A read waits at most `delay_s` longer; a read with fewer than
 `siblings` others waiting (one client, a lightly loaded node) is never held, so a lone reader's
 latency is unchanged.

@@ -36,15 +36,15 @@ class Reads:
         config = node.config
         self._waiting: dict[int, asyncio.Future[int]] = {}
         self._ctx = itertools.count(1)
-        self._hold = ReadHold(config.read_hold_ms / 1000, config.read_hold_siblings)
+        self._hold = ReadHold(config.tuning.read_hold_ms / 1000, config.tuning.read_hold_siblings)
         self._release: asyncio.TimerHandle | None = None
         self._spin: LoneReadSpin | None = None  # made on the loop, at start()
         self._applied_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # heap on index
         self._waiter_seq = itertools.count()
 
     def start(self) -> None:
-        if self._node.config.read_spin_us > 0:
-            self._spin = LoneReadSpin(asyncio.get_running_loop(), self._node.config.read_spin_us / 1e6)
+        if self._node.config.tuning.read_spin_us > 0:
+            self._spin = LoneReadSpin(asyncio.get_running_loop(), self._node.config.tuning.read_spin_us / 1e6)
 
     def stop(self) -> None:
         if self._release is not None:

@@ -44,8 +44,8 @@ class SnapshotDriver:
         if self._host is None or self._taking is not None:
             return
         config, base = self._node.config, self.newest.index if self.newest else 0
-        if (self._node.applied_index - base >= config.snapshot_threshold
-                or self.bytes_since >= config.snapshot_threshold_bytes):
+        if (self._node.applied_index - base >= config.storage.snapshot_threshold
+                or self.bytes_since >= config.storage.snapshot_threshold_bytes):
             self._taking = asyncio.create_task(self._take(), name=f"raft-snapshot-{self._node.id}")
 
     async def take(self, at_least: int = 0) -> SnapshotInfo:
@@ -83,7 +83,7 @@ class SnapshotDriver:
         """Keep a tail behind the snapshot so a slightly slow follower needs no install, and (up
         to as much again) what live followers still lack: a lazy follower trails by up to
         lazy_push_ms, which under a fast writer can be more than a short tail."""
-        trailing = self._node.config.trailing_entries
+        trailing = self._node.config.storage.trailing_entries
         upto = info.index - trailing
         floor = self._node.core.replicating_floor()
         if floor is not None:
@@ -118,7 +118,7 @@ class SnapshotDriver:
         try:
             info = await self.take()
             meta = SnapshotMeta(info.index, info.term, tuple(node.config.members))
-            rate = node.config.snapshot_bandwidth_bytes_per_s
+            rate = node.config.tuning.snapshot_bandwidth_bytes_per_s
             timeout = 60.0 + (info.file_size / rate if rate else 0.0)
             log.info("node %s sending snapshot at index %d (%d bytes) to %s", node.id, info.index, info.file_size, peer)
             ok, why = await node.transport.send_snapshot(peer, term, meta, info, self._throttled_chunks(info), timeout)
@@ -140,8 +140,8 @@ class SnapshotDriver:
         install neither starves heartbeats nor floods the link."""
         assert self._host is not None
         config = self._node.config
-        chunks = self._host.chunks(info, config.snapshot_chunk_bytes)
-        rate = config.snapshot_bandwidth_bytes_per_s
+        chunks = self._host.chunks(info, config.tuning.snapshot_chunk_bytes)
+        rate = config.tuning.snapshot_bandwidth_bytes_per_s
         loop = asyncio.get_running_loop()
         start, sent = loop.time(), 0
         while (chunk := await self._node.workers.snapshot_io.run(next, chunks, None)) is not None:

@@ -25,7 +25,7 @@ class TcpTransport:
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
         self._client_addresses = {config.node_id: config.advertised_client_address}
         self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
-                               config.peer_connect_timeout_ms, learnt=self._learn)
+                               config.tuning.peer_connect_timeout_ms, learnt=self._learn)
         self.listener: PeerListener | None = None
 
     @property

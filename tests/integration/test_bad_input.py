@@ -93,7 +93,7 @@ def test_garbage_bytes_are_refused(cluster: Cluster, method: str):
         for garbage in (b"\xff" * 64, b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256))):
             with pytest.raises(grpc.RpcError) as refused:
                 send_raw(garbage, timeout=5)
-            # The server parses requests itself (raft/transport/input_checks.py) and says so.
+            # The server parses requests itself (kv/server/input_checks.py) and says so.
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert re.search("malformed", refused.value.details() or "", re.I)
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from raft.core import CoreConfig, Message, RaftCore, Role, SnapshotMeta
-from raft.node.config import NodeConfig
+from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
 from raft.node.node import RaftNode
 from raft.node.ports import Chunks, Inbound, SnapshotInfo
 from raft.node.recovery import reconcile_state_and_log
@@ -51,10 +51,12 @@ def node_config(node_id: str, members: Sequence[str], core: CoreConfig, policy: 
     polls would never let virtual time move), small snapshot chunks so a stream has several."""
     every = policy.every or 1 << 40
     return NodeConfig(node_id=node_id, listen=f"sim:{node_id}", peers={m: f"sim:{m}" for m in members},
-                      data_dir=Path("/sim") / node_id, core=core, tick_interval_ms=tick_ms, read_spin_us=0,
-                      snapshot_threshold=every, snapshot_threshold_bytes=1 << 62,
-                      snapshot_trailing_entries=policy.keep, snapshot_chunk_bytes=512,
-                      snapshot_bandwidth_bytes_per_s=1 << 20, max_pending_requests=1 << 20)
+                      data_dir=Path("/sim") / node_id, core=core,
+                      storage=StorageConfig(snapshot_threshold=every, snapshot_threshold_bytes=1 << 62,
+                                            snapshot_trailing_entries=policy.keep),
+                      limits=Limits(max_pending_requests=1 << 20),
+                      tuning=Tuning(tick_interval_ms=tick_ms, read_spin_us=0, snapshot_chunk_bytes=512,
+                                    snapshot_bandwidth_bytes_per_s=1 << 20))
 
 
 class SimOffload:

@@ -12,7 +12,7 @@ from kv.tools.cluster_up import free_ports
 from kv.server.export_service import ExportHandler
 from kv.server.server import RunningServer, start_server
 from raft.core.config import CoreConfig
-from raft.node.config import NodeConfig
+from raft.node.config import NodeConfig, StorageConfig
 
 
 @dataclass
@@ -35,7 +35,7 @@ class InProcessCluster:
         self.endpoints = ",".join(listen.values())
         core = CoreConfig()
         self.configs = [NodeConfig(node_id=nid, listen=listen[nid], peers=dict(peers), data_dir=base / nid, core=core,
-                                   fsync=False, state_map_size=1 << 30, log_map_size=1 << 30)
+                                   storage=StorageConfig(fsync=False, state_max_bytes=1 << 30, log_max_bytes=1 << 30))
                         for nid in names]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raftkv-test-cluster", daemon=True)

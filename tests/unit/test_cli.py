@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kv.tools import cli
+from kv.tools.serve_command import node_config
 from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
@@ -28,19 +29,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_serve_defaults_are_a_single_node_store_on_7001():
-    config = cli.node_config(parse("serve"))
+    config = node_config(parse("serve"))
     expected = NodeConfig()
     assert config.node_id == "n1"
     assert config.listen == config.advertised_client_address == "127.0.0.1:7001"
     assert config.data_dir == Path("./raftkv-data")
     assert config.peers == {} and config.members == ["n1"]  # a single node: no peers, no peer listener
     assert config.peer_listen_address is None
-    assert config.fsync is True
-    assert config.core == expected.core
-    assert (config.max_value_bytes, config.snapshot_threshold) == (expected.max_value_bytes, expected.snapshot_threshold)
-    assert config.grpc_servers == expected.grpc_servers
-    assert (config.read_hold_ms, config.read_hold_siblings) == (expected.read_hold_ms, expected.read_hold_siblings)
-    assert config.read_spin_us == expected.read_spin_us > 0
+    assert config.storage.fsync is True
+    assert (config.core, config.storage, config.limits, config.tuning) == (expected.core, expected.storage,
+                                                                             expected.limits, expected.tuning)
+    assert config.tuning.read_spin_us > 0
 
 
 def test_serve_flags_map_onto_node_config():
@@ -50,20 +49,20 @@ def test_serve_flags_map_onto_node_config():
                  "--max-value-bytes", "1000", "--no-fsync", "--log-level", "debug", "--grpc-servers", "3",
                  "--read-hold-ms", "0.5", "--read-hold-siblings", "0", "--read-spin-us", "0",
                  "--lazy-push-ms", "50", "--eager-timeout-ms", "30", "--eager-trial-every-ms", "0")
-    config = cli.node_config(args)
+    config = node_config(args)
     assert config.listen == config.advertised_client_address == "127.0.0.1:7002"
     assert config.peer_listen_address == "127.0.0.1:7102"  # its own --peers entry
     assert config.members == ["n1", "n2", "n3"]
     assert config.data_dir == Path("/tmp/d2")
     assert config.cluster_id == "c1"
-    assert config.snapshot_threshold == 50
+    assert config.storage.snapshot_threshold == 50
     assert (config.core.election_timeout_ms, config.core.heartbeat_interval_ms) == (300, 30)
     assert config.core.lease_ms < 300
-    assert config.max_value_bytes == 1000
-    assert config.fsync is False
-    assert config.grpc_servers == 3
-    assert (config.read_hold_ms, config.read_hold_siblings) == (0.5, 0)
-    assert config.read_spin_us == 0
+    assert config.limits.max_value_bytes == 1000
+    assert config.storage.fsync is False
+    assert config.tuning.grpc_servers == 3
+    assert (config.tuning.read_hold_ms, config.tuning.read_hold_siblings) == (0.5, 0)
+    assert config.tuning.read_spin_us == 0
     assert (config.core.lazy_push_ms, config.core.eager_timeout_ms, config.core.eager_trial_every_ms) == (50, 30, 0)
 
 
@@ -78,7 +77,7 @@ def test_serve_refuses_a_bad_read_hold(flag, value, capsys):
 
 
 def test_listen_listen_peer_and_advertise_client_are_separate_addresses():
-    config = cli.node_config(parse("serve", "--listen", "0.0.0.0:9000", "--advertise-client", "db1.example:9000",
+    config = node_config(parse("serve", "--listen", "0.0.0.0:9000", "--advertise-client", "db1.example:9000",
                                    "--peers", "n1=10.0.0.1:7101,n2=10.0.0.2:7101", "--listen-peer", "0.0.0.0:7101"))
     assert (config.listen, config.advertised_client_address) == ("0.0.0.0:9000", "db1.example:9000")
     assert config.peers == {"n1": "10.0.0.1:7101", "n2": "10.0.0.2:7101"}
@@ -94,7 +93,7 @@ def test_the_serve_example_is_a_three_member_cluster_with_client_and_peer_ports(
     assert example in out
     assert "PEER address" in out and "--advertise-client" in out and "--listen-peer" in out
     args = example.replace("\\\n", "").split()[2:]
-    config = cli.node_config(parse("serve", *args))
+    config = node_config(parse("serve", *args))
     assert (config.listen, config.peer_listen_address, config.members) == ("127.0.0.1:7001", "127.0.0.1:7101",
                                                                             ["n1", "n2", "n3"])
 
@@ -113,7 +112,7 @@ def test_help_shows_useful_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     out = capsys.readouterr().out
-    for text in ("127.0.0.1:7001", "./raftkv-data", "--no-fsync", "--snapshot-threshold", "(default: 1000)"):
+    for text in ("127.0.0.1:7001", "./raftkv-data", "--help-tuning", "--snapshot-threshold", "(default: 1000)"):
         assert text in out
     with pytest.raises(SystemExit):
         cli.main(["get", "--help"])
@@ -121,10 +120,27 @@ def test_help_shows_useful_defaults(capsys):
     assert "--endpoints" in out and "--consistency" in out and "stale" in out
 
 
+def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys):
+    tuning = ("--grpc-servers", "--read-hold-ms", "--read-hold-siblings", "--read-spin-us", "--lazy-push-ms",
+              "--eager-timeout-ms", "--eager-trial-every-ms", "--event-loop", "--no-fsync")
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    main_help = capsys.readouterr().out
+    assert not [flag for flag in tuning if flag in main_help]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--help-tuning"])
+    tuning_help = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert [flag for flag in tuning if flag in tuning_help] == list(tuning)
+    assert "docs/tuning.md" in tuning_help and "(default: 8)" in tuning_help
+    assert node_config(parse("serve", "--grpc-servers", "2")).tuning.grpc_servers == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["serve", "--peers", "n2=127.0.0.1:7002"], "must name this node"),
     (["serve", "--peers", "n1"], "expected id=host:port"),
-    (["serve", "--election-timeout-ms", "100", "--heartbeat-interval-ms", "100"], "heartbeat_interval_ms"),
+    (["serve", "--election-timeout-ms", "100", "--heartbeat-interval-ms", "100"],
+     "--heartbeat-interval-ms < --election-timeout-ms"),
     (["serve", "--election-timeout-ms", "abc"], "expected a whole number"),
     (["serve", "--listen", "nowhere"], "--listen: bad address 'nowhere': expected host:port"),
     (["serve", "--listen", "0.0.0.0:7001"], "give --advertise-client HOST:PORT"),
@@ -209,10 +225,10 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     command = serve_command(specs[1])
     assert command[:4] == [sys.executable, "-m", "kv", "serve"]
     args = cli.build_parser().parse_args(command[3:])
-    config = cli.node_config(args)
+    config = node_config(args)
     assert config.node_id == "n2" and config.listen == "127.0.0.1:7002"
     assert config.peers == {"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"}
     assert config.peer_listen_address == "127.0.0.1:7102"
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
-    assert config.data_dir == tmp_path / "n2" and config.fsync is False
+    assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")

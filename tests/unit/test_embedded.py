@@ -11,6 +11,7 @@ import pytest
 from kv import Client, embedded, errors
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.core.config import CoreConfig
+from raft.node.config import StorageConfig, Tuning
 
 FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)
 
@@ -21,9 +22,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Quick ticks and small stores: NodeConfig's layers as an embedding service passes them.
+SMALL = dict(tuning=Tuning(tick_interval_ms=5), storage=StorageConfig(log_max_bytes=64 << 20, state_max_bytes=64 << 20))
+
+
 def open_node(data_dir: Path, port: int) -> embedded.EmbeddedNode:
-    return embedded.open(data_dir, listen=f"127.0.0.1:{port}", core=FAST, tick_interval_ms=5,
-                         log_map_size=64 << 20, state_map_size=64 << 20)
+    return embedded.open(data_dir, listen=f"127.0.0.1:{port}", core=FAST, **SMALL)
 
 
 def test_put_get_delete_scan_batch_close_reopen(tmp_path: Path) -> None:
@@ -70,8 +74,7 @@ def test_follower_refuses_writes_with_leader_address(tmp_path: Path) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
     client_ports = {nid: free_port() for nid in peers}
     nodes = [embedded.open(tmp_path / nid, node_id=nid, listen=f"127.0.0.1:{client_ports[nid]}", peers=peers,
-                           advertise_client=f"localhost:{client_ports[nid]}", core=FAST, tick_interval_ms=5,
-                           log_map_size=64 << 20, state_map_size=64 << 20)
+                           advertise_client=f"localhost:{client_ports[nid]}", core=FAST, **SMALL)
              for nid in peers]
     try:
         nodes[0].put(b"k", b"v")  # waits out the election; succeeds only if n1 leads

@@ -18,7 +18,7 @@ from raft.core.types import HardState
 from raft.log import WalLogStore, open_log_store
 from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, segment_body
 from raft.node.cluster_id import resolve_cluster_id
-from raft.node.config import NodeConfig
+from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
 from raft.node.node import RaftNode
 from raft.transport.tcp_transport import TcpTransport
@@ -42,6 +42,19 @@ def put_cmd(key: bytes, value: bytes) -> bytes:
     return encode_command([put_op(key, value)])
 
 
+def layers(tick_interval_ms: int = 5, log_max_bytes: int = 64 << 20, state_max_bytes: int = 64 << 20,
+           **settings: Any) -> dict[str, Any]:
+    """NodeConfig's layers from the settings a test names, with the tests' small sizes and quick
+    ticks (each setting goes to the layer that has a field of its name)."""
+    def pick(layer: type) -> Any:
+        return layer(**{k: v for k, v in settings.items() if k in layer.__dataclass_fields__})
+    settings.update(tick_interval_ms=tick_interval_ms, log_max_bytes=log_max_bytes, state_max_bytes=state_max_bytes)
+    unknown = set(settings) - set(Tuning.__dataclass_fields__) - set(Limits.__dataclass_fields__) \
+        - set(StorageConfig.__dataclass_fields__)
+    assert not unknown, f"no layer has {unknown}"
+    return {"tuning": pick(Tuning), "limits": pick(Limits), "storage": pick(StorageConfig)}
+
+
 def run(main: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -50,10 +63,10 @@ class Single:
     """A single RaftNode on real stores (the default log store, LMDB state), without a gRPC server;
     it has no peers, so its transport has no peer listener."""
 
-    def __init__(self, data_dir: Path, **config: Any) -> None:
+    def __init__(self, data_dir: Path, log_max_bytes: int = 64 << 20, **settings: Any) -> None:
         self.config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{free_port()}", data_dir=data_dir, core=FAST,
-                                 tick_interval_ms=5, **config)
-        self.log = open_log_store(data_dir, max_bytes=config.get("log_map_size", 64 << 20))
+                                 **layers(log_max_bytes=log_max_bytes, **settings))
+        self.log = open_log_store(data_dir, max_bytes=log_max_bytes)
         self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
         self.node = RaftNode(self.config, self.log, self.fsm, TcpTransport(self.config, "c-test"),
                              cluster_id="c-test")
@@ -226,8 +239,8 @@ def full_segment_value(key: bytes, max_bytes: int, node_id: str = "n1") -> bytes
 def test_full_log_refuses_writes_and_keeps_serving_reads(tmp_path: Path) -> None:
     async def main() -> None:
         max_bytes = 1 << 20
-        single = Single(tmp_path, log_map_size=max_bytes)
-        assert isinstance(single.log, WalLogStore)  # the shipped default, sized by log_map_size
+        single = Single(tmp_path, log_max_bytes=max_bytes)
+        assert isinstance(single.log, WalLogStore)  # sized by log_max_bytes
         big = full_segment_value(b"big000", max_bytes)  # keys of one length: every record the same size
         async with single as node:
             await node.propose(put_cmd(b"kept", b"yes"))
@@ -283,7 +296,7 @@ async def start_cluster(tmp_path: Path, n: int = 3, **config_fields: Any) -> lis
     servers = []
     for nid in peers:
         config = NodeConfig(node_id=nid, listen=f"127.0.0.1:{free_port()}", peers=peers, data_dir=tmp_path / nid, core=FAST,
-                            tick_interval_ms=5, log_map_size=64 << 20, state_map_size=64 << 20, **config_fields)
+                            **layers(**config_fields))
         servers.append(await start_server(config))
     return servers
 

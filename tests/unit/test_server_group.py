@@ -11,7 +11,7 @@ import pytest
 from kv import Client
 from kv.server.server import start_server
 from kv.server.server_group import ServerGroup, refuse_taken_port
-from raft.node.config import NodeConfig
+from raft.node.config import NodeConfig, StorageConfig
 from raft.transport.address import split_address as split_listen
 from tests.unit.test_embedded import free_port, open_node
 
@@ -34,7 +34,7 @@ def sockets_on_port(port: int, state: str) -> int:
 def test_every_server_of_a_node_listens_and_each_client_has_its_own_connection(tmp_path: Path) -> None:
     port = free_port()
     with open_node(tmp_path, port) as db:  # grpc_servers at its default
-        assert sockets_on_port(port, _LISTEN) == db.config.grpc_servers > 1
+        assert sockets_on_port(port, _LISTEN) == db.config.tuning.grpc_servers > 1
         db.put(b"k", b"v")
         clients = [Client([f"127.0.0.1:{port}"]) for _ in range(5)]
         try:
@@ -130,13 +130,13 @@ def test_a_node_that_fails_to_start_frees_its_port_and_stores(tmp_path: Path) ->
             peer_port = blocker.getsockname()[1]
             peers = {"n1": f"127.0.0.1:{peer_port}", "n2": f"127.0.0.1:{free_port()}", "n3": f"127.0.0.1:{free_port()}"}
             config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{port}", peers=peers, data_dir=tmp_path / "n1",
-                                log_map_size=64 << 20, state_map_size=64 << 20)
+                                storage=StorageConfig(log_max_bytes=64 << 20, state_max_bytes=64 << 20))
             with pytest.raises(OSError, match=f"cannot listen for peers on 127.0.0.1:{peer_port} \\(--listen-peer\\)"):
                 await start_server(config)
             assert sockets_on_port(port, _LISTEN) == 0
         server = await start_server(config)  # the peer port is free now
         try:
-            assert sockets_on_port(port, _LISTEN) == config.grpc_servers
+            assert sockets_on_port(port, _LISTEN) == config.tuning.grpc_servers
             assert sockets_on_port(peer_port, _LISTEN) == 1
         finally:
             await server.stop()

@@ -15,7 +15,7 @@ from kv.server.server import start_server
 from kv.server.kv_service import KVHandler, KVServicer, _ReplyGather, begin_node_call
 from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
-from raft.node.config import NodeConfig
+from raft.node.config import NodeConfig, StorageConfig
 from tests.unit.test_node import WAIT_S, Single, free_port, run
 
 
@@ -116,7 +116,7 @@ def test_a_pipeline_past_its_limit_answers_every_request(tmp_path: Path, monkeyp
     async def main() -> None:
         port = free_port()
         config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{port}", data_dir=tmp_path / "n1",
-                            log_map_size=64 << 20, state_map_size=64 << 20)
+                            storage=StorageConfig(log_max_bytes=64 << 20, state_max_bytes=64 << 20))
         server = await start_server(config)
         try:
             await asyncio.wait_for(server.node.wait_for_leader(), WAIT_S)

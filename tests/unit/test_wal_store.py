@@ -518,7 +518,7 @@ def test_max_bytes_refuses_a_save_with_nothing_stored_until_compaction_frees_seg
             while index < 10_000:  # 1 MiB cannot hold 10k entries of 4 KiB
                 store.save(HardState(index, "n1"), None, run(index, [1], payload_size=4096))
                 index += 1
-        assert "full" in str(info.value) and "NodeConfig.log_map_size" in str(info.value)
+        assert "full" in str(info.value) and "StorageConfig.log_max_bytes" in str(info.value)
         assert len(segment_files(path)) == 8 and store.size_bytes() <= cap
         # Nothing of the refused save (entry `index`, hard state term `index`) was applied...
         assert store.last_index() == index - 1
@@ -615,7 +615,7 @@ def test_a_full_disk_raises_log_full_and_keeps_exactly_the_acknowledged_entries(
     result = json.loads(run_python(FULL_DISK_SCRIPT, str(path), case).stdout)
     assert "error" in result, "the save past the limit was not refused"
     assert result["errno"] == errno.EFBIG
-    assert "full" in result["error"] and "NodeConfig.log_map_size" in result["error"]
+    assert "full" in result["error"] and "StorageConfig.log_max_bytes" in result["error"]
     assert result["last_index"] == 10 and result["hard_state"] == [1, "n1"] and result["reads"]
     acknowledged = result["acknowledged"]
     assert acknowledged == (11 if case == "new-segment" else 10)

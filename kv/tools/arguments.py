@@ -1,0 +1,57 @@
+"""What the `raftkv` commands share in parsing their command lines: the help formatter and the
+argument types."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the examples' line breaks, and show a flag's default unless its help already talks
+    about it or there is nothing worth showing (flags, empty values)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def at_least(kind: Callable[[str], float], minimum: int) -> Callable[[str], Any]:
+    """An argparse type: a number (int or float, as `kind` parses) no smaller than `minimum`."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+        if not value >= minimum:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return parse
+
+
+positive_int = at_least(int, 1)
+non_negative_int = at_least(int, 0)
+non_negative_float = at_least(float, 0)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value

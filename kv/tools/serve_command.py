@@ -1,0 +1,183 @@
+"""`raftkv serve`: its flags, the NodeConfig they stand for, and running the node.
+
+The flags come in two kinds. The main ones (`raftkv serve --help`) say who the member is, where it
+listens, where its data lives and the protocol's timing. The machine-tuning ones (`raftkv serve
+--help-tuning`, docs/tuning.md) fit a node to its machine; they are accepted as any flag but kept
+out of the main help."""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from kv.tools.arguments import (
+    LOG_LEVELS,
+    Formatter,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
+from raft.core.config import CoreConfig
+from raft.node.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN,
+    DEFAULT_NODE_ID,
+    Limits,
+    NodeConfig,
+    StorageConfig,
+    Tuning,
+    parse_peers,
+)
+
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+_CORE, _STORAGE, _LIMITS, _TUNING = CoreConfig(), StorageConfig(), Limits(), Tuning()
+
+# (flags, argparse keywords) of the machine-tuning flags.
+TUNING_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--grpc-servers",), dict(type=positive_int, default=_TUNING.grpc_servers, metavar="N",
+                               help="gRPC servers sharing --listen (SO_REUSEPORT); each accepts one call at a "
+                                    "time, so more take calls from many client connections in faster")),
+    (("--read-hold-ms",), dict(type=non_negative_float, default=_TUNING.read_hold_ms, metavar="MS",
+                               help="on a busy leader, hold a linearizable read up to MS before its ReadIndex "
+                                    "round so one round serves more reads; 0: off")),
+    (("--read-hold-siblings",), dict(type=non_negative_int, default=_TUNING.read_hold_siblings, metavar="N",
+                                     help="hold a read only when at least N other reads are waiting (a lone "
+                                          "reader is never held)")),
+    (("--read-spin-us",), dict(type=non_negative_int, default=_TUNING.read_spin_us, metavar="US",
+                               help="while a lone linearizable read waits for its round, and US after it is "
+                                    "served, the leader polls instead of sleeping: lower latency for one "
+                                    "reader, at the price of a busy core for that long; 0: off")),
+    (("--lazy-push-ms",), dict(type=non_negative_int, default=_CORE.lazy_push_ms, metavar="MS",
+                               help="thrifty replication: new entries go at once only to the followers a "
+                                    "majority needs; the others get full batches, and the rest at least every "
+                                    "MS; 0: every follower gets every entry at once")),
+    (("--eager-timeout-ms",), dict(type=positive_int, default=_CORE.eager_timeout_ms, metavar="MS",
+                                   help="a follower that leaves a batch unanswered this long loses its place "
+                                        "among those sent every entry at once (what a stopped follower costs a "
+                                        "write); so does one that answers more than twice as slowly as another "
+                                        "and by more than a tenth of this")),
+    (("--eager-trial-every-ms",), dict(type=non_negative_int, default=_CORE.eager_trial_every_ms, metavar="MS",
+                                       help="this often (and once soon after an election) a lazy follower is "
+                                            f"tried as the eager one for {_CORE.eager_trial_ms} ms and kept if it "
+                                            "answers clearly faster; 0: no trials")),
+    (("--event-loop",), dict(choices=EVENT_LOOPS, default="auto",
+                             help="the node's event loop; auto: uvloop when it is installed (faster), else asyncio")),
+    (("--no-fsync",), dict(dest="fsync", action="store_false",
+                           help="do not fsync the log before acknowledging (benchmarks only: a crash loses "
+                                "acknowledged writes)")),
+]
+
+
+# NodeConfig's field names (as its errors name them) -> the flags that set them; filled as the
+# serve parser is built.
+FLAG_OF: dict[str, str] = {}
+
+
+def _add(parser: argparse.ArgumentParser, *flags: str, **keywords: Any) -> None:
+    action = parser.add_argument(*flags, **keywords)
+    FLAG_OF[action.dest] = flags[0]
+
+
+class _TuningHelp(argparse.Action):
+    """--help-tuning: print the machine-tuning flags with their help, and exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="list the machine-tuning flags (docs/tuning.md) and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        shown = argparse.ArgumentParser(
+            prog=f"{parser.prog}", formatter_class=Formatter, add_help=False, usage=argparse.SUPPRESS,
+            description="Machine-tuning flags of `raftkv serve`: the defaults suit most machines; "
+                        "docs/tuning.md says what each trades and when to change it.")
+        for flags, keywords in TUNING_FLAGS:
+            shown.add_argument(*flags, **keywords)
+        shown.print_help()
+        parser.exit()
+
+
+def add_serve_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", formatter_class=Formatter, help="run a node",
+        description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
+                    f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
+        epilog="a three-node cluster, one command per member (client ports 7001-7003, peer ports 7101-7103):\n"
+               "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
+               "               --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103")
+    _add(serve, "--id", dest="node_id", default=DEFAULT_NODE_ID, help="this member's id")
+    _add(serve, "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                       help="where to bind the gRPC server for clients")
+    _add(serve, "--advertise-client", default=None, metavar="HOST:PORT",
+                       help="where clients reach this member, told to the other members for their not-leader "
+                            "hints and status (default: --listen; required when --listen binds a wildcard "
+                            "address such as 0.0.0.0)")
+    _add(serve, "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="where the log, state and snapshots live")
+    _add(serve, "--peers", default="", metavar="ID=HOST:PORT,...",
+                       help="every member (this one included) and the PEER address where this node reaches it; "
+                            "empty: a single-node cluster")
+    _add(serve, "--listen-peer", default=None, metavar="HOST:PORT",
+                       help="where to take the other members' connections (default: this member's address "
+                            "in --peers)")
+    _add(serve, "--cluster-id", default=None,
+                       help="peers refuse messages from another cluster (default: derived from the member list)")
+    _add(serve, "--snapshot-threshold", type=positive_int, default=_STORAGE.snapshot_threshold,
+                       metavar="N", help="take a snapshot after this many applied entries")
+    _add(serve, "--election-timeout-ms", type=positive_int, default=_CORE.election_timeout_ms,
+                       metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
+    _add(serve, "--heartbeat-interval-ms", type=positive_int, default=_CORE.heartbeat_interval_ms,
+                       metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
+    _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
+                       metavar="BYTES", help="largest value a client may write")
+    _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
+    _add(serve, "--help-tuning", action=_TuningHelp)
+    for flags, keywords in TUNING_FLAGS:
+        _add(serve, *flags, **{**keywords, "help": argparse.SUPPRESS})
+    serve.set_defaults(run=run_serve, command_parser=serve)
+
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
+    election = args.election_timeout_ms
+    # The lease must stay below the election timeout; keep the default's 90 % ratio when T changes.
+    core = CoreConfig(election_timeout_ms=election, heartbeat_interval_ms=args.heartbeat_interval_ms,
+                      lease_ms=min(_CORE.lease_ms, election * 9 // 10), lazy_push_ms=args.lazy_push_ms,
+                      eager_timeout_ms=args.eager_timeout_ms, eager_trial_every_ms=args.eager_trial_every_ms)
+    config = NodeConfig(
+        node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
+        peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
+        cluster_id=args.cluster_id, core=core,
+        storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold),
+        limits=Limits(max_value_bytes=args.max_value_bytes),
+        tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
+                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us))
+    config.validate_addresses()
+    return config
+
+
+def in_flags(message: str) -> str:
+    """A configuration error as the command line says it: field names become the flags that set
+    them (NodeConfig's errors name fields, as embedded users set fields)."""
+    flags = {field: flag for field, flag in FLAG_OF.items() if field != "help_tuning"}
+    names = re.compile(r"\b(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")\b")
+    return names.sub(lambda m: flags[m.group(1)], message)
+
+
+def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        config = node_config(args)
+    except ValueError as bad:
+        parser.error(in_flags(str(bad)))  # exits 2 with the usage line
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s")
+    try:
+        # Imported here: the client commands do not need the server's dependencies.
+        from kv.server.server import serve
+    except ImportError as missing:
+        print(f"raftkv serve: error: the server cannot start: {missing}", file=sys.stderr)
+        return 1
+    serve(config, args.event_loop)
+    return 0
