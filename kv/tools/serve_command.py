@@ -51,6 +51,11 @@ TUNING_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                help="while a lone linearizable read waits for its round, and US after it is "
                                     "served, the leader polls instead of sleeping: lower latency for one "
                                     "reader, at the price of a busy core for that long; 0: off")),
+    (("--follower-yield-entries",), dict(type=non_negative_int, default=_TUNING.follower_yield_entries, metavar="N",
+                                         help="a follower saving or applying more than N entries at once lets other "
+                                              "processes on its CPU run first, and again every N entries applied, "
+                                              "so that a lazy follower's batch does not hold up the processes on a "
+                                              "write's path; 0: never")),
     (("--lazy-push-ms",), dict(type=non_negative_int, default=_CORE.lazy_push_ms, metavar="MS",
                                help="thrifty replication: new entries go at once only to the followers a "
                                     "majority needs; the others get full batches, and the rest at least every "
@@ -153,7 +158,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold),
         limits=Limits(max_value_bytes=args.max_value_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
-                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us))
+                      read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
+                      follower_yield_entries=args.follower_yield_entries))
     config.validate_addresses()
     return config
 

@@ -83,6 +83,11 @@ class Tuning:
     # leader's event loop polls instead of sleeping (raft/node/loop_spin.py): on a VM each
     # wake-up costs tens of µs. It burns up to two such spans of one core per lone read; 0: off.
     read_spin_us: int = 500
+    # A follower that saves or applies more entries than this at once first lets the other
+    # runnable processes on its CPU go (sched_yield), and again after every this many applied:
+    # on a busy machine the processes on a write's path then run before a lazy follower's batch
+    # (raft/node/giving_way.py). 0: never. Leaders never yield.
+    follower_yield_entries: int = 8
     # Tick period of the driver: how often the core learns the time.
     tick_interval_ms: int = 10
     # How long a peer gets to accept a connection and answer its hello.
@@ -94,8 +99,9 @@ class Tuning:
     def __post_init__(self) -> None:
         if self.grpc_servers < 1:
             raise ValueError("grpc_servers must be at least 1")
-        if self.read_hold_ms < 0 or self.read_hold_siblings < 0 or self.read_spin_us < 0:
-            raise ValueError("read_hold_ms, read_hold_siblings and read_spin_us cannot be negative")
+        if min(self.read_hold_ms, self.read_hold_siblings, self.read_spin_us, self.follower_yield_entries) < 0:
+            raise ValueError("read_hold_ms, read_hold_siblings, read_spin_us and follower_yield_entries cannot be "
+                             "negative")
         if self.tick_interval_ms < 1 or self.peer_connect_timeout_ms < 1 or self.snapshot_chunk_bytes < 1:
             raise ValueError("tick_interval_ms, peer_connect_timeout_ms and snapshot_chunk_bytes must be at least 1")
 

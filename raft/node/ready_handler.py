@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from raft.core.ready import Ready
 from raft.core.types import Entry
 from raft.log.errors import LogFullError
+from raft.node.giving_way import apply_in_slices, gives_way, yield_cpu
 
 if TYPE_CHECKING:
     from raft.node.node import RaftNode
@@ -86,6 +87,8 @@ class ReadyHandler:
     def _persist(self, rd: Ready) -> bool:
         """Step 3. False when the log is full (the core was rebuilt: drop this Ready)."""
         node = self._node
+        if self._gives_way(len(rd.entries)):
+            yield_cpu()
         try:
             node.log.save(rd.hard_state, rd.truncate_from, rd.entries)
         except LogFullError as e:
@@ -105,9 +108,14 @@ class ReadyHandler:
         try:
             if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
                 results = node.fsm.apply(entries)
+            elif self._gives_way(len(entries)):
+                results = await node.workers.apply.run(apply_in_slices, node.fsm.apply, entries,
+                                                       node.config.tuning.follower_yield_entries)
             else:
                 results = await node.workers.apply.run(node.fsm.apply, entries)
         except node.fsm_full_errors as e:
+            # A sliced apply may have committed its first slices: the rebuilt core starts after
+            # what the state machine holds.
             node.applied(node.fsm.applied_index)
             node.on_store_full(e)
             return False
@@ -117,6 +125,11 @@ class ReadyHandler:
             node.proposals.settle(entry, result, core.leader, core.term)
         node.applied(node.fsm.applied_index)
         return True
+
+
+    def _gives_way(self, entries: int) -> bool:
+        node = self._node
+        return gives_way(node.core.role, entries, node.config.tuning.follower_yield_entries)
 
 
 def _run_without_suspending(coroutine: Coroutine[Any, Any, None]) -> None:

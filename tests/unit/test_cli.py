@@ -121,7 +121,8 @@ def test_help_shows_useful_defaults(capsys):
 
 
 def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys):
-    tuning = ("--grpc-servers", "--read-hold-ms", "--read-hold-siblings", "--read-spin-us", "--lazy-push-ms",
+    tuning = ("--grpc-servers", "--read-hold-ms", "--read-hold-siblings", "--read-spin-us", "--follower-yield-entries",
+              "--lazy-push-ms",
               "--eager-timeout-ms", "--eager-trial-every-ms", "--event-loop", "--no-fsync")
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])

@@ -20,6 +20,7 @@ from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, s
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
+from raft.node import ready_handler
 from raft.node.node import RaftNode
 from raft.transport.tcp_transport import TcpTransport
 from kv.server.server import RunningServer, start_server
@@ -335,6 +336,39 @@ def test_three_nodes_replicate(tmp_path: Path) -> None:
     run(main)
 
 
+def test_followers_give_way_on_large_batches_and_the_leader_never_does(tmp_path: Path, monkeypatch) -> None:
+    sliced: list[tuple[object, int]] = []  # (the state machine applying, entries)
+    yields: list[int] = []
+    real_apply_in_slices = ready_handler.apply_in_slices
+
+    def recording_apply_in_slices(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
+        sliced.append((apply.__self__, len(entries)))
+        return real_apply_in_slices(apply, entries, every)
+
+    monkeypatch.setattr(ready_handler, "apply_in_slices", recording_apply_in_slices)
+    monkeypatch.setattr(ready_handler, "yield_cpu", lambda: yields.append(1))
+
+    async def main() -> None:
+        servers = await start_cluster(tmp_path, follower_yield_entries=4)
+        try:
+            nodes = {s.node.id: s for s in servers}
+            leader = nodes[await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)]
+            # Proposed together: one Ready, one batch to each follower.
+            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
+            for s in servers:
+                await asyncio.wait_for(s.node.wait_applied(outcomes[-1].index), WAIT_S)
+                assert s.fsm.get(b"k63") == b"v63"
+            followers = {s.node.fsm for s in servers if s is not leader}
+            assert sliced and {fsm for fsm, _ in sliced} <= followers  # never the leader's
+            assert all(n > 4 for _, n in sliced)
+            assert yields  # and a follower's save of the batch gave way first
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
 async def applied_through(node: RaftNode, index: int) -> None:
     """Wait until `node` has applied `index`. A store-full rebuild fails the waits it finds (as it
     fails reads: that core is going away), so wait again after one."""
@@ -365,6 +399,40 @@ def test_a_follower_whose_state_fills_during_an_apply_goes_on_once_it_has_room(t
                 return real_apply(entries)
 
             follower.fsm.apply = full_once  # type: ignore[method-assign]
+            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
+            for s in servers:
+                await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
+                assert s.fsm.get(b"k63") == b"v63"
+            assert failed  # the fault did happen
+        finally:
+            for s in servers:
+                await s.stop()
+
+    run(main)
+
+
+def test_a_follower_whose_state_fills_in_the_middle_of_a_sliced_apply_goes_on_from_what_it_applied(
+        tmp_path: Path, monkeypatch) -> None:
+    """The first slices of a follower's sliced apply are committed when a later one finds the
+    state machine full: the rebuilt core must start after them, not hand them out again (the
+    state machine would refuse them as out of order and the node would stop)."""
+    failed: list[int] = []
+    real_apply_in_slices = ready_handler.apply_in_slices
+
+    def full_after_one_slice(apply: Callable[..., Any], entries: list[Any], every: int) -> list[Any]:
+        if failed:
+            return real_apply_in_slices(apply, entries, every)
+        apply(entries[:every])
+        failed.append(entries[every].index)
+        raise StateFullError("state machine map is full (the test's)")
+
+    monkeypatch.setattr(ready_handler, "apply_in_slices", full_after_one_slice)
+
+    async def main() -> None:
+        servers = await start_cluster(tmp_path, follower_yield_entries=4)
+        try:
+            leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
+            leader = next(s for s in servers if s.node.id == leader_id)
             outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
             for s in servers:
                 await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
