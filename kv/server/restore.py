@@ -23,6 +23,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+from kv.server.data_dir import LOCK_FILE, DataDirLock
 from raft.core.types import HardState
 from raft.log import open_log_store
 from raft.node.cluster_id import resolve_cluster_id
@@ -33,8 +34,10 @@ from snapshot.manifest import SnapshotManifest
 
 STATE_DIR = "state"
 
+
 def new_cluster_id() -> str:
     return "c-" + secrets.token_hex(8)
+
 
 def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str,
             peers: dict[str, str], cluster_id: str | None = None) -> str:
@@ -44,27 +47,41 @@ def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[s
     data_dir = Path(data_dir)
     if node_id not in peers:
         raise RestoreRefusedError(f"node {node_id!r} is not one of the peers {sorted(peers)}; nothing was restored")
-    _require_empty(data_dir)
     existed = data_dir.exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    new_id = cluster_id or new_cluster_id()
+    if existed and not data_dir.is_dir():
+        raise RestoreRefusedError(f"{data_dir} is not a directory; restore into a new or empty directory")
+    had_lock_file = (data_dir / LOCK_FILE).exists()
+    lock = DataDirLock(data_dir)
+    lock.acquire(f"raftkv snapshot restore of {node_id}")  # refuses a directory a node is using
+    restored = False
     try:
-        manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
-        _create_log(data_dir, manifest)
-        resolve_cluster_id(data_dir, new_id, peers)
-        fsync_path(data_dir)
-    except BaseException:
-        _undo(data_dir, remove_dir=not existed)
-        raise
+        _require_empty(data_dir)
+        new_id = cluster_id or new_cluster_id()
+        try:
+            manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
+            _create_log(data_dir, manifest)
+            resolve_cluster_id(data_dir, new_id, peers)
+            fsync_path(data_dir)
+        except BaseException:
+            _undo(data_dir)
+            raise
+        restored = True
+    finally:
+        lock.release()
+        if not restored:  # refused or failed: leave the directory as it was found
+            if not existed:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            elif not had_lock_file:
+                (data_dir / LOCK_FILE).unlink(missing_ok=True)
     return new_id
 
+
 def _require_empty(data_dir: Path) -> None:
-    if data_dir.exists() and not data_dir.is_dir():
-        raise RestoreRefusedError(f"{data_dir} is not a directory; restore into a new or empty directory")
-    if data_dir.exists() and any(data_dir.iterdir()):
+    if any(p.name != LOCK_FILE for p in data_dir.iterdir()):
         raise RestoreRefusedError(
             f"data directory {data_dir} is not empty; restore only into a new or empty directory "
             "(move the old one aside first: restoring over a node's data would mix two clusters)")
+
 
 def _create_log(data_dir: Path, manifest: SnapshotManifest) -> None:
     """The restored member's log (of the default kind), beginning after the snapshot."""
@@ -73,13 +90,11 @@ def _create_log(data_dir: Path, manifest: SnapshotManifest) -> None:
         log.save(HardState(term=manifest.term), None, [])
         log.reset_to_snapshot(manifest.index, manifest.term)
 
-def _undo(data_dir: Path, remove_dir: bool) -> None:
-    """Put the (empty or absent) data directory back as it was."""
-    if remove_dir:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        return
+
+def _undo(data_dir: Path) -> None:
+    """Put the data directory back as it was found: empty (but for the lock file)."""
     for child in data_dir.iterdir():
         if child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
-        else:
+        elif child.name != LOCK_FILE:
             child.unlink(missing_ok=True)

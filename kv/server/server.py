@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kv.server.data_dir import DataDirLock
 from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
@@ -46,6 +47,7 @@ class RunningServer:
     servers: ServerGroup
     exports: ExportHandler
     kv_service: KVServicer
+    data_dir_lock: DataDirLock
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -60,6 +62,7 @@ class RunningServer:
         self.exports.close()  # release pinned read transactions before the environment closes
         self.fsm.close()
         self.log_store.close()
+        self.data_dir_lock.release()
         log.info("node %s stopped", self.config.node_id)
 
 
@@ -67,8 +70,14 @@ async def start_server(config: NodeConfig) -> RunningServer:
     """Open the stores under config.data_dir, start the node (its peer listener on
     config.peer_listen_address) and serve clients on config.listen."""
     config.validate_addresses()
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    log_store = open_log_store(config.data_dir, max_bytes=config.storage.log_max_bytes, fsync=config.storage.fsync)
+    data_dir_lock = DataDirLock(config.data_dir)
+    data_dir_lock.acquire(f"raftkv node {config.node_id}, clients on {config.listen}")
+    try:
+        log_store = open_log_store(config.data_dir, max_bytes=config.storage.log_max_bytes,
+                                   fsync=config.storage.fsync)
+    except BaseException:
+        data_dir_lock.release()
+        raise
     fsm: ReplaceableStateMachine | None = None
     node: RaftNode | None = None
     servers: ServerGroup | None = None
@@ -104,6 +113,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
             if fsm is not None:
                 fsm.close()
             log_store.close()
+            data_dir_lock.release()
         raise
     peers = ""
     if config.peer_listen_address is not None:
@@ -111,7 +121,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
              config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

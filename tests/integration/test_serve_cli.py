@@ -71,7 +71,7 @@ def test_stopping_ends_an_open_pipeline_with_unavailable(tmp_path: Path, sigterm
     """A client's pipeline stays open between requests; a stopping node must end it at once, with
     UNAVAILABLE (its client then retries elsewhere), not hold its stop for the grace period. A
     second SIGTERM that arrives while it stops (the pipeline's end says it is stopping) must not
-    cut the stop short: the exit stays clean (before the fourteenth session it killed the node)."""
+    cut the stop short: the exit stays clean."""
     address = f"127.0.0.1:{free_ports(1)[0]}"
     process = subprocess.Popen([sys.executable, "-m", "kv", "serve", "--listen", address, "--data-dir", "data"],
                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
