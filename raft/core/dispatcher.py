@@ -125,6 +125,15 @@ class Dispatcher:
     def on_heartbeat_response(self, end_index: int) -> None:
         self.follower_end = end_index
 
+    def follower_lost_entries(self, end_index: int, now: int) -> list[Outgoing]:
+        """The follower holds less than it acknowledged (its disk was lost, or replaced by an older
+        copy): find the match point again from its end, at once. Its log still matches ours that
+        far: what it acknowledged matched ours, and what is left of it is a prefix of that."""
+        self.match_index = min(self.match_index, end_index)
+        self.follower_end = end_index
+        self._idle_until = 0
+        return self._change_state(DispatchState.COMPARE, now, probe=self.match_index)
+
     @property
     def eager(self) -> bool:
         return self._eager
@@ -206,6 +215,10 @@ class Dispatcher:
             return self._change_state(DispatchState.APPEND, now)
         if resp.code != PushCode.INCONSISTENT:
             return []
+        if resp.pre_index <= self.match_index:
+            # It lacks (or holds another term at) an index it acknowledged: it lost entries. A
+            # shorter log is a prefix of what it had; a different one is searched from the start.
+            self.match_index = min(self.match_index, resp.end_index) if resp.x_term == 0 else 0
         probe = max(self._backup(resp), self.match_index)
         if probe == self._probe:
             # No progress (a duplicated answer, or a follower that lost entries): ask again only

@@ -32,6 +32,9 @@ class Leadership:
         self.quorum = QuorumTracker(core.members)
         self.contact = FollowerContact(core.peers, quorum, core.now)
         self.next_heartbeat = 0
+        # follower -> the newest heartbeat round sent before its match index last rose: an answer
+        # to a later round comes from a log that held those entries, unless it lost them.
+        self._match_round: dict[str, int] = {}
         self._proposed: tuple[int, int] | None = None  # [first, last] proposed in this term
         # Entries were proposed since the last Ready: eager dispatchers send them in the next one
         # (batching everything proposed meanwhile).
@@ -73,20 +76,37 @@ class Leadership:
         return seq, [HeartbeatRequest(core.id, p, core.term, commit_index=min(commit, self.quorum.match[p]), seq=seq)
                      for p in peers]
 
-    def on_heartbeat_response(self, msg: HeartbeatResponse) -> bool:
-        """True when it acknowledges a newer round than this follower had."""
+    def on_heartbeat_response(self, msg: HeartbeatResponse) -> tuple[bool, list[Outgoing]]:
+        """(whether it acknowledges a newer round than this follower had, what to send). A
+        follower whose end is below the match index it acknowledged before this round was sent
+        lost entries (an idle leader learns it here, having no appends to be refused)."""
         self.contact.heard_from(msg.src, self._core.now)
         newer = self.contact.acknowledged(msg.src, msg.seq)
-        self.dispatchers[msg.src].on_heartbeat_response(msg.end_index)
-        return newer
+        d = self.dispatchers[msg.src]
+        d.on_heartbeat_response(msg.end_index)
+        if msg.end_index < d.match_index and msg.seq > self._match_round.get(msg.src, 0):
+            out = d.follower_lost_entries(msg.end_index, self._core.now)
+            self.quorum.regress(msg.src, d.match_index)
+            return newer, out
+        return newer, []
 
     def on_push_response(self, msg: PushResponse) -> list[Outgoing]:
         self.contact.heard_from(msg.src, self._core.now)
-        return self.dispatchers[msg.src].on_push_response(msg, self._core.now)
+        return self._tracking_match(msg.src, self.dispatchers[msg.src].on_push_response(msg, self._core.now))
 
     def on_snapshot_response(self, msg: InstallSnapshotResponse) -> list[Outgoing]:
         self.contact.heard_from(msg.src, self._core.now)
-        return self.dispatchers[msg.src].on_snapshot_response(msg, self._core.now)
+        return self._tracking_match(msg.src, self.dispatchers[msg.src].on_snapshot_response(msg, self._core.now))
+
+    def _tracking_match(self, peer: str, out: list[Outgoing]) -> list[Outgoing]:
+        """Bring the quorum tracker and the match round up to the dispatcher's match index (which
+        an answer raises, or lowers when the follower lost entries)."""
+        match = self.dispatchers[peer].match_index
+        if match < self.quorum.match[peer]:
+            self.quorum.regress(peer, match)
+        elif match > self.quorum.match[peer]:
+            self._match_round[peer] = self.contact.seq
+        return out
 
     def match_index(self, peer: str) -> int:
         return self.dispatchers[peer].match_index

@@ -19,6 +19,10 @@ class QuorumTracker:
             return True
         return False
 
+    def regress(self, member: str, index: int) -> None:
+        """Lower member's match index: it lost entries it had acknowledged."""
+        self.match[member] = min(self.match[member], index)
+
     def quorum_index(self) -> int:
         """The highest index held by a majority of members."""
         ordered = sorted(self.match.values(), reverse=True)

@@ -58,10 +58,15 @@ class RaftCore:
 
     `members` includes this node. `log` is read, never written, by the core. `applied_index` is
     what the state machine already holds on (re)start: the core will not hand those entries out
-    again. `rng` supplies the election timeout jitter, so a seeded generator makes runs repeatable."""
+    again. `rng` supplies the election timeout jitter, so a seeded generator makes runs repeatable.
+
+    `rejoining`: this node lost its log and comes back empty (its hard state's term set above any
+    it can have voted in). Until it has caught up to the commit index of the first leader it hears
+    from, it grants no vote and never stands: an empty log would vote for a candidate that lacks
+    entries the lost copy held, and a majority could then elect a leader without them."""
 
     def __init__(self, node_id: str, members: Sequence[str], log: LogStore, config: CoreConfig,
-                 rng: random.Random, now: int, applied_index: int = 0) -> None:
+                 rng: random.Random, now: int, applied_index: int = 0, rejoining: bool = False) -> None:
         if node_id not in members:
             raise ValueError(f"{node_id!r} is not among the members {sorted(members)}")
         self.id = node_id
@@ -93,6 +98,9 @@ class RaftCore:
         self._election_deadline = 0
         self._reset_election_timer()
         self._lead: Leadership | None = None  # while this node leads its term
+        # Rejoining: None once caught up (or never rejoining); -1 until a leader's commit index is
+        # known; then that index, which the persisted log must reach.
+        self._rejoining_until: int | None = -1 if rejoining else None
         # Output queues, drained by ready().
         self._messages: list[Message] = []
         self._leader_messages: list[Message] = []
@@ -121,6 +129,10 @@ class RaftCore:
     @property
     def commit_index(self) -> int:
         return self._commit
+
+    @property
+    def rejoining(self) -> bool:
+        return self._rejoining_until is not None
 
     @property
     def applied_index(self) -> int:
@@ -157,7 +169,10 @@ class RaftCore:
             self._tick_leader(self._lead)
             return
         if self.now >= self._election_deadline:
-            self._start_pre_vote()
+            if self.rejoining:
+                self._reset_election_timer()  # not a voter yet: it waits for a leader
+            else:
+                self._start_pre_vote()
         self._messages.extend(self._handler.expire_held(self.now))
 
     def clock(self, now: int) -> None:
@@ -270,7 +285,7 @@ class RaftCore:
                 self._send_read_round()
         rd = Ready()
         if self._soft_state_changed():
-            rd.soft_state = self._last_soft = SoftState(self._role, self._leader, self._term)
+            rd.soft_state = self._last_soft = SoftState(self._role, self._leader, self._term, self.rejoining)
         if self._hard_dirty:
             rd.hard_state, self._hard_dirty = HardState(self._term, self._voted_for), False
         if self._pending_snapshot is not None:
@@ -304,6 +319,8 @@ class RaftCore:
             self._handler.matched_through(idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
+        if self._rejoining_until is not None and 0 <= self._rejoining_until <= self.log.persisted_index:
+            self._rejoining_until = None  # caught up: a voter again
         if self._lead is not None:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
@@ -312,7 +329,8 @@ class RaftCore:
         # Field by field: has_ready runs several times per write, and building a SoftState to
         # compare cost more than the rest of it.
         last = self._last_soft
-        return last is None or last.role is not self._role or last.leader != self._leader or last.term != self._term
+        return (last is None or last.role is not self._role or last.leader != self._leader or last.term != self._term
+                or last.rejoining != self.rejoining)
 
     def _send(self, outgoing: list[Outgoing]) -> None:
         for item in outgoing:
@@ -403,7 +421,7 @@ class RaftCore:
     # ------------------------------------------------------------------ election messages
 
     def _on_vote_request(self, msg: VoteRequest) -> None:
-        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term) and not self.rejoining
         if msg.pre_vote:
             grant = msg.term > self._term and up_to_date and not self._in_lease()
             self._messages.append(VoteResponse(self.id, msg.src, msg.term if grant else self._term,
@@ -460,6 +478,8 @@ class RaftCore:
             return
         self._messages.extend(self._handler.handle(msg, self.now, self._commit))
         self._learn_commit(msg.commit_index)
+        if self._rejoining_until == -1:
+            self._rejoining_until = msg.commit_index  # a push carries the leader's whole commit index
 
     def _on_install_snapshot(self, msg: InstallSnapshotRequest) -> None:
         if not self._accept_leader(msg.src) or self._installing:
@@ -513,8 +533,10 @@ class RaftCore:
     def _on_heartbeat_response(self, msg: HeartbeatResponse) -> None:
         if self._lead is None or not msg.success:
             return
-        if self._lead.on_heartbeat_response(msg):
+        newer, out = self._lead.on_heartbeat_response(msg)
+        if newer:
             self._check_read_rounds(self._lead)
+        self._send(out)
 
     def _on_push_response(self, msg: PushResponse) -> None:
         if self._lead is None:

@@ -20,11 +20,13 @@ from raft.core.types import Entry, HardState, Role, SnapshotMeta
 
 @dataclass(frozen=True, slots=True)
 class SoftState:
-    """Volatile state the driver reports and logs on change (elected, stepped down)."""
+    """Volatile state the driver reports and logs on change (elected, stepped down, caught up
+    after rejoining)."""
 
     role: Role
     leader: str | None
     term: int
+    rejoining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

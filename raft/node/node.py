@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from raft.core.errors import NotLeaderError
 from raft.core.messages import Message
@@ -60,10 +60,13 @@ class RaftNode:
     def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine, transport: PeerTransport, *,
                  cluster_id: str, snapshots: SnapshotHost | None = None, workers: Workers | None = None,
                  clock: Clock = monotonic_ms, rng: random.Random | None = None,
-                 fsm_full_errors: tuple[type[Exception], ...] = ()) -> None:
+                 fsm_full_errors: tuple[type[Exception], ...] = (), rejoining: bool = False,
+                 on_rejoined: Callable[[], None] | None = None) -> None:
         """`fsm_full_errors`: what the state machine raises when it is out of space (raft may not
         import statemachine, so the server names its StateFullError here). `cluster_id`: resolved
-        by the caller from the data directory (raft/node/cluster_id.py)."""
+        by the caller from the data directory (raft/node/cluster_id.py). `rejoining`: the node
+        lost its data and comes back empty (RaftCore says what that means); `on_rejoined` is
+        called once it has caught up and votes again, for the caller to record that durably."""
         self.config = config
         self.id = config.node_id
         self.cluster_id = cluster_id
@@ -74,6 +77,8 @@ class RaftNode:
         self.fsm_full_errors = fsm_full_errors
         self._clock = clock
         self._rng = rng or random.Random()
+        self._rejoining = rejoining
+        self._on_rejoined = on_rejoined
         self.applied_index = fsm.applied_index
         self.core = self._new_core()
         self.proposals = Proposals()
@@ -92,7 +97,7 @@ class RaftNode:
 
     def _new_core(self) -> RaftCore:
         return RaftCore(self.id, self.config.members, self.log, self.config.core, self._rng, self._clock(),
-                        applied_index=self.applied_index)
+                        applied_index=self.applied_index, rejoining=self._rejoining)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -296,6 +301,11 @@ class RaftNode:
             log.info("node %s stepped down in term %d (leader now %s)", self.id, ss.term, ss.leader or "unknown")
         if ss.leader is not None and ss.leader != self.id and (old is None or old.leader != ss.leader):
             log.info("node %s sees new leader %s in term %d", self.id, ss.leader, ss.term)
+        if self._rejoining and not ss.rejoining:
+            log.info("node %s caught up after rejoining: it votes again", self.id)
+            self._rejoining = False
+            if self._on_rejoined is not None:
+                self._on_rejoined()
         self._soft = ss
         if self._soft_changed is not None:
             changed, self._soft_changed = self._soft_changed, asyncio.Event()

@@ -49,6 +49,9 @@ class SafetyChecker:
     leaders_checked: set[tuple[int, str]] = field(default_factory=set)
     read_bound: dict[object, int] = field(default_factory=dict)
     reads_served: int = 0
+    # The cluster's nodes, once it registers them: an entry must be on a quorum of their disks
+    # the moment it is first applied (a leader commits only what a majority has on disk).
+    nodes: list["SimNode"] = field(default_factory=list)
 
     # --- seeding (scenarios write logs straight into the store) ---
 
@@ -108,6 +111,8 @@ class SafetyChecker:
             self.committed[e.index] = e
             self.digest_at[e.index] = digest
             self.max_committed = max(self.max_committed, e.index)
+            if self.nodes:
+                self._check_on_a_quorum(e.index, e, self.nodes)
             return
         if (c.term, c.type, c.payload) != (e.term, e.type, e.payload):
             raise SimViolation("state machine safety", f"{node.id} applied {e} at {e.index}, another node {c}")
@@ -184,16 +189,20 @@ class SafetyChecker:
     # --- whole-cluster checks (O(log)) ---
 
     def check_durability(self, nodes: list["SimNode"]) -> None:
-        """Every committed entry is on a quorum of disks (log or snapshot), so no election can lose it."""
-        quorum = len(nodes) // 2 + 1
+        """Every committed entry is on a quorum of disks (log or snapshot), so no election can lose
+        it. A node rejoining after it lost its disk counts with them: it votes for no one until it
+        holds everything committed again, so no election can lose an entry through it either."""
         for i, c in self.committed.items():
-            holders = 0
-            for n in nodes:
-                snap = n.snapshot.meta.index if n.snapshot else 0
-                if snap >= i or n.log.term(i) == c.term:
-                    holders += 1
-            if holders < quorum:
-                raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")
+            self._check_on_a_quorum(i, c, nodes)
+
+    def _check_on_a_quorum(self, i: int, c: Entry, nodes: list["SimNode"]) -> None:
+        holders = 0
+        for n in nodes:
+            snap = n.snapshot.meta.index if n.snapshot else 0
+            if snap >= i or n.log.term(i) == c.term or n.disk.rejoining:
+                holders += 1
+        if holders < len(nodes) // 2 + 1:
+            raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")
 
     def check_logs_match(self, nodes: list["SimNode"]) -> None:
         """The full log matching property, pairwise."""

@@ -86,6 +86,7 @@ class Cluster:
                 node.disk.log.adopt(logs[nid])
             self.checker.register_log(nid, node.disk.log)
             self.nodes[nid] = node
+        self.checker.nodes = list(self.nodes.values())
         self._keep_time_moving()
         for nid in members:
             if nid in paused:
@@ -295,6 +296,15 @@ class Cluster:
             self.checker.check_durability(list(self.nodes.values()))
         except SimViolation as violation:  # also when the crash came from inside the driver
             self.violations.append(violation)
+
+    def lose_disk(self, node_id: str) -> None:
+        """The node's disk is lost: it crashes (if up) and gets an empty one, to rejoin with a term
+        above any the cluster, its lost disk included, has seen (tests/sim/node.py)."""
+        node = self.nodes[node_id]
+        self.crash(node_id)
+        term = max([node.disk.log.hard_state().term] + [n.core.term for n in self.up_nodes if n.core]) + 1
+        node.lose_disk(term)
+        self.checker.register_log(node_id, node.disk.log)
 
     def restart(self, node_id: str) -> None:
         node = self.nodes[node_id]

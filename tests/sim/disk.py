@@ -10,7 +10,7 @@ when last synced (it skips fsync: the log is durable). Faults:
 - `crash_after_install`: the node crashes right after its next snapshot install swapped the
   state, before the log was reset to begin after it;
 - `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
-- `wipe`: the whole disk is lost (the node restarts empty)."""
+- a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins (`rejoining`)."""
 from __future__ import annotations
 
 import hashlib
@@ -239,3 +239,5 @@ class SimDisk:
         self.full = False
         self.crash_in_save: int | None = None  # armed: entries of the next save that reach the disk
         self.crash_after_install = False
+        # A replacement for a lost disk, until the node has caught up (RaftCore's `rejoining`).
+        self.rejoining = False

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from raft.core import CoreConfig, Message, RaftCore, Role, SnapshotMeta
+from raft.core import CoreConfig, HardState, Message, RaftCore, Role, SnapshotMeta
 from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
 from raft.node.node import RaftNode
 from raft.node.ports import Chunks, Inbound, SnapshotInfo
@@ -218,10 +218,12 @@ class SimNode:
         name = f"{self.seed}/{self.id}/{self.incarnation}"
         self._workers = [SimOffload(loop, random.Random(f"{name}/{job}"), ms) for job, ms in WORK_MS.items()]
         self._transport = SimTransport(self)
-        self.raft = RaftNode(self.config, self.disk.log, self.disk.fsm, self._transport, cluster_id="sim",
-                             snapshots=self.disk.snapshots, workers=Workers(*self._workers),
+        disk = self.disk
+        self.raft = RaftNode(self.config, disk.log, disk.fsm, self._transport, cluster_id="sim",
+                             snapshots=disk.snapshots, workers=Workers(*self._workers),
                              clock=lambda: self.local_time(loop.now_ms), rng=random.Random(name),
-                             fsm_full_errors=(StateFullError,))
+                             fsm_full_errors=(StateFullError,), rejoining=disk.rejoining,
+                             on_rejoined=lambda: setattr(disk, "rejoining", False))
         self.cluster.inside_loop(lambda: _start_now(self.raft))
 
     def crash_now(self, power_loss: bool = False) -> None:
@@ -240,6 +242,18 @@ class SimNode:
         self.raft = None
         if power_loss:
             self.disk.fsm.lose_unsynced()
+
+    def lose_disk(self, term: int) -> None:
+        """(Down) The disk is lost: the node gets an empty one, whose hard state says `term` and no
+        vote, and comes back rejoining. `term` must exceed every term the lost disk held, so the
+        node can never vote twice in a term or obey a leader it had already outgrown; the
+        operator's rejoin procedure (or the cluster, when asked) supplies it."""
+        assert self.raft is None, "lose the disk of a node that is down"
+        old_term = self.disk.log.hard_state().term
+        assert term > old_term, f"a rejoining node's term {term} must exceed its lost disk's {old_term}"
+        self.disk = SimDisk(self, self.members)
+        self.disk.log.save(HardState(term, None), None, [])
+        self.disk.rejoining = True
 
     def pause(self, now: int) -> None:
         if self.paused_at is None:

@@ -89,6 +89,11 @@ class ScheduleFailure(AssertionError):
                          f"replay: RAFTKV_SEED={seed} python -m pytest tests/sim/test_random_schedules.py -q")
 
 
+# The faults a schedule draws from (a kind named twice is drawn twice as often).
+FAULTS = ("crash", "crash", "crash_mid", "partition", "partition", "one_way", "isolate_leader", "crash_all",
+          "freeze_clock", "torn_write", "power_loss", "disk_full", "lose_disk")
+
+
 class _Driver:
     """Runs one schedule's clients and faults on the 10 ms grid."""
 
@@ -159,8 +164,7 @@ class _Driver:
     def _fault(self, t: int) -> None:
         c, r, p = self.c, self.r, self.p
         self.faults += 1
-        kind = r.choice(["crash", "crash", "crash_mid", "partition", "partition", "one_way", "isolate_leader",
-                         "crash_all", "freeze_clock", "torn_write", "power_loss", "disk_full"])
+        kind = r.choice(FAULTS)
         until = t + r.randint(1, max(1, p.max_down_ms // ACTION_MS)) * ACTION_MS
         victim = r.choice(self.ids)
         self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
@@ -178,6 +182,16 @@ class _Driver:
         elif kind == "power_loss":
             # The machine loses power: the state machine keeps only what it last synced.
             c.crash(victim, power_loss=True)
+            self.timers.append((until, "restart", victim))
+        elif kind == "lose_disk":
+            # The disk is gone: the node comes back empty, rejoining (it votes again once caught
+            # up). Only while a majority keeps its disk: losing a majority of the copies of a
+            # log is no fault Raft recovers from (an operator restores a backup); else a crash.
+            rejoining = sum(1 for n in c.nodes.values() if n.disk.rejoining)
+            if rejoining + 1 <= (p.n - 1) // 2 and not c.nodes[victim].disk.rejoining:
+                c.lose_disk(victim)
+            else:
+                c.crash(victim)
             self.timers.append((until, "restart", victim))
         elif kind == "disk_full":
             # ENOSPC: log writes and applies fail until space returns; reads go on.

@@ -2,6 +2,8 @@
 Raft's properties, must be caught. (Without this, a green simulator could be checking nothing.)"""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from raft.core import Entry, MemoryLogStore
@@ -40,6 +42,7 @@ def test_lossy_disk_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 class _FakeNode:
     def __init__(self, nid: str, entries: list[Entry]) -> None:
         self.id, self.incarnation, self.applied, self.snapshot, self.core = nid, 1, 0, None, None
+        self.disk = SimpleNamespace(rejoining=False)
         self.log = MemoryLogStore()
         self.log.save(None, None, entries)
 

@@ -146,3 +146,45 @@ def test_storage_faults_are_drawn_and_disks_fill_up() -> None:
         refused += result.disk_full_steps > 0
     assert {"torn_write", "crash_mid", "power_loss", "disk_full"} <= set(kinds)
     assert refused > 0
+
+
+def test_a_follower_that_lost_its_disk_is_caught_up_at_once_by_an_idle_leader() -> None:
+    """The leader believed the follower held everything; it comes back empty. An idle leader has
+    no appends for it to refuse: its heartbeats' answers (the follower's end) must send it back
+    to COMPARE at once, and the follower, rejoining, votes for no one until it has caught up."""
+    c = Cluster(3, seed=15, policy=SnapshotPolicy(every=10, keep=2))
+    leader = elected(c)
+    write(c, 25)
+    assert c.run_until(lambda: converged(c), 10 * T)
+    follower = next(n for n in c.nodes if n != leader)
+    lead = c.nodes[leader]
+    assert lead.core is not None and lead.core.status().peers[follower] > 20
+    c.lose_disk(follower)
+    assert c.nodes[follower].disk.rejoining
+    c.restart(follower)
+    rejoined = c.nodes[follower]
+    # No writes from here on: only heartbeats tell the leader.
+    assert c.run_until(lambda: rejoined.applied == lead.applied and not rejoined.disk.rejoining,
+                       3 * SIM_CONFIG.election_timeout_ms)
+    assert rejoined.state == lead.state
+    assert lead.core.status().peers[follower] == lead.log.last_index()
+    c.check_all()
+
+
+def test_a_rejoining_node_grants_no_vote_until_it_has_caught_up() -> None:
+    c = Cluster(3, seed=16)
+    leader = elected(c)
+    write(c, 5)
+    assert c.run_until(lambda: converged(c), 10 * T)
+    follower = next(n for n in c.nodes if n != leader)
+    c.lose_disk(follower)
+    c.crash(leader)  # no leader to catch up from: the rejoining node must not elect anyone
+    c.restart(follower)
+    third = next(n for n in c.nodes if n not in (leader, follower))
+    c.run_for(10 * T)
+    assert c.leader() is None  # the third node alone cannot win, and the rejoining one votes for no one
+    assert c.nodes[third].core is not None and c.nodes[third].core.term > 0
+    c.restart(leader)
+    assert c.run_until(lambda: converged(c), 20 * T)
+    assert not c.nodes[follower].disk.rejoining
+    c.check_all()
