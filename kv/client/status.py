@@ -24,6 +24,8 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "state_size_bytes": s.state_size_bytes,
         "log_begin_index": s.log_begin_index,
         "log_begin_term": s.log_begin_term,
+        "rejoining": s.rejoining,
+        "disk_full": s.disk_full,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)

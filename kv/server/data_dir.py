@@ -1,4 +1,5 @@
-"""DataDirLock: one process at a time per data directory.
+"""A node's data directory: one process at a time (DataDirLock), and the mark of a member that
+rejoins after losing its data (REJOINING_FILE).
 
 Two processes on one directory would both write its log and state and corrupt them (both can
 become leader of their own view and acknowledge writes). So whatever opens a data directory
@@ -16,7 +17,12 @@ import fcntl
 import os
 from pathlib import Path
 
+from snapshot.durable import fsync_path
+
 LOCK_FILE = "LOCK"
+# Present while the node rejoins after it lost its data (raft/node/joining.py): it votes for no
+# one until it has caught up, also across restarts meanwhile.
+REJOINING_FILE = "REJOINING"
 
 
 class DataDirInUseError(OSError):
@@ -56,3 +62,30 @@ class DataDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class RejoinFile:
+    """raft.node.ports.RejoinRecord as DATA_DIR/REJOINING: present, with the rejoin floor, while
+    the node rejoins after losing its data (raft/node/joining.py)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(data_dir) / REJOINING_FILE
+
+    def load(self) -> tuple[int, int] | None:
+        if not self.path.exists():
+            return None
+        last_term, last_index = self.path.read_text().split()[:2]
+        return int(last_term), int(last_index)
+
+    def save(self, floor: tuple[int, int] | None) -> None:
+        if floor is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            tmp = self.path.with_suffix(".tmp")
+            with open(tmp, "w") as f:
+                f.write(f"{floor[0]} {floor[1]}\nthis member rejoins its cluster after losing its data: until it "
+                        "has caught up it votes only for a candidate whose log ends at least at (term, index) above\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        fsync_path(self.path.parent)

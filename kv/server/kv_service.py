@@ -153,7 +153,8 @@ class KVHandler:
             peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
             state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
-            log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"])
+            log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
+            disk_full=s["disk_full"])
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kv.server.data_dir import DataDirLock
+from kv.server.data_dir import DataDirLock, RejoinFile
 from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
@@ -24,6 +24,7 @@ from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
 from raft.node.node import RaftNode
+from raft.node.joining import disk_state
 from raft.node.recovery import reconcile_state_and_log
 from raft.transport.address import split_address
 from raft.transport.tcp_transport import TcpTransport
@@ -89,9 +90,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
                                   keep=config.storage.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)
-        transport = TcpTransport(config, cluster_id)
+        transport = TcpTransport(config, cluster_id, lambda: disk_state(log_store))
         node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
-                        fsm_full_errors=(StateFullError,))
+                        fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir))
         handler = KVHandler(node, fsm)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)

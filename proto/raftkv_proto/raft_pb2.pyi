@@ -31,6 +31,7 @@ class Purpose(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PURPOSE_UNSPECIFIED: _ClassVar[Purpose]
     MESSAGES: _ClassVar[Purpose]
     SNAPSHOT: _ClassVar[Purpose]
+    PROBE: _ClassVar[Purpose]
 NORMAL: EntryType
 NOOP: EntryType
 APPEND: PushType
@@ -44,6 +45,7 @@ REFUSED: PushCode
 PURPOSE_UNSPECIFIED: Purpose
 MESSAGES: Purpose
 SNAPSHOT: Purpose
+PROBE: Purpose
 
 class VoteRequest(_message.Message):
     __slots__ = ("last_log_index", "last_log_term", "pre_vote")
@@ -184,14 +186,20 @@ class PeerHello(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ...) -> None: ...
 
 class PeerHelloReply(_message.Message):
-    __slots__ = ("refusal", "node_id", "client_address")
+    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index")
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     refusal: str
     node_id: str
     client_address: str
-    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ...) -> None: ...
+    term: int
+    last_log_term: int
+    last_log_index: int
+    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

@@ -60,13 +60,19 @@ class RaftCore:
     what the state machine already holds on (re)start: the core will not hand those entries out
     again. `rng` supplies the election timeout jitter, so a seeded generator makes runs repeatable.
 
-    `rejoining`: this node lost its log and comes back empty (its hard state's term set above any
-    it can have voted in). Until it has caught up to the commit index of the first leader it hears
-    from, it grants no vote and never stands: an empty log would vote for a candidate that lacks
-    entries the lost copy held, and a majority could then elect a leader without them."""
+    `rejoin_floor`: this node lost its log and comes back empty (its hard state's term set above
+    any it can have voted in), and this is the most up-to-date log position (last term, last
+    index) its peers reported (raft/node/joining.py). Until it has caught up it never stands, and
+    votes only for a candidate whose log is at least that up to date: an empty log would vote for a
+    candidate that lacks entries the lost copy held, and a majority could then elect a leader
+    without them; a candidate as up to date as the best of a set of peers that meets every
+    majority holds everything committed. Caught up means: its disk holds the log up to a commit
+    index its leader told it whose entry is of the leader's own term. Such an entry commits only
+    after everything committed in earlier terms, so the node then holds all its lost copy had."""
 
     def __init__(self, node_id: str, members: Sequence[str], log: LogStore, config: CoreConfig,
-                 rng: random.Random, now: int, applied_index: int = 0, rejoining: bool = False) -> None:
+                 rng: random.Random, now: int, applied_index: int = 0,
+                 rejoin_floor: tuple[int, int] | None = None) -> None:
         if node_id not in members:
             raise ValueError(f"{node_id!r} is not among the members {sorted(members)}")
         self.id = node_id
@@ -98,9 +104,7 @@ class RaftCore:
         self._election_deadline = 0
         self._reset_election_timer()
         self._lead: Leadership | None = None  # while this node leads its term
-        # Rejoining: None once caught up (or never rejoining); -1 until a leader's commit index is
-        # known; then that index, which the persisted log must reach.
-        self._rejoining_until: int | None = -1 if rejoining else None
+        self._rejoin_floor = rejoin_floor
         # Output queues, drained by ready().
         self._messages: list[Message] = []
         self._leader_messages: list[Message] = []
@@ -132,7 +136,7 @@ class RaftCore:
 
     @property
     def rejoining(self) -> bool:
-        return self._rejoining_until is not None
+        return self._rejoin_floor is not None
 
     @property
     def applied_index(self) -> int:
@@ -213,6 +217,21 @@ class RaftCore:
         t = self.config.election_timeout_ms
         soon = self._leader_contact + t + self._rng.randrange(max(1, t // 4))
         self._election_deadline = min(self._election_deadline, soon)
+
+    def join(self, term: int, floor: tuple[int, int] | None) -> None:
+        """A node that started empty learnt what its cluster holds (raft/node/joining.py): it takes
+        `term` (above every term its peers reported, so it cannot vote again in a term it voted in
+        before losing its data); with a `floor` (the cluster has a log) it rejoins (see
+        `rejoin_floor`), else it is a founder and votes from now on."""
+        if term > self._term:
+            self._term, self._voted_for, self._hard_dirty = term, None, True
+        self._rejoin_floor = floor
+
+    def refloor(self, floor: tuple[int, int] | None) -> None:
+        """(Rejoining) The rejoin floor asked again (raft/node/joining.py): None when no log
+        holds anything any more."""
+        if self._rejoin_floor is not None:
+            self._rejoin_floor = floor
 
     def applied_to(self, index: int) -> None:
         self._applied = max(self._applied, index)
@@ -319,11 +338,17 @@ class RaftCore:
             self._handler.matched_through(idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
-        if self._rejoining_until is not None and 0 <= self._rejoining_until <= self.log.persisted_index:
-            self._rejoining_until = None  # caught up: a voter again
+        if self._rejoin_floor is not None and self._caught_up():
+            self._rejoin_floor = None  # a voter again
         if self._lead is not None:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
+
+    def _caught_up(self) -> bool:
+        """(Rejoining) Its disk holds the log through a commit index of the current term."""
+        commit = self._commit
+        return (self._leader is not None and commit > 0 and commit <= self.log.persisted_index
+                and self.log.term(commit) == self._term)
 
     def _soft_state_changed(self) -> bool:
         # Field by field: has_ready runs several times per write, and building a SoftState to
@@ -421,7 +446,9 @@ class RaftCore:
     # ------------------------------------------------------------------ election messages
 
     def _on_vote_request(self, msg: VoteRequest) -> None:
-        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term) and not self.rejoining
+        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+        if self._rejoin_floor is not None:
+            up_to_date = up_to_date and (msg.last_log_term, msg.last_log_index) >= self._rejoin_floor
         if msg.pre_vote:
             grant = msg.term > self._term and up_to_date and not self._in_lease()
             self._messages.append(VoteResponse(self.id, msg.src, msg.term if grant else self._term,
@@ -478,8 +505,6 @@ class RaftCore:
             return
         self._messages.extend(self._handler.handle(msg, self.now, self._commit))
         self._learn_commit(msg.commit_index)
-        if self._rejoining_until == -1:
-            self._rejoining_until = msg.commit_index  # a push carries the leader's whole commit index
 
     def _on_install_snapshot(self, msg: InstallSnapshotRequest) -> None:
         if not self._accept_leader(msg.src) or self._installing:

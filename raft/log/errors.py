@@ -26,9 +26,10 @@ class LogCorruptionError(_AtPath):
             path, detail,
             f"raft log at {path} is corrupt ({where}{detail}). This node stops using it so it cannot "
             f"serve or replicate wrong data. To recover: stop the node, remove its data directory "
-            f"(the one holding {path}) and start it again with the same id and peers; it rejoins "
-            f"empty and the leader brings it up to date by snapshot and append. Do this on one node "
-            f"at a time, and only while the other members still form a quorum."
+            f"(the one holding {path}) and start it again with the same id and peers; it asks the "
+            f"others what the cluster holds, rejoins empty and is brought up to date by snapshot and "
+            f"append. Do this on one node at a time, while the others are up (both others of three "
+            f"members, three of five)."
         )
 
 

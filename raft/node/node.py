@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from raft.core.errors import NotLeaderError
 from raft.core.messages import Message
@@ -33,7 +33,8 @@ from raft.core.types import Role, SnapshotMeta
 from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.core.log_store import LogStore
-from raft.node.ports import Chunks, Clock, PeerTransport, SnapshotHost, StateMachine, monotonic_ms
+from raft.node.joining import Joining, starts_empty
+from raft.node.ports import Chunks, Clock, PeerTransport, RejoinRecord, SnapshotHost, StateMachine, monotonic_ms
 from raft.node.proposals import Proposals
 from raft.node.reads import Reads
 from raft.node.ready_handler import ReadyHandler
@@ -60,13 +61,12 @@ class RaftNode:
     def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine, transport: PeerTransport, *,
                  cluster_id: str, snapshots: SnapshotHost | None = None, workers: Workers | None = None,
                  clock: Clock = monotonic_ms, rng: random.Random | None = None,
-                 fsm_full_errors: tuple[type[Exception], ...] = (), rejoining: bool = False,
-                 on_rejoined: Callable[[], None] | None = None) -> None:
+                 fsm_full_errors: tuple[type[Exception], ...] = (), rejoin_record: RejoinRecord | None = None) -> None:
         """`fsm_full_errors`: what the state machine raises when it is out of space (raft may not
         import statemachine, so the server names its StateFullError here). `cluster_id`: resolved
-        by the caller from the data directory (raft/node/cluster_id.py). `rejoining`: the node
-        lost its data and comes back empty (RaftCore says what that means); `on_rejoined` is
-        called once it has caught up and votes again, for the caller to record that durably."""
+        by the caller from the data directory (raft/node/cluster_id.py). `rejoin_record`: where a
+        node that starts empty, or lost its data, keeps its rejoin floor (raft/node/joining.py);
+        without one the node never asks its peers what the cluster holds."""
         self.config = config
         self.id = config.node_id
         self.cluster_id = cluster_id
@@ -77,9 +77,10 @@ class RaftNode:
         self.fsm_full_errors = fsm_full_errors
         self._clock = clock
         self._rng = rng or random.Random()
-        self._rejoining = rejoining
-        self._on_rejoined = on_rejoined
         self.applied_index = fsm.applied_index
+        self._joining = None if rejoin_record is None else Joining(
+            self, rejoin_record, starts_empty(log_store, self.applied_index, snapshots is not None and
+                                              snapshots.newest() is not None))
         self.core = self._new_core()
         self.proposals = Proposals()
         self.reads = Reads(self)
@@ -97,7 +98,8 @@ class RaftNode:
 
     def _new_core(self) -> RaftCore:
         return RaftCore(self.id, self.config.members, self.log, self.config.core, self._rng, self._clock(),
-                        applied_index=self.applied_index, rejoining=self._rejoining)
+                        applied_index=self.applied_index,
+                        rejoin_floor=self._joining.floor if self._joining is not None else None)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -119,6 +121,8 @@ class RaftNode:
         self._stopped = None
         self._tasks = [asyncio.create_task(self._tick_loop(), name=f"raft-tick-{self.id}"),
                        asyncio.create_task(self._ready_loop(), name=f"raft-ready-{self.id}")]
+        if self._joining is not None and self._joining.needed:
+            self._tasks.append(asyncio.create_task(self._joining.run(), name=f"raft-join-{self.id}"))
         self._wake.set()
 
     async def stop(self) -> None:
@@ -146,8 +150,8 @@ class RaftNode:
 
     def step(self, messages: Sequence[Message]) -> None:
         """Messages from peers (called by the transport on the loop)."""
-        if self._stopped is not None:
-            return
+        if self._stopped is not None or (self._joining is not None and self._joining.holding):
+            return  # stopped, or not yet knowing whether it founds or rejoins its cluster
         self.core.clock(self._clock())
         for m in messages:
             try:
@@ -301,11 +305,10 @@ class RaftNode:
             log.info("node %s stepped down in term %d (leader now %s)", self.id, ss.term, ss.leader or "unknown")
         if ss.leader is not None and ss.leader != self.id and (old is None or old.leader != ss.leader):
             log.info("node %s sees new leader %s in term %d", self.id, ss.leader, ss.term)
-        if self._rejoining and not ss.rejoining:
+        if self._joining is not None and self._joining.floor is not None and not self._joining.holding \
+                and not ss.rejoining:
             log.info("node %s caught up after rejoining: it votes again", self.id)
-            self._rejoining = False
-            if self._on_rejoined is not None:
-                self._on_rejoined()
+            self._joining.caught_up()
         self._soft = ss
         if self._soft_changed is not None:
             changed, self._soft_changed = self._soft_changed, asyncio.Event()
@@ -350,4 +353,7 @@ class RaftNode:
             "leader_address": self.transport.client_address(s.leader) if s.leader else None,
             "log_size_bytes": size_bytes() if callable(size_bytes) else 0,
             "disk_full": self.disk_full is not None,
+            # Rejoining after losing its data (or still asking whether its cluster is new): it
+            # votes for no one until it has caught up.
+            "rejoining": self.core.rejoining,
         }

@@ -134,7 +134,23 @@ class PeerTransport(Protocol):
         """The address `member` advertises to clients, when known."""
         ...
 
+    async def probe(self) -> dict[str, tuple[int, int, int]]:
+        """Ask every peer for its term and the end of its log: member -> (term, last log term,
+        last log index) of those that answered (raft/node/joining.py)."""
+        ...
+
     async def close(self) -> None: ...
+
+
+class RejoinRecord(Protocol):
+    """Where a node that lost its data keeps, durably, that it rejoins and its rejoin floor (the
+    log end a candidate must reach for its vote) until it has caught up (raft/node/joining.py)."""
+
+    def load(self) -> tuple[int, int] | None: ...
+
+    def save(self, floor: tuple[int, int] | None) -> None:
+        """Record `floor` (None: caught up, no longer rejoining), durably before returning."""
+        ...
 
 
 class Offload(Protocol):

@@ -29,6 +29,7 @@ from raft.transport.frames import FrameError, FrameReader, frame
 from raft.transport.peer_protocol import (
     MAX_HELLO_BYTES,
     MESSAGES,
+    PROBE,
     SNAPSHOT,
     PeerRefused,
     check_reply,
@@ -171,10 +172,11 @@ class PeerLinks:
         return frame(hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
                      .SerializeToString())
 
-    def _accepted(self, link: PeerLink, answer: bytes) -> None:
+    def _accepted(self, link: PeerLink, answer: bytes) -> raft_pb2.PeerHelloReply:
         reply = check_reply(answer, link.peer_id, link.address)
         if reply.client_address and self._learnt is not None:
             self._learnt(link.peer_id, reply.client_address)
+        return reply
 
     def _drop_queued(self, link: PeerLink) -> None:
         link.dropped += sum(len(queued) for queued in link.queue)
@@ -200,6 +202,28 @@ class PeerLinks:
         if refusal != link.last_refusal:
             log.error("peer %s at %s refused our connection: %s", link.peer_id, link.address, refusal)
             link.last_refusal = refusal
+
+    # ---- probes ------------------------------------------------------------------------------
+
+    async def probe(self) -> dict[str, tuple[int, int, int]]:
+        """Ask every peer, at once, for its term and the end of its log: member -> (term, last log
+        term, last log index) of those that answered within the connect timeout."""
+        answers = await asyncio.gather(*(self._probe(link) for link in self._links.values()))
+        return {link.peer_id: answer for link, answer in zip(self._links.values(), answers) if answer is not None}
+
+    async def _probe(self, link: PeerLink) -> tuple[int, int, int] | None:
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                reader, writer = await asyncio.open_connection(link.host, link.port)
+                writer.write(self._hello(link, PROBE))
+                reply = self._accepted(link, await _read_frame(reader))
+        except (OSError, EOFError, TimeoutError, FrameError, PeerRefused):
+            return None  # not up yet, or not ours to ask: the caller asks again
+        finally:
+            if writer is not None:
+                writer.close()
+        return reply.term, reply.last_log_term, reply.last_log_index
 
     # ---- snapshots ---------------------------------------------------------------------------
 

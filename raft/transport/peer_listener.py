@@ -30,6 +30,7 @@ from raft.transport.peer_protocol import (
     MAX_FRAME_BYTES,
     MAX_HELLO_BYTES,
     MESSAGES,
+    PROBE,
     PURPOSES,
     PeerRefused,
     check_hello,
@@ -56,18 +57,20 @@ ReceiveSnapshot = Callable[[str, int, SnapshotMeta, int, str, AsyncIterator[tupl
 class PeerListener:
     """`deliver(messages)` takes an accepted batch's messages, in order, and must not block (the
     node steps them); `receive_snapshot` is raft.node.ports.Inbound's; `learnt(member, address)`
-    is told each accepted dialer's advertised client address."""
+    is told each accepted dialer's advertised client address; `disk_state()` says the node's
+    term and the end of its log (last term, last index), for the reply to a hello."""
 
     def __init__(self, node_id: str, cluster_id: str, members: Collection[str], client_address: str,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
-                 learnt: Callable[[str, str], None]) -> None:
+                 learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]]) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.members = frozenset(members)
         self.deliver = deliver
         self.receive_snapshot = receive_snapshot
         self.learnt = learnt
-        self.accepted = raft_pb2.PeerHelloReply(node_id=node_id, client_address=client_address).SerializeToString()
+        self.client_address = client_address
+        self.disk_state = disk_state
         self.connections: set[_Accepted] = set()
         self.refusals: dict[str, str] = {}  # source -> the refusal last logged for it
         self._server: asyncio.AbstractServer | None = None
@@ -182,9 +185,15 @@ class _Accepted(asyncio.Protocol):
         listener.refusals.pop(hello.from_id, None)
         if hello.client_address:
             listener.learnt(hello.from_id, hello.client_address)
-        self._on_frame = self._batch if hello.purpose == MESSAGES else self._snapshot_header
-        self._transport.write(frame(listener.accepted))
+        term, last_term, last_index = listener.disk_state()
+        reply = raft_pb2.PeerHelloReply(node_id=listener.node_id, client_address=listener.client_address, term=term,
+                                        last_log_term=last_term, last_log_index=last_index).SerializeToString()
         log.debug("accepted a %s connection from %s", PURPOSES[hello.purpose], hello.from_id)
+        if hello.purpose == PROBE:  # the reply was all it asked for
+            self._close_with(reply)
+            return
+        self._on_frame = self._batch if hello.purpose == MESSAGES else self._snapshot_header
+        self._transport.write(frame(reply))
 
     def _refuse_hello(self, why: str, received: bytes = b"", claimed: str = "") -> None:
         if self._closing:

@@ -12,6 +12,8 @@ raft.proto. A dialer opens a connection for one purpose:
                                            <------  (only on a bad batch) Refusal, and close
     SNAPSHOT: SnapshotHeader, SnapshotChunk ... ->  handed to the node chunk by chunk
                                            <------  SnapshotAck, and close
+    PROBE: nothing more; the reply (which tells the listener's term and the end of its log) was
+    the answer, and the listener closes
 
 The dialer sends nothing after its hello until the answer comes. Both sides tell their advertised
 client address in the handshake: that is how a node learns what to put in not-leader hints and
@@ -32,7 +34,8 @@ from raftkv_proto import raft_pb2
 
 MESSAGES = raft_pb2.MESSAGES
 SNAPSHOT = raft_pb2.SNAPSHOT
-PURPOSES = {MESSAGES: "messages", SNAPSHOT: "snapshot"}
+PROBE = raft_pb2.PROBE
+PURPOSES = {MESSAGES: "messages", SNAPSHOT: "snapshot", PROBE: "probe"}
 
 # Largest frame after an accepted hello: a push carries up to max_batch_bytes of entries (1 MiB
 # by default), a batch may hold several pushes, a snapshot chunk is snapshot_chunk_bytes.

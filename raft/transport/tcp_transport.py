@@ -5,7 +5,7 @@ peers' connections (raft/transport/peer_listener.py), the links dial theirs
 handshakes."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
@@ -17,11 +17,16 @@ from raft.transport.peer_listener import PeerListener
 
 
 class TcpTransport:
-    def __init__(self, config: NodeConfig, cluster_id: str) -> None:
+    """`disk_state()`: the node's term and the end of its log (last term, last index), as the log
+    store says; a hello's reply tells them (peer_protocol.py's PROBE)."""
+
+    def __init__(self, config: NodeConfig, cluster_id: str, disk_state: Callable[[], tuple[int, int, int]]) -> None:
         config.validate_addresses()
         self._config = config
         self._cluster_id = cluster_id
+        self._disk_state = disk_state
         self._members = frozenset(config.members)
+        self._inbound: Inbound | None = None
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
         self._client_addresses = {config.node_id: config.advertised_client_address}
         self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
@@ -37,15 +42,37 @@ class TcpTransport:
         if member in self._members:
             self._client_addresses[member] = address
 
-    async def start(self, inbound: Inbound) -> None:
+    async def listen(self) -> None:
+        """Start taking the peers' connections (if this node has a peer address), before the node
+        itself starts when it must first ask its peers whether the cluster is new (what arrives
+        meanwhile is dropped; a hello is answered)."""
+        address = self._config.peer_listen_address
+        if address is None or self.listener is not None:
+            return
         config = self._config
+        listener = PeerListener(config.node_id, self._cluster_id, self._members, config.advertised_client_address,
+                                self._deliver, self._receive_snapshot, self._learn, self._disk_state)
+        await listener.start(*split_address(address))
+        self.listener = listener
+
+    async def start(self, inbound: Inbound) -> None:
         self.links.on_gone = inbound.peer_unreachable
-        address = config.peer_listen_address
-        if address is not None:
-            listener = PeerListener(config.node_id, self._cluster_id, self._members, config.advertised_client_address,
-                                    inbound.step, inbound.receive_snapshot, self._learn)
-            await listener.start(*split_address(address))
-            self.listener = listener
+        self._inbound = inbound
+        await self.listen()
+
+    def _deliver(self, messages: list[Message]) -> None:
+        if self._inbound is not None:
+            self._inbound.step(messages)
+
+    async def _receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int, sha256: str,
+                                chunks: Chunks) -> tuple[bool, str]:
+        if self._inbound is None:
+            return False, "the node is not started yet"
+        return await self._inbound.receive_snapshot(leader, term, meta, total_size, sha256, chunks)
+
+    async def probe(self) -> dict[str, tuple[int, int, int]]:
+        """Each answering peer's term and the end of its log (PeerLinks.probe)."""
+        return await self.links.probe()
 
     def send(self, messages: Sequence[Message]) -> None:
         self.links.send(messages)

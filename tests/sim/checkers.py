@@ -190,8 +190,8 @@ class SafetyChecker:
 
     def check_durability(self, nodes: list["SimNode"]) -> None:
         """Every committed entry is on a quorum of disks (log or snapshot), so no election can lose
-        it. A node rejoining after it lost its disk counts with them: it votes for no one until it
-        holds everything committed again, so no election can lose an entry through it either."""
+        it. A node whose disk was lost counts with them until it has caught up: it votes for no one
+        until then, so no election can lose an entry through it either."""
         for i, c in self.committed.items():
             self._check_on_a_quorum(i, c, nodes)
 
@@ -199,7 +199,7 @@ class SafetyChecker:
         holders = 0
         for n in nodes:
             snap = n.snapshot.meta.index if n.snapshot else 0
-            if snap >= i or n.log.term(i) == c.term or n.disk.rejoining:
+            if snap >= i or n.log.term(i) == c.term or n.disk.replaced:
                 holders += 1
         if holders < len(nodes) // 2 + 1:
             raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")

@@ -298,12 +298,11 @@ class Cluster:
             self.violations.append(violation)
 
     def lose_disk(self, node_id: str) -> None:
-        """The node's disk is lost: it crashes (if up) and gets an empty one, to rejoin with a term
-        above any the cluster, its lost disk included, has seen (tests/sim/node.py)."""
+        """The node's disk is lost: it crashes (if up) and gets an empty one; restarted, it asks
+        its peers whether to found or rejoin the cluster (raft/node/joining.py)."""
         node = self.nodes[node_id]
         self.crash(node_id)
-        term = max([node.disk.log.hard_state().term] + [n.core.term for n in self.up_nodes if n.core]) + 1
-        node.lose_disk(term)
+        node.lose_disk()
         self.checker.register_log(node_id, node.disk.log)
 
     def restart(self, node_id: str) -> None:

@@ -10,7 +10,7 @@ when last synced (it skips fsync: the log is durable). Faults:
 - `crash_after_install`: the node crashes right after its next snapshot install swapped the
   state, before the log was reset to begin after it;
 - `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
-- a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins (`rejoining`)."""
+- a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins."""
 from __future__ import annotations
 
 import hashlib
@@ -232,6 +232,8 @@ class SimSnapshots:
 
 
 class SimDisk:
+    """The node's disk; also its RejoinRecord (raft/node/ports.py)."""
+
     def __init__(self, node: SimNode, members: tuple[str, ...]) -> None:
         self.log = SimLogStore(node)
         self.fsm = SimStateMachine(node)
@@ -239,5 +241,18 @@ class SimDisk:
         self.full = False
         self.crash_in_save: int | None = None  # armed: entries of the next save that reach the disk
         self.crash_after_install = False
-        # A replacement for a lost disk, until the node has caught up (RaftCore's `rejoining`).
-        self.rejoining = False
+        # The node rejoins after losing its data (the RejoinRecord port; kv/server's REJOINING
+        # file): its rejoin floor, set when its peers said the cluster has a log, cleared once it
+        # has caught up.
+        self.rejoin_floor: tuple[int, int] | None = None
+        # (The simulator's knowledge) this disk replaced a lost one and the node has not caught up
+        # yet: it holds less than it acknowledged, and votes for no one.
+        self.replaced = False
+
+    def load(self) -> tuple[int, int] | None:
+        return self.rejoin_floor
+
+    def save(self, floor: tuple[int, int] | None) -> None:
+        self.rejoin_floor = floor
+        if floor is None:
+            self.replaced = False  # caught up (or founded): it holds what a member must

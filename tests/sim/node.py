@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from raft.core import CoreConfig, HardState, Message, RaftCore, Role, SnapshotMeta
+from raft.core import CoreConfig, Message, RaftCore, Role, SnapshotMeta
 from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
+from raft.node.joining import disk_state
 from raft.node.node import RaftNode
 from raft.node.ports import Chunks, Inbound, SnapshotInfo
 from raft.node.recovery import reconcile_state_and_log
@@ -148,6 +149,14 @@ class SimTransport:
     def client_address(self, member: str) -> str | None:
         return f"client:{member}"
 
+    async def probe(self) -> dict[str, tuple[int, int, int]]:
+        """The peers' answers (their term and the end of their log, from their disks), from those
+        up and reachable both ways, after a round trip."""
+        cluster, me = self._node.cluster, self._node.id
+        await asyncio.sleep(2 * cluster.net.delay_ms(me, me) / 1000)
+        return {peer: disk_state(node.disk.log) for peer, node in cluster.nodes.items()
+                if peer != me and node.up and not cluster.net.cut(me, peer) and not cluster.net.cut(peer, me)}
+
     async def close(self) -> None:
         self.closed = True
 
@@ -222,8 +231,7 @@ class SimNode:
         self.raft = RaftNode(self.config, disk.log, disk.fsm, self._transport, cluster_id="sim",
                              snapshots=disk.snapshots, workers=Workers(*self._workers),
                              clock=lambda: self.local_time(loop.now_ms), rng=random.Random(name),
-                             fsm_full_errors=(StateFullError,), rejoining=disk.rejoining,
-                             on_rejoined=lambda: setattr(disk, "rejoining", False))
+                             fsm_full_errors=(StateFullError,), rejoin_record=disk)
         self.cluster.inside_loop(lambda: _start_now(self.raft))
 
     def crash_now(self, power_loss: bool = False) -> None:
@@ -243,17 +251,12 @@ class SimNode:
         if power_loss:
             self.disk.fsm.lose_unsynced()
 
-    def lose_disk(self, term: int) -> None:
-        """(Down) The disk is lost: the node gets an empty one, whose hard state says `term` and no
-        vote, and comes back rejoining. `term` must exceed every term the lost disk held, so the
-        node can never vote twice in a term or obey a leader it had already outgrown; the
-        operator's rejoin procedure (or the cluster, when asked) supplies it."""
+    def lose_disk(self) -> None:
+        """(Down) The disk is lost: the node gets an empty one, and at its next start asks its
+        peers what its cluster holds (raft/node/joining.py), as a real node does."""
         assert self.raft is None, "lose the disk of a node that is down"
-        old_term = self.disk.log.hard_state().term
-        assert term > old_term, f"a rejoining node's term {term} must exceed its lost disk's {old_term}"
         self.disk = SimDisk(self, self.members)
-        self.disk.log.save(HardState(term, None), None, [])
-        self.disk.rejoining = True
+        self.disk.replaced = True
 
     def pause(self, now: int) -> None:
         if self.paused_at is None:

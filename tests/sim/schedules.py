@@ -185,10 +185,10 @@ class _Driver:
             self.timers.append((until, "restart", victim))
         elif kind == "lose_disk":
             # The disk is gone: the node comes back empty, rejoining (it votes again once caught
-            # up). Only while a majority keeps its disk: losing a majority of the copies of a
-            # log is no fault Raft recovers from (an operator restores a backup); else a crash.
-            rejoining = sum(1 for n in c.nodes.values() if n.disk.rejoining)
-            if rejoining + 1 <= (p.n - 1) // 2 and not c.nodes[victim].disk.rejoining:
+            # up). Only if the other disks still hold what the cluster must not forget: losing a
+            # majority of the copies of a log is no fault Raft recovers from (an operator restores
+            # a backup); otherwise the node only crashes.
+            if self._survivable_loss(victim):
                 c.lose_disk(victim)
             else:
                 c.crash(victim)
@@ -244,6 +244,21 @@ class _Driver:
             c.nodes[nid].disk.full = False
             c.restart(nid)
             c.resume(nid)
+
+    def _survivable_loss(self, victim: str) -> bool:
+        """Whether the other disks still hold, each on a majority, everything committed and the
+        newest term a leader was elected in (so the cluster cannot elect a second leader in it)."""
+        others = [n for nid, n in self.c.nodes.items() if nid != victim]
+        quorum = self.p.n // 2 + 1
+        led = max(self.c.checker.leaders, default=0)
+        if sum(1 for n in others if n.log.hard_state().term >= led) < quorum:
+            return False
+        for index, entry in self.c.checker.committed.items():
+            holders = sum(1 for n in others if (n.snapshot is not None and n.snapshot.meta.index >= index)
+                          or n.log.term(index) == entry.term)
+            if holders < quorum:
+                return False
+        return True
 
     def _count_disk_full(self, c: Cluster) -> None:
         self.disk_full_steps += sum(1 for n in c.up_nodes if n.raft is not None and n.raft.disk_full is not None)

@@ -160,14 +160,16 @@ def test_a_follower_that_lost_its_disk_is_caught_up_at_once_by_an_idle_leader() 
     lead = c.nodes[leader]
     assert lead.core is not None and lead.core.status().peers[follower] > 20
     c.lose_disk(follower)
-    assert c.nodes[follower].disk.rejoining
-    c.restart(follower)
     rejoined = c.nodes[follower]
+    went_through: list[bool] = []
+    c.after_step_hooks.append(lambda _: went_through.append(rejoined.disk.rejoin_floor is not None))
+    c.restart(follower)
     # No writes from here on: only heartbeats tell the leader.
-    assert c.run_until(lambda: rejoined.applied == lead.applied and not rejoined.disk.rejoining,
+    assert c.run_until(lambda: rejoined.applied == lead.applied and not rejoined.disk.replaced
+                       and lead.core is not None and lead.core.status().peers[follower] == lead.log.last_index(),
                        3 * SIM_CONFIG.election_timeout_ms)
+    assert any(went_through) and rejoined.disk.rejoin_floor is None  # it rejoined (its peers hold data)
     assert rejoined.state == lead.state
-    assert lead.core.status().peers[follower] == lead.log.last_index()
     c.check_all()
 
 
@@ -185,6 +187,6 @@ def test_a_rejoining_node_grants_no_vote_until_it_has_caught_up() -> None:
     assert c.leader() is None  # the third node alone cannot win, and the rejoining one votes for no one
     assert c.nodes[third].core is not None and c.nodes[third].core.term > 0
     c.restart(leader)
-    assert c.run_until(lambda: converged(c), 20 * T)
-    assert not c.nodes[follower].disk.rejoining
+    rejoined = c.nodes[follower].disk
+    assert c.run_until(lambda: converged(c) and not rejoined.replaced and rejoined.rejoin_floor is None, 20 * T)
     c.check_all()

@@ -69,7 +69,7 @@ class Single:
                                  **layers(log_max_bytes=log_max_bytes, **settings))
         self.log = open_log_store(data_dir, max_bytes=log_max_bytes)
         self.fsm = KVStateMachine(data_dir / "state", map_size=64 << 20)
-        self.node = RaftNode(self.config, self.log, self.fsm, TcpTransport(self.config, "c-test"),
+        self.node = RaftNode(self.config, self.log, self.fsm, TcpTransport(self.config, "c-test", lambda: (0, 0, 0)),
                              cluster_id="c-test")
 
     async def __aenter__(self) -> RaftNode:

@@ -39,6 +39,7 @@ from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
 from raft.transport.peer_protocol import MAX_FRAME_BYTES, MESSAGES, SNAPSHOT, hello
 from raft.transport.tcp_transport import TcpTransport
+from kv.tools.cluster_up import free_ports
 
 H = {"src": "n1", "dst": "n2", "term": 7}
 APPEND = PushRequest(**H, type=PushType.APPEND, pre_index=10, pre_term=5, commit_index=9,
@@ -185,11 +186,12 @@ class Node:
     """A TcpTransport for `node_id` over a Recorder, its peer listener on a free port."""
 
     def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
-                 advertise: str | None = None, port: int = 0) -> None:
+                 advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0)) -> None:
         peers = {**peers, node_id: f"127.0.0.1:{port}"}
         self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
                                  f"client-of-{node_id}.example:7001", peers=peers)
-        self.transport = TcpTransport(self.config, cluster_id)
+        self.disk = disk  # what it answers a probe: (term, last log term, last log index)
+        self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk)
         self.inbound = Recorder()
 
     async def __aenter__(self) -> Node:
@@ -526,7 +528,7 @@ def test_the_listener_takes_one_port_on_every_address_it_binds() -> None:
 
     async def main() -> None:
         listener = PeerListener("n2", CLUSTER, ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
-                                lambda member, address: None)
+                                lambda member, address: None, lambda: (0, 0, 0))
         port = await listener.start("", 0)
         try:
             assert listener._server is not None
@@ -543,5 +545,22 @@ def test_a_taken_peer_port_is_an_error_that_names_the_flag() -> None:
             taken = Node("n3", {"n1": "127.0.0.1:1"}, port=n2.port)
             with pytest.raises(OSError, match=f"cannot listen for peers on {n2.address} \\(--listen-peer\\)"):
                 await taken.transport.start(taken.inbound)
+
+    _run(main)
+
+
+def test_a_probe_gets_each_answering_peers_term_and_log_end_and_nothing_reaches_the_node() -> None:
+    """What a node that starts empty asks before it joins (raft/node/joining.py): the listeners
+    answer with their disks' term and log end, and close; a peer that is down does not answer."""
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1", "n3": "127.0.0.1:1"}, disk=(7, 6, 120)) as n2:
+            async with Node("n3", {"n1": "127.0.0.1:1", "n2": n2.address}, disk=(5, 5, 90)) as n3:
+                down = free_ports(1)[0]
+                async with Node("n1", {"n2": n2.address, "n3": n3.address, "n4": f"127.0.0.1:{down}"}) as n1:
+                    assert await n1.transport.probe() == {"n2": (7, 6, 120), "n3": (5, 5, 90)}
+                    n2.disk = (8, 8, 121)
+                    assert (await n1.transport.probe())["n2"] == (8, 8, 121)  # asked afresh each time
+                    assert n1.transport.client_address("n2") == "client-of-n2.example:7001"
+                assert not n2.inbound.delivered and not n3.inbound.delivered
 
     _run(main)

@@ -1,0 +1,44 @@
+"""The recovery of a member whose data is lost (a corrupt log, a dead disk): stop it, remove its
+data directory, start it again with the same id and peers. It asks its peers what the cluster
+holds, rejoins (voting for no candidate less up to date than its peers until it has caught up),
+and an idle leader, which has no appends for it to refuse, brings it up to date at once."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kv.server.data_dir import REJOINING_FILE
+from tests.integration.cluster import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_wiped_follower_rejoins_and_an_idle_leader_catches_it_up(cluster: Cluster) -> None:
+    leader = cluster.wait_for_leader()
+    with cluster.client() as client:
+        for i in range(200):
+            client.put(f"k{i:03d}", f"v{i}")
+    follower = next(n for n in cluster.nodes if n != leader)
+    status = cluster.status(leader)
+    cluster.wait_applied(follower, status["commit_index"])
+    assert status["peers"][follower] >= status["commit_index"]
+
+    cluster.kill(follower)
+    data_dir = cluster.nodes[follower].spec.data_dir
+    shutil.rmtree(data_dir)
+    cluster.start_node(follower)
+
+    # No writes from here on: only heartbeats can tell the leader that the follower lost its log.
+    def caught_up() -> dict | None:
+        mine, theirs = cluster.status(follower), cluster.status(leader)
+        done = (mine["applied_index"] >= theirs["commit_index"] and not mine["rejoining"]
+                and theirs["peers"].get(follower) == theirs["last_index"])
+        return mine if done else None
+
+    mine = wait_until("the wiped follower to catch up", caught_up, timeout=20.0)
+    assert mine["term"] >= status["term"]
+    assert not (data_dir / REJOINING_FILE).exists()  # caught up: it votes freely again
+    with cluster.client([follower]) as client:
+        assert client.get("k199", consistency="stale") == b"v199"
+    assert cluster.wait_for_leader() == leader  # its return deposed no one
