@@ -24,6 +24,7 @@ from typing import Protocol
 from snapshot.durable import fsync_file, replace_durably
 from snapshot.errors import SnapshotCorruptError
 from snapshot.file_format import payload_digest, read_manifest, write_snapshot
+from snapshot.file_format import verify as verify_file
 from snapshot.manifest import SnapshotManifest
 from snapshot.state_payload import STATE_FILE, count_keys
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # Everything in the directory starting with this is unfinished work of a crashed process.
 TMP_PREFIX = ".tmp-"
+# A snapshot found damaged is renamed with this prefix: kept for inspection, no longer used.
+DAMAGED_PREFIX = "damaged-"
 _NAME = re.compile(r"^snapshot-(\d{20})-(\d{20})\.snap$")
 
 
@@ -87,21 +90,28 @@ class SnapshotStore:
         replace_durably(Path(verified_file), final)
         return manifest, final
 
-    def newest(self) -> tuple[SnapshotManifest, Path] | None:
-        """The newest snapshot whose header and length check out (a damaged one is skipped with a
-        warning, falling back to an older one); None if there is none. The payload is not hashed
-        here: readers verify it while streaming it."""
+    def newest(self, verify: bool = False) -> tuple[SnapshotManifest, Path] | None:
+        """The newest snapshot whose header and length check out, and with `verify` its payload's
+        sha256 too; None if there is none. A damaged one is set aside (`set_aside`), falling back
+        to an older one."""
         for stored in reversed(self.list()):
             try:
-                manifest, _ = read_manifest(stored.path)
+                manifest = verify_file(stored.path) if verify else read_manifest(stored.path)[0]
+                if (manifest.index, manifest.term) != (stored.index, stored.term):
+                    raise SnapshotCorruptError(f"its manifest says index {manifest.index} term {manifest.term}")
             except SnapshotCorruptError as exc:
-                log.warning("skipping damaged snapshot: %s", exc)
-                continue
-            if (manifest.index, manifest.term) != (stored.index, stored.term):
-                log.warning("skipping %s: its manifest says index %d term %d", stored.path, manifest.index, manifest.term)
+                self.set_aside(stored.path, str(exc))
                 continue
             return manifest, stored.path
         return None
+
+    def set_aside(self, path: Path, why: str) -> Path:
+        """Rename a damaged snapshot out of the store (kept for inspection as damaged-NAME): it is
+        never offered, sent or restored again."""
+        target = path.with_name(f"{DAMAGED_PREFIX}{path.name}")
+        replace_durably(path, target)
+        log.error("snapshot %s is damaged (%s): set aside as %s", path, why, target.name)
+        return target
 
     def list(self) -> list[StoredSnapshot]:
         """Snapshot files under final names, oldest first."""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from kv.server.replaceable_state import ReplaceableStateMachine
 from raft.node.ports import SnapshotInfo
+from snapshot.errors import SnapshotCorruptError
+from snapshot.file_format import verify as verify_file
 from snapshot.manifest import SnapshotManifest
 from snapshot.store import SnapshotStore
 from snapshot.transfer import SnapshotReceiver, chunk_file
@@ -27,6 +29,18 @@ class NodeSnapshots:
     def newest(self) -> SnapshotInfo | None:
         found = self.store.newest()
         return self._info(*found) if found else None
+
+    def check(self) -> None:
+        """(At start) Verify the newest snapshot's payload, setting damaged ones aside."""
+        self.store.newest(verify=True)
+
+    def verify(self, info: SnapshotInfo) -> bool:
+        try:
+            verify_file(info.path)
+        except SnapshotCorruptError as e:
+            self.store.set_aside(info.path, str(e))
+            return False
+        return True
 
     def take(self) -> SnapshotInfo:
         manifest = self.store.create(self._state, self._members, self._cluster_id)

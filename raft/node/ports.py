@@ -80,6 +80,15 @@ class SnapshotHost(Protocol):
         either the old or the new state) and keep the file as the newest snapshot."""
         ...
 
+    def check(self) -> None:
+        """(At start) Verify the newest snapshot, setting damaged ones aside until one verifies."""
+        ...
+
+    def verify(self, info: SnapshotInfo) -> bool:
+        """Check the file against its manifest (its payload's sha256); a damaged one is set aside,
+        no longer the newest, and False returned."""
+        ...
+
     def restore(self, info: SnapshotInfo) -> None:
         """Replace the state machine's contents by those of a snapshot already kept here (at
         start, when the state lost what the log no longer holds)."""

@@ -2,6 +2,8 @@
 moment. Runs before the node's core is built, on the same interfaces as the driver, so the
 simulator's crashes exercise it too.
 
+- A snapshot file damaged on disk is set aside (SnapshotHost.check), so no restore, install or
+  stream uses it.
 - The state machine skips fsync (the log is durable) and may be behind the log's compaction point
   after an OS crash: it is restored from the newest snapshot, which covers that point.
 - A snapshot install swaps the state first and resets the log second: a crash in between leaves
@@ -22,6 +24,8 @@ class DamagedDataError(RuntimeError):
 
 
 def reconcile_state_and_log(log_store: LogStore, fsm: StateMachine, snapshots: SnapshotHost | None) -> None:
+    if snapshots is not None:
+        snapshots.check()  # a damaged newest snapshot is set aside before anything relies on it
     before_index, _ = log_store.before_begin()
     if fsm.applied_index < before_index:
         newest = snapshots.newest() if snapshots is not None else None

@@ -116,7 +116,7 @@ class SnapshotDriver:
         node = self._node
         ok, why = False, ""
         try:
-            info = await self.take()
+            info = await self._sendable()
             meta = SnapshotMeta(info.index, info.term, tuple(node.config.members))
             rate = node.config.tuning.snapshot_bandwidth_bytes_per_s
             timeout = 60.0 + (info.file_size / rate if rate else 0.0)
@@ -134,6 +134,17 @@ class SnapshotDriver:
         if not ok:
             log.warning("node %s could not send a snapshot to %s: %s", node.id, peer, why)
             node.step([InstallSnapshotResponse(peer, node.id, term, success=False)])
+
+    async def _sendable(self) -> SnapshotInfo:
+        """The newest snapshot, verified, and covering the log's start (the follower goes on from
+        the log after it); a damaged one is set aside and a fresh one taken."""
+        assert self._host is not None
+        while True:
+            info = await self.take(at_least=self._node.log.before_begin()[0])
+            if await self._node.workers.snapshot_io.run(self._host.verify, info):
+                return info
+            if self.newest == info:
+                self.newest = None  # set aside: the next take makes a fresh one
 
     async def _throttled_chunks(self, info: SnapshotInfo) -> AsyncIterator[tuple[int, bytes, bool]]:
         """The file in chunks, read off the loop, paced to the configured bandwidth so a large

@@ -173,3 +173,48 @@ def test_sigkill_during_snapshots_and_installs_loses_no_acknowledged_write(make_
     taken = sum(cluster.nodes[n].log_path.read_text(errors="replace").count("took a snapshot") for n in cluster.nodes)
     assert taken >= 3, "the run must have snapshotted (and compacted) while nodes were being killed"
     wait_until("identical data on every node", converged(cluster), timeout=60)
+
+
+def flip_payload_byte(path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size - 100)  # inside the payload: only a full check sees it
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def newest_snapshot(cluster: Cluster, node_id: str):
+    files = sorted((cluster.nodes[node_id].spec.data_dir / "snapshots").glob("snapshot-*.snap"))
+    assert files, f"{node_id} holds no snapshot"
+    return files[-1]
+
+
+def test_a_rotten_snapshot_is_set_aside_and_never_sent_or_restored(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(3, extra_args=SNAPSHOT_ARGS)
+    leader = cluster.wait_for_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    live = [n for n in cluster.nodes if n != follower]
+    cluster.pause(follower)
+    last = write_keys(cluster, live, range(1500))
+    wait_until("the leader compacts past the paused follower", lambda: log_begin(cluster, leader)[0] > 500, timeout=60)
+    # No writes from here on, so no newer snapshot replaces the one damaged now.
+    rotten = newest_snapshot(cluster, leader)
+    flip_payload_byte(rotten)
+    cluster.resume(follower)
+    cluster.wait_applied(follower, last, timeout=60)
+    wait_until("identical data on every node", converged(cluster), timeout=30)
+    assert not rotten.exists() and rotten.with_name(f"damaged-{rotten.name}").exists()
+    assert "is damaged" in cluster.nodes[leader].log_path.read_text(errors="replace")
+
+    # At start, too: a member whose newest snapshot rotted while it was down sets it aside and
+    # serves from its state and log; it never restores or offers the damaged file.
+    other = next(n for n in live if n != leader)
+    cluster.kill(other)
+    rotten = newest_snapshot(cluster, other)
+    flip_payload_byte(rotten)
+    cluster.start_node(other)
+    last = write_keys(cluster, list(cluster.nodes), range(100), prefix="after")
+    cluster.wait_applied(other, last, timeout=60)
+    assert rotten.with_name(f"damaged-{rotten.name}").exists()
+    wait_until("identical data on every node", converged(cluster), timeout=30)
+    assert state_digest(cluster, other)[0] == 1600

@@ -189,9 +189,11 @@ class SafetyChecker:
     # --- whole-cluster checks (O(log)) ---
 
     def check_durability(self, nodes: list["SimNode"]) -> None:
-        """Every committed entry is on a quorum of disks (log or snapshot), so no election can lose
-        it. A node whose disk was lost counts with them until it has caught up: it votes for no one
-        until then, so no election can lose an entry through it either."""
+        """Every committed entry is on a quorum of disks (log, snapshot, or the state machine as last
+        synced), so no election can lose it. A node whose disk was lost counts with them until it
+        has caught up: it votes for no one until then, so no election can lose an entry through it
+        either. (A rotten snapshot is set aside; the state it was taken from still holds what it
+        covered, and a fresh snapshot is taken from it when one is needed.)"""
         for i, c in self.committed.items():
             self._check_on_a_quorum(i, c, nodes)
 
@@ -199,7 +201,8 @@ class SafetyChecker:
         holders = 0
         for n in nodes:
             snap = n.snapshot.meta.index if n.snapshot else 0
-            if snap >= i or n.log.term(i) == c.term or n.disk.replaced:
+            synced_state = n.disk.fsm.durable[1]
+            if max(snap, synced_state) >= i or n.log.term(i) == c.term or n.disk.replaced:
                 holders += 1
         if holders < len(nodes) // 2 + 1:
             raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")

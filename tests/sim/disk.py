@@ -9,6 +9,7 @@ when last synced (it skips fsync: the log is durable). Faults:
   its hard state, when `torn` > 0) reached the disk: a torn write, never acknowledged;
 - `crash_after_install`: the node crashes right after its next snapshot install swapped the
   state, before the log was reset to begin after it;
+- a rotten snapshot: a byte of the newest snapshot file changes (SimSnapshots.rot_newest);
 - `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
 - a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins."""
 from __future__ import annotations
@@ -132,10 +133,19 @@ class SimStateMachine:
 class SnapshotFile:
     meta: SnapshotMeta
     state: State
+    sha256: str = ""  # of the payload as written (what the manifest records)
+    rotten: bool = False  # a byte of it changed on the disk since
 
-    def payload(self) -> bytes:
+    def __post_init__(self) -> None:
+        self.sha256 = self.sha256 or hashlib.sha256(self._encoded()).hexdigest()
+
+    def _encoded(self) -> bytes:
         return json.dumps({"index": self.meta.index, "term": self.meta.term, "members": list(self.meta.members),
                            "state": self.state}, sort_keys=True).encode()
+
+    def payload(self) -> bytes:
+        data = self._encoded()
+        return data[:-1] + bytes([data[-1] ^ 1]) if self.rotten else data
 
     @staticmethod
     def parse(payload: bytes) -> SnapshotFile:
@@ -184,8 +194,28 @@ class SimSnapshots:
 
     def _info(self, path: Path) -> SnapshotInfo:
         file = self.files[path]
-        payload = file.payload()
-        return SnapshotInfo(file.meta.index, file.meta.term, path, len(payload), hashlib.sha256(payload).hexdigest())
+        return SnapshotInfo(file.meta.index, file.meta.term, path, len(file.payload()), file.sha256)
+
+    def verify(self, info: SnapshotInfo) -> bool:
+        file = self.files.get(info.path)
+        if file is not None and hashlib.sha256(file.payload()).hexdigest() == file.sha256:
+            return True
+        if file is not None:  # set aside: out of the store
+            del self.files[info.path]
+            self._adopted.remove(info.path)
+            self._newest = self._adopted[-1] if self._adopted else None
+        return False
+
+    def check(self) -> None:
+        while (newest := self.newest()) is not None and not self.verify(newest):
+            pass
+
+    def rot_newest(self) -> bool:
+        """(A fault) A byte of the newest snapshot file changes on the disk."""
+        if self._newest is None:
+            return False
+        self.files[self._newest].rotten = True
+        return True
 
     @property
     def newest_file(self) -> SnapshotFile | None:

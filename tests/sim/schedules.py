@@ -91,7 +91,7 @@ class ScheduleFailure(AssertionError):
 
 # The faults a schedule draws from (a kind named twice is drawn twice as often).
 FAULTS = ("crash", "crash", "crash_mid", "partition", "partition", "one_way", "isolate_leader", "crash_all",
-          "freeze_clock", "torn_write", "power_loss", "disk_full", "lose_disk")
+          "freeze_clock", "torn_write", "power_loss", "disk_full", "lose_disk", "rot_snapshot")
 
 
 class _Driver:
@@ -193,6 +193,9 @@ class _Driver:
             else:
                 c.crash(victim)
             self.timers.append((until, "restart", victim))
+        elif kind == "rot_snapshot":
+            # A byte of its newest snapshot file changes on the disk (it may have to send it).
+            c.nodes[victim].disk.snapshots.rot_newest()
         elif kind == "disk_full":
             # ENOSPC: log writes and applies fail until space returns; reads go on.
             c.nodes[victim].disk.full = True

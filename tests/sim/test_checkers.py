@@ -42,7 +42,7 @@ def test_lossy_disk_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 class _FakeNode:
     def __init__(self, nid: str, entries: list[Entry]) -> None:
         self.id, self.incarnation, self.applied, self.snapshot, self.core = nid, 1, 0, None, None
-        self.disk = SimpleNamespace(replaced=False)
+        self.disk = SimpleNamespace(replaced=False, fsm=SimpleNamespace(durable=({}, 0, 0)))
         self.log = MemoryLogStore()
         self.log.save(None, None, entries)
 

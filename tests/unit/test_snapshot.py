@@ -240,6 +240,25 @@ def test_newest_skips_a_damaged_file(tmp_path: Path) -> None:
     os.truncate(store.path_for(newer), 10)
     newest = store.newest()
     assert newest is not None and newest[0] == older
+    # Set aside, kept for inspection, never listed or offered again.
+    assert not store.path_for(newer).exists()
+    assert (store.directory / f"damaged-{store.path_for(newer).name}").exists()
+    assert [s.index for s in store.list()] == [100]
+
+
+def test_newest_with_verify_sets_aside_a_flipped_payload(tmp_path: Path) -> None:
+    entries = make_entries(200)
+    store = SnapshotStore(tmp_path / "snapshots")
+    with KVStateMachine(tmp_path / "state", map_size=MAP_SIZE) as sm:
+        sm.apply(entries[:100])
+        older = store.create(sm, ["n1"], "c")
+        sm.apply(entries[100:])
+        newer = store.create(sm, ["n1"], "c")
+    damaged = store.path_for(newer)
+    flip_byte(damaged, damaged.stat().st_size - 100)
+    assert store.newest() == (newer, damaged)  # only the header is read: the flip goes unseen
+    assert store.newest(verify=True) == (older, store.path_for(older))
+    assert [p.name for p in sorted(store.directory.iterdir())] == [f"damaged-{damaged.name}", store.path_for(older).name]
 
 
 class CrashingCopy:
