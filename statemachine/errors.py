@@ -8,8 +8,9 @@ class InvalidCommandError(ValueError):
 
 
 class StateFullError(RuntimeError):
-    """The state machine's LMDB map is full: the batch was not applied (nothing of it was written)
-    and the applied index did not move. Reads keep working; writes need a larger map_size."""
+    """The state machine's LMDB map, or the disk under it, is full: the batch was not applied
+    (nothing of it was written) and the applied index did not move. Reads keep working; a full map
+    needs a larger map_size, a full disk freed space."""
 
 
 class ApplyOrderError(ValueError):

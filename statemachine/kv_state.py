@@ -57,6 +57,7 @@ from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
 from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
+from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,16 @@ class KVStateMachine:
             raise StateFullError(
                 f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
                 f"entries {entries[0].index}..{entries[-1].index} were not applied; reads still work. "
-                "Restart the node with a larger state map size.") from exc
+                "Restart the node with a larger map (raftkv serve --state-max-bytes; "
+                "StorageConfig.state_max_bytes).") from exc
+        except lmdb.Error as exc:
+            needed = 2 * sum(len(e.payload) for e in entries) + (1 << 20)
+            if not out_of_space(exc, self.path, needed):
+                raise
+            raise StateFullError(
+                f"no space left on the device of the state machine at {self.path} ({exc}): entries "
+                f"{entries[0].index}..{entries[-1].index} were not applied; reads still work, and "
+                "writes resume by themselves once space is freed.") from exc
         self._applied = (last.index, last.term)
         return outcomes
 

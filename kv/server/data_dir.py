@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from snapshot.durable import fsync_path
+from statemachine.disk_space import free_bytes
 
 LOCK_FILE = "LOCK"
 # Present while the node rejoins after it lost its data (raft/node/joining.py): it votes for no
@@ -62,6 +63,16 @@ class DataDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class DataDirSpace:
+    """raft.node.ports.DiskSpace: the free space on the data directory's file system."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(data_dir)
+
+    def free_bytes(self) -> int:
+        return free_bytes(self.path)
 
 
 class RejoinFile:

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kv.server.data_dir import DataDirLock, RejoinFile
+from kv.server.data_dir import DataDirLock, DataDirSpace, RejoinFile
 from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
@@ -92,7 +92,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         reconcile_state_and_log(log_store, fsm, snapshots)
         transport = TcpTransport(config, cluster_id, lambda: disk_state(log_store))
         node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
-                        fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir))
+                        fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir),
+                        disk_space=DataDirSpace(config.data_dir))
         handler = KVHandler(node, fsm)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)

@@ -3,6 +3,7 @@ argument types."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,20 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: bytes, as a whole number with an optional unit (64MiB, 8GiB, 1500000)."""
+    found = _SIZE.match(text)
+    unit = found.group(2).lower() if found else ""
+    if found is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"expected a size such as 1048576, 64MiB or 8GiB, got {text!r}")
+    return int(found.group(1)) * _UNITS[unit]
 
 
 def port(text: str) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from kv.tools.arguments import (
     LOG_LEVELS,
     Formatter,
+    byte_size,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -135,6 +136,17 @@ def add_serve_parser(commands: Any) -> None:
                        metavar="MS", help="election timeout T; a follower waits a random time in [T, 2T)")
     _add(serve, "--heartbeat-interval-ms", type=positive_int, default=_CORE.heartbeat_interval_ms,
                        metavar="MS", help="how often the leader heartbeats (must be below the election timeout)")
+    _add(serve, "--reserve-free-bytes", type=byte_size, default=_STORAGE.reserve_free_bytes, metavar="SIZE",
+         help="refuse new writes (DISK_FULL) while less than SIZE is free on --data-dir's disk, so a "
+              "filling disk never leaves committed writes the state cannot take; writes resume by "
+              "themselves once space is freed; 0: no check, a full disk is met by the write itself "
+              "(default: 64MiB, one log segment)")
+    _add(serve, "--log-max-bytes", type=byte_size, default=_STORAGE.log_max_bytes, metavar="SIZE",
+         help="most space the log may take; past it writes are refused as DISK_FULL until a "
+              "snapshot compacts the log (default: 8GiB)")
+    _add(serve, "--state-max-bytes", type=byte_size, default=_STORAGE.state_max_bytes, metavar="SIZE",
+         help="size of the state's LMDB map, the most the data may take (a sparse file: it costs "
+              "only what is stored); past it writes are refused as DISK_FULL (default: 8GiB)")
     _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write")
     _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -155,7 +167,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
         peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
         cluster_id=args.cluster_id, core=core,
-        storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold),
+        storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
+                              reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
+                              state_max_bytes=args.state_max_bytes),
         limits=Limits(max_value_bytes=args.max_value_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,

@@ -98,6 +98,7 @@ class RaftCore:
         self._commit = applied_index
         self._applied = applied_index
         self._apply_handed = applied_index  # committed entries handed to the driver up to here
+        self._apply_held = False  # the state machine is out of space: hand nothing out until resumed
         self._handler = EntryHandler(self.log, config)
         self._reads = ReadIndexTracker()
         self._votes: dict[str, bool] = {}
@@ -236,6 +237,21 @@ class RaftCore:
     def applied_to(self, index: int) -> None:
         self._applied = max(self._applied, index)
 
+    def apply_failed(self, applied_index: int) -> None:
+        """The state machine applied only through `applied_index` of what was handed out (its disk
+        is full): the rest is handed out again after resume_apply(). The entries stay committed;
+        nothing else waits on them (a leader goes on replicating, and refusing new writes is the
+        driver's)."""
+        self._applied = max(self._applied, applied_index)
+        self._apply_handed = self._applied
+        self._apply_held = True
+
+    def resume_apply(self) -> None:
+        self._apply_held = False
+
+    def _entries_to_apply(self) -> bool:
+        return not self._installing and not self._apply_held and self._commit > self._apply_handed
+
     def step(self, msg: Message) -> None:
         if msg.dst != self.id or msg.src not in self.members or msg.src == self.id:
             return
@@ -276,7 +292,7 @@ class RaftCore:
         return bool(
             self._soft_state_changed() or self._hard_dirty or self._pending_snapshot
             or self.log.has_unpersisted() or self._messages or self._leader_messages
-            or (not self._installing and self._commit > self._apply_handed)
+            or self._entries_to_apply()
             or self._failed_proposals or self._failed_reads or self._snapshot_sends
             or (self._lead is not None and (self._lead.log_grew or self._reads.wants_round()))
             or self._reads.has_ready(self._applied)
@@ -289,7 +305,7 @@ class RaftCore:
         proposal, whose entries are unpersisted, so a light Ready never starts a snapshot stream.)"""
         return not (
             self._soft_state_changed() or self._hard_dirty or self._pending_snapshot
-            or self.log.has_unpersisted() or (not self._installing and self._commit > self._apply_handed)
+            or self.log.has_unpersisted() or self._entries_to_apply()
             or self._snapshot_sends
         )
 
@@ -312,7 +328,7 @@ class RaftCore:
         rd.truncate_from, rd.entries = self.log.take_unpersisted()
         rd.leader_messages, self._leader_messages = self._leader_messages, []
         rd.messages, self._messages = self._messages, []
-        if not self._installing and self._commit > self._apply_handed:
+        if self._entries_to_apply():
             hi = min(self._commit, self._apply_handed + self.config.max_apply_batch)
             rd.committed_entries = self.log.entries(self._apply_handed + 1, hi + 1)
             self._apply_handed = hi

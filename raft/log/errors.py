@@ -40,10 +40,10 @@ class LogFullError(_AtPath):
     def __init__(self, path: str, detail: str) -> None:
         super().__init__(
             path, detail,
-            f"raft log at {path} is full ({detail}); the write was refused and nothing of it was "
-            f"stored. Reads still work, and compacting the log after a snapshot frees pages. If it "
-            f"persists, free disk space or restart the node with a larger log size limit "
-            f"(StorageConfig.log_max_bytes)."
+            f"raft log at {path} is full ({detail}); nothing of the write was stored here. Reads "
+            f"still work, writes resume once space is freed, and a snapshot compacting the log frees "
+            f"some. At its size limit, restart the node with a larger one (raftkv serve "
+            f"--log-max-bytes; StorageConfig.log_max_bytes)."
         )
 
 

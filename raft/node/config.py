@@ -27,6 +27,11 @@ class StorageConfig:
     # costs nothing until used): past either, writes are refused as DISK_FULL.
     log_max_bytes: int = 8 << 30
     state_max_bytes: int = 8 << 30
+    # New writes are refused as DISK_FULL while less than this is free on the data directory's
+    # file system: room for the next log segment (64 MiB) and for entries already committed to
+    # reach the state, so a disk that fills never leaves committed entries it cannot apply (and
+    # linearizable reads waiting on them). 0: no check (a full disk is met by the write itself).
+    reserve_free_bytes: int = 64 << 20
     # Take a snapshot after this many applied entries, or after this many bytes of applied
     # payload, whichever comes first (`raftkv serve --snapshot-threshold` sets the entry count).
     snapshot_threshold: int = 100_000
@@ -42,6 +47,11 @@ class StorageConfig:
             raise ValueError("snapshot_threshold must be at least 1")
         if self.snapshots_kept < 1:
             raise ValueError("snapshots_kept must be at least 1")
+        for name in ("log_max_bytes", "state_max_bytes"):
+            if getattr(self, name) < 1 << 20:
+                raise ValueError(f"{name} must be at least 1MiB, got {getattr(self, name)}")
+        if self.reserve_free_bytes < 0:
+            raise ValueError("reserve_free_bytes must not be negative")
 
     @property
     def trailing_entries(self) -> int:

@@ -34,7 +34,8 @@ from raft.node.config import NodeConfig
 from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
 from raft.core.log_store import LogStore
 from raft.node.joining import Joining, starts_empty
-from raft.node.ports import Chunks, Clock, PeerTransport, RejoinRecord, SnapshotHost, StateMachine, monotonic_ms
+from raft.node.ports import (Chunks, Clock, DiskSpace, PeerTransport, RejoinRecord, SnapshotHost, StateMachine,
+                             monotonic_ms)
 from raft.node.proposals import Proposals
 from raft.node.reads import Reads
 from raft.node.ready_handler import ReadyHandler
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 # A follower this far behind its commit index is "catching up"; it logs once when it has caught up.
 CATCH_UP_LAG = 1000
+# How often a state machine that ran out of space is handed its committed entries again.
+APPLY_RETRY_S = 1.0
 
 
 def _role_name(role: Role) -> str:
@@ -61,12 +64,14 @@ class RaftNode:
     def __init__(self, config: NodeConfig, log_store: LogStore, fsm: StateMachine, transport: PeerTransport, *,
                  cluster_id: str, snapshots: SnapshotHost | None = None, workers: Workers | None = None,
                  clock: Clock = monotonic_ms, rng: random.Random | None = None,
-                 fsm_full_errors: tuple[type[Exception], ...] = (), rejoin_record: RejoinRecord | None = None) -> None:
+                 fsm_full_errors: tuple[type[Exception], ...] = (), rejoin_record: RejoinRecord | None = None,
+                 disk_space: DiskSpace | None = None) -> None:
         """`fsm_full_errors`: what the state machine raises when it is out of space (raft may not
         import statemachine, so the server names its StateFullError here). `cluster_id`: resolved
         by the caller from the data directory (raft/node/cluster_id.py). `rejoin_record`: where a
         node that starts empty, or lost its data, keeps its rejoin floor (raft/node/joining.py);
-        without one the node never asks its peers what the cluster holds."""
+        without one the node never asks its peers what the cluster holds. `disk_space`: where new
+        writes are checked against StorageConfig.reserve_free_bytes (none: never)."""
         self.config = config
         self.id = config.node_id
         self.cluster_id = cluster_id
@@ -75,6 +80,8 @@ class RaftNode:
         self.transport = transport
         self.workers = workers or Workers.threads(self.id)
         self.fsm_full_errors = fsm_full_errors
+        self._disk_space = disk_space
+        self._short_of_space = False  # below the reserve at the last write (logged once per episode)
         self._clock = clock
         self._rng = rng or random.Random()
         self.applied_index = fsm.applied_index
@@ -86,7 +93,7 @@ class RaftNode:
         self.reads = Reads(self)
         self.snapshots = SnapshotDriver(self, snapshots)
         self._ready = ReadyHandler(self)
-        self.disk_full: str | None = None  # why writes are refused, while the store is full
+        self._full_stores: dict[str, str] = {}  # "log" / "state machine" -> why it refused a write
         self._stopped: str | None = "not started"
         self._catching_up = True
         self._soft: SoftState | None = None
@@ -177,8 +184,7 @@ class RaftNode:
         applied. Raises (at once) NotLeaderError, QueueFullError, DiskFullError, NodeStoppedError;
         the future may fail with NotLeaderError or NodeStoppedError."""
         self._check_running()
-        if self.disk_full is not None:
-            raise DiskFullError(self.disk_full)
+        self._check_space(len(payload))
         self._check_queue()
         self.core.clock(self._clock())
         index, term = self.core.propose([payload])
@@ -267,6 +273,35 @@ class RaftNode:
         except Exception as e:  # a broken store (corruption): stop serving rather than serve wrong data
             self._stop_on_error(e)
 
+    def _check_space(self, payload_bytes: int) -> None:
+        """Refuse a new write (nothing of it stored) while a store is full or the disk is below
+        its reserve."""
+        if self.disk_full is not None:
+            raise DiskFullError(self.disk_full)
+        free = self._free_below_reserve(payload_bytes)
+        if free is None:
+            if self._short_of_space:
+                log.info("node %s: space is free again on the data directory's disk: it accepts writes", self.id)
+                self._short_of_space = False
+            return
+        why = (f"node {self.id} refuses writes: {free / 2**20:.1f} MiB free on the data directory's disk, below "
+               f"the {self.config.storage.reserve_free_bytes / 2**20:.0f} MiB it keeps in reserve "
+               "(--reserve-free-bytes); writes resume once space is freed")
+        if not self._short_of_space:
+            log.error("%s", why)
+            self._short_of_space = True
+            if self.core.role is Role.LEADER:
+                self._give_way()
+        raise DiskFullError(why)
+
+    def _free_below_reserve(self, payload_bytes: int = 0) -> int | None:
+        """The free bytes when they are short of the reserve plus `payload_bytes`, else None."""
+        reserve = self.config.storage.reserve_free_bytes
+        if self._disk_space is None or reserve == 0:
+            return None
+        free = self._disk_space.free_bytes()
+        return free if free < reserve + payload_bytes else None
+
     def _stop_on_error(self, e: Exception) -> None:
         log.exception("node %s stopped: %s", self.id, e)
         self._stopped = f"node stopped on an error: {e}"
@@ -283,18 +318,59 @@ class RaftNode:
         self.applied_index = index
         self.reads.applied(index)
 
-    def on_store_full(self, e: Exception) -> None:
-        """A write to the log or state store failed for space. The Ready cannot be completed, so
-        the core restarts from what is durable - exactly what a crash here would do, which Raft
-        tolerates - and writes are refused until a write of entries succeeds again."""
-        if self.disk_full is None:  # once per episode: a full leader re-elects and fails again
-            log.error("node %s refuses writes: %s", self.id, e)
-        self.disk_full = f"node {self.id} is out of space: {e}"
-        # Reads are not refused for space: they failed only because this core is going away.
-        self._fail_all(lambda: DiskFullError(self.disk_full or "disk full"),
-                       lambda: NotLeaderError(None, self.core.term))
+    def on_log_full(self, e: Exception) -> None:
+        """A write to the log failed for space. The Ready cannot be completed, so the core
+        restarts from what is durable - exactly what a crash here would do, which Raft tolerates -
+        and writes are refused until a write of entries succeeds again."""
+        self._note_full("log", e)
+        self._give_way()
+
+    def on_state_full(self, e: Exception) -> None:
+        """The state machine could not apply committed entries for space. A leader gives way (a
+        member with space can serve writes and reads). Otherwise the entries stay committed and
+        the core hands them out again every APPLY_RETRY_S until they apply; new writes are refused
+        meanwhile, stale reads go on, a linearizable read here waits for them."""
+        if self._note_full("state machine", e) and self.core.role is Role.LEADER:
+            self._give_way()
+            return
+        self.core.apply_failed(self.fsm.applied_index)
+        asyncio.get_running_loop().call_later(APPLY_RETRY_S, self._retry_apply)
+
+    def _give_way(self) -> None:
+        """Restart the core from what is durable, as a crash would (a leader becomes a follower;
+        its peers' election timers started before its new one, so one of them usually stands first
+        and leads with space). Reads fail, and so do writes not yet committed, as on any loss of
+        leadership: their entries may be on followers and be committed by the next leader, so the
+        outcome is unknown (a retry with the same session is applied at most once), not "refused".
+        A committed write waits for its entry to be applied here (or fails so when a snapshot is
+        installed over it)."""
+        not_leader = lambda: NotLeaderError(None, self.core.term)  # noqa: E731
+        self.proposals.fail_uncommitted(self.core.commit_index, not_leader)
+        self.reads.fail_all(not_leader)
         self.core = self._new_core()
         self.poke()
+
+    def _retry_apply(self) -> None:
+        self.core.resume_apply()
+        self.poke()
+
+    @property
+    def disk_full(self) -> str | None:
+        """Why writes are refused, while a store is full (None when none is)."""
+        return next(iter(self._full_stores.values()), None)
+
+    def _note_full(self, store: str, e: Exception) -> bool:
+        """Refuse writes for a full store; True when this starts an episode."""
+        first = self.disk_full is None
+        if store not in self._full_stores:  # logged once per episode, not once per retry
+            log.error("node %s refuses writes: its %s is out of space: %s", self.id, store, e)
+        self._full_stores[store] = f"node {self.id} is out of space: {e}"
+        return first
+
+    def store_accepts_writes(self, store: str) -> None:
+        """A write of entries to the log, or an apply, succeeded after the store was full."""
+        if self._full_stores.pop(store, None) is not None:
+            log.info("node %s: the %s accepts writes again", self.id, store)
 
     def soft_state_changed(self, ss: SoftState) -> None:
         old = self._soft
@@ -352,7 +428,7 @@ class RaftNode:
             "last_index": s.last_index,
             "leader_address": self.transport.client_address(s.leader) if s.leader else None,
             "log_size_bytes": size_bytes() if callable(size_bytes) else 0,
-            "disk_full": self.disk_full is not None,
+            "disk_full": self.disk_full is not None or self._free_below_reserve() is not None,
             # Rejoining after losing its data (or still asking whether its cluster is new): it
             # votes for no one until it has caught up.
             "rejoining": self.core.rejoining,

@@ -42,6 +42,14 @@ class StateMachine(Protocol):
         ...
 
 
+class DiskSpace(Protocol):
+    """The space left where the node keeps its data."""
+
+    def free_bytes(self) -> int:
+        """Bytes still free for the node's files on their file system."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     index: int

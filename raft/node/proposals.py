@@ -1,6 +1,7 @@
 """Proposals waiting for their entry to be applied: a future per log index, resolved with the
 state machine's result when that index is applied with the proposal's term, and failed with a
-retryable NotLeaderError when another leader's entry took the index or the core drops it.
+retryable NotLeaderError when another leader's entry took the index, the core drops it, or a
+snapshot installed over it leaves its result unknown.
 
 A plain future rather than a task per proposal: awaiting it under a timeout then costs no task
 (this is the hot path). A caller that gives up leaves its entry until the index is applied or
@@ -53,9 +54,23 @@ class Proposals:
                 if not proposal.future.done():
                     proposal.future.set_exception(NotLeaderError(dp.leader, term))
 
+    def overtaken(self, upto: int, leader: str | None, term: int) -> None:
+        """The state machine reached `upto` without these entries' results (a snapshot was
+        installed over them): the outcome is unknown here, so each fails as on a loss of
+        leadership (a retry in the same session learns it without applying twice)."""
+        self._fail(lambda index: index <= upto, lambda: NotLeaderError(leader, term))
+
+    def fail_uncommitted(self, commit: int, error: Callable[[], Exception]) -> None:
+        """Fail every waiting proposal past `commit` (the core that knew them is gone); a committed
+        one still waits for its entry to be applied."""
+        self._fail(lambda index: index > commit, error)
+
     def fail_all(self, error: Callable[[], Exception]) -> None:
         """Fail every waiting proposal with a fresh error()."""
-        proposals, self._by_index = list(self._by_index.values()), {}
-        for proposal in proposals:
+        self._fail(lambda index: True, error)
+
+    def _fail(self, which: Callable[[int], bool], error: Callable[[], Exception]) -> None:
+        for index in [i for i in self._by_index if which(i)]:
+            proposal = self._by_index.pop(index)
             if not proposal.future.done():
                 proposal.future.set_exception(error())

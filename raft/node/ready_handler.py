@@ -47,9 +47,10 @@ class ReadyHandler:
         _run_without_suspending(self.handle(rd))
 
     async def handle(self, rd: Ready) -> None:
-        """Handle one Ready. Returns without advancing the core only when the core was rebuilt
-        after a full store (the Ready then belongs to a core that no longer exists)."""
-        node = self._node
+        """Handle one Ready. Returns without advancing the core when the core was rebuilt meanwhile
+        (a node out of space gave way: RaftNode._give_way); the Ready then belongs to a core that
+        no longer exists."""
+        node, core = self._node, self._node.core
         if rd.soft_state is not None:
             node.soft_state_changed(rd.soft_state)
         if rd.leader_messages:
@@ -57,7 +58,10 @@ class ReadyHandler:
         if rd.snapshot is not None:
             await node.snapshots.install(rd.snapshot)
             node.applied(node.fsm.applied_index)
-        if rd.must_persist() and not self._persist(rd):
+            node.proposals.overtaken(node.applied_index, core.leader, core.term)
+        if rd.must_persist():
+            self._persist(rd)
+        if node.core is not core:
             return
         if rd.messages:
             node.transport.send(rd.messages)
@@ -67,11 +71,12 @@ class ReadyHandler:
                 # is not (one client's puts: 414 -> 459/s, median of 5 interleaved runs).
                 await asyncio.sleep(0)
         applied_before = node.applied_index
-        if rd.committed_entries and not await self._apply(rd.committed_entries):
+        if rd.committed_entries:
+            await self._apply(rd.committed_entries)
+        if node.core is not core:
             return
         for send in rd.snapshot_sends:
             node.snapshots.send(send.peer, send.term)
-        core = node.core
         for rs in rd.reads:
             node.reads.served(rs)
         for fr in rd.failed_reads:
@@ -84,25 +89,23 @@ class ReadyHandler:
             node.note_caught_up()
             node.snapshots.maybe_take()
 
-    def _persist(self, rd: Ready) -> bool:
-        """Step 3. False when the log is full (the core was rebuilt: drop this Ready)."""
+    def _persist(self, rd: Ready) -> None:
+        """Step 3. A full log makes the node give way (its core is rebuilt: drop this Ready)."""
         node = self._node
         if self._gives_way(len(rd.entries)):
             yield_cpu()
         try:
             node.log.save(rd.hard_state, rd.truncate_from, rd.entries)
         except LogFullError as e:
-            node.on_store_full(e)
-            return False
-        if rd.entries and node.disk_full is not None:
-            log.info("node %s: the log store accepts writes again", node.id)
-            node.disk_full = None
-        return True
+            node.on_log_full(e)
+            return
+        if rd.entries:
+            node.store_accepts_writes("log")
 
-    async def _apply(self, entries: list[Entry]) -> bool:
+    async def _apply(self, entries: list[Entry]) -> None:
         """Apply (small batches on the loop, others on the apply thread), then settle each entry's
-        proposal. False when the state machine is full (the core was rebuilt to hand those
-        entries out again)."""
+        proposal. When the state machine is full, the core holds what it could not apply and hands
+        it out again later (RaftNode.on_state_full)."""
         node = self._node
         payload_bytes = sum(len(e.payload) for e in entries)
         try:
@@ -114,17 +117,17 @@ class ReadyHandler:
             else:
                 results = await node.workers.apply.run(node.fsm.apply, entries)
         except node.fsm_full_errors as e:
-            # A sliced apply may have committed its first slices: the rebuilt core starts after
-            # what the state machine holds.
+            # A sliced apply may have committed its first slices (their results are lost): the
+            # core hands out again what follows what the state machine holds.
             node.applied(node.fsm.applied_index)
-            node.on_store_full(e)
-            return False
+            node.on_state_full(e)
+            return
+        node.store_accepts_writes("state machine")
         node.snapshots.bytes_since += payload_bytes
         core = node.core
         for entry, result in zip(entries, results):
             node.proposals.settle(entry, result, core.leader, core.term)
         node.applied(node.fsm.applied_index)
-        return True
 
 
     def _gives_way(self, entries: int) -> bool:

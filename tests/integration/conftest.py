@@ -1,8 +1,6 @@
-"""Fixtures that start real node processes. The tests here are skipped, with the reason, while
-the server (kv.server.server) is not importable."""
+"""Fixtures that start real node processes."""
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,16 +8,6 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import Cluster
-
-SERVER_MISSING = importlib.util.find_spec("kv.server.server") is None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if SERVER_MISSING and here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.skip(reason="kv.server.server is not importable yet"))
-
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:

@@ -11,6 +11,7 @@ when last synced (it skips fsync: the log is durable). Faults:
   state, before the log was reset to begin after it;
 - a rotten snapshot: a byte of the newest snapshot file changes (SimSnapshots.rot_newest);
 - `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
+  `state_full`: only the state machine does (its own store filled up);
 - a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins."""
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ class SimStateMachine:
 
     def apply(self, entries: Sequence[Entry]) -> list[object]:
         node = self._node
-        if node.disk.full:
+        if node.disk.full or node.disk.state_full:
             raise StateFullError("no space left on device")
         results: list[object] = []
         for e in entries:
@@ -262,13 +263,15 @@ class SimSnapshots:
 
 
 class SimDisk:
-    """The node's disk; also its RejoinRecord (raft/node/ports.py)."""
+    """The node's disk; also its RejoinRecord and DiskSpace (raft/node/ports.py)."""
 
     def __init__(self, node: SimNode, members: tuple[str, ...]) -> None:
         self.log = SimLogStore(node)
         self.fsm = SimStateMachine(node)
         self.snapshots = SimSnapshots(node, members)
         self.full = False
+        self.full_unseen = False  # full, yet free_bytes() still reports room
+        self.state_full = False
         self.crash_in_save: int | None = None  # armed: entries of the next save that reach the disk
         self.crash_after_install = False
         # The node rejoins after losing its data (the RejoinRecord port; kv/server's REJOINING
@@ -278,6 +281,10 @@ class SimDisk:
         # (The simulator's knowledge) this disk replaced a lost one and the node has not caught up
         # yet: it holds less than it acknowledged, and votes for no one.
         self.replaced = False
+
+    def free_bytes(self) -> int:
+        """The DiskSpace port."""
+        return 0 if self.full and not self.full_unseen else 1 << 40
 
     def load(self) -> tuple[int, int] | None:
         return self.rejoin_floor

@@ -231,7 +231,7 @@ class SimNode:
         self.raft = RaftNode(self.config, disk.log, disk.fsm, self._transport, cluster_id="sim",
                              snapshots=disk.snapshots, workers=Workers(*self._workers),
                              clock=lambda: self.local_time(loop.now_ms), rng=random.Random(name),
-                             fsm_full_errors=(StateFullError,), rejoin_record=disk)
+                             fsm_full_errors=(StateFullError,), rejoin_record=disk, disk_space=disk)
         self.cluster.inside_loop(lambda: _start_now(self.raft))
 
     def crash_now(self, power_loss: bool = False) -> None:

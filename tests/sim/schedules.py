@@ -197,8 +197,10 @@ class _Driver:
             # A byte of its newest snapshot file changes on the disk (it may have to send it).
             c.nodes[victim].disk.snapshots.rot_newest()
         elif kind == "disk_full":
-            # ENOSPC: log writes and applies fail until space returns; reads go on.
+            # ENOSPC: log writes and applies fail until space returns; reads go on. Half the time
+            # the free-space check before a write misses it (the space went after the check).
             c.nodes[victim].disk.full = True
+            c.nodes[victim].disk.full_unseen = self.r.random() < 0.5
             self.timers.append((until, "space", victim))
         elif kind == "crash_all":
             for nid in self.ids:

@@ -96,6 +96,33 @@ def test_a_leader_out_of_space_gives_way_and_nothing_acknowledged_is_lost() -> N
         assert any(e.payload == p.payload for e in c.checker.committed.values())
 
 
+def test_a_leader_whose_state_machine_fills_gives_way_and_applies_when_space_returns() -> None:
+    """Its log has room, its state machine none: the leader's writes commit but cannot apply. It
+    gives way (another member leads and takes writes); its committed writes wait for their apply,
+    until a snapshot from the new leader is installed over them: then they are answered (outcome
+    unknown here, as on any loss of leadership), not left waiting for an apply that never comes.
+    Once space returns it applies everything."""
+    c = Cluster(3, seed=15, policy=SnapshotPolicy(every=5, keep=0))
+    leader = elected(c)
+    write(c, 5, "before")
+    assert c.run_until(lambda: not c.pending(), 5 * T)
+    c.nodes[leader].disk.state_full = True
+    held = c.propose(leader, [b"held1", b"held2"])
+    assert len(held) == 2
+    assert c.run_until(lambda: c.leader() is not None and c.leader().id != leader, 10 * T)  # type: ignore[union-attr]
+    raft = c.nodes[leader].raft
+    assert raft is not None and raft.disk_full is not None and raft.running
+    write(c, 30, "elsewhere")  # the new leader snapshots and compacts past what the old one holds
+    assert c.run_until(lambda: not c.pending(), 10 * T), f"never answered: {c.pending()}"
+    assert all(p.status == "committed" for p in c.clients.proposals if p.payload.startswith(b"elsewhere"))
+    assert all(p.status == "dropped" for p in held)
+    assert any(e.payload == b"held2" for e in c.checker.committed.values())
+    c.nodes[leader].disk.state_full = False
+    assert c.run_until(lambda: converged(c), 20 * T)
+    assert c.nodes[leader].raft.disk_full is None  # type: ignore[union-attr]
+    c.check_all()
+
+
 def test_a_torn_write_loses_only_what_was_never_acknowledged() -> None:
     c = Cluster(3, seed=14)
     leader = elected(c)
