@@ -54,6 +54,11 @@ def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0) 
     return command.SerializeToString()
 
 
+def check_state_command() -> bytes:
+    """The payload of a state check marker (kv/server/state_check.py)."""
+    return kv_pb2.Command(check_state=True).SerializeToString()
+
+
 def decode_command(payload: bytes) -> kv_pb2.Command:
     """Parse a committed entry's payload. Raises InvalidCommandError for bytes that are not a
     Command or a Command no replica could apply (no ops, an empty op, a key LMDB refuses)."""
@@ -63,6 +68,10 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
     except DecodeError as exc:
         raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
     validate_header(command.header)
+    if command.check_state:
+        if command.ops or command.header.client_id:
+            raise InvalidCommandError("a state check marker carries no ops and no header")
+        return command
     if not command.ops:
         raise InvalidCommandError("command has no ops")
     for position, op in enumerate(command.ops):

@@ -16,3 +16,8 @@ class StateFullError(RuntimeError):
 class ApplyOrderError(ValueError):
     """`apply` was given entries that do not continue the applied index: a driver bug. Nothing of
     the batch was applied."""
+
+
+class CorruptStateError(RuntimeError):
+    """What the state holds on disk is damaged (a value fails its checksum): never serve it. The
+    member stops serving; its data is replaced from its peers (README, "Recovering a member")."""

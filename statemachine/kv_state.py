@@ -2,7 +2,7 @@
 
 One LMDB environment (a directory) holds five named databases:
 
-- ``data``            user key -> value
+- ``data``            user key -> value, stored with a checksum (statemachine/value_checksum.py)
 - ``sessions``        client id -> (highest seq applied, index of the entry that last used it)
 - ``session_results`` (client id, seq) -> the CommandResult recorded for that write
 - ``session_expiry``  (last-used index, client id) -> b"", the order in which sessions go stale
@@ -11,7 +11,9 @@ One LMDB environment (a directory) holds five named databases:
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
 transaction, so the three can never disagree: after any crash the state is exactly "all entries up
 to applied_index", and the driver replays the log from ``applied_index + 1``. Nothing is applied
-twice and nothing is skipped.
+twice and nothing is skipped. A batch ends early after a state check marker (Command.check_state):
+the state as of the marker is pinned in a read transaction for kv/server/state_check.py to hash,
+and `apply` returns the outcomes of the entries through it (the driver hands out the rest again).
 
 Durability and crash consistency (LMDB's documentation of MDB_NOSYNC / MDB_NOMETASYNC):
 
@@ -59,10 +61,11 @@ from raftkv_proto.key_ranges import prefix_end
 from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.value_checksum import seal, unseal
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: values stored with a checksum
 
 # The named databases (module docstring), in the order __init__ unpacks them.
 _DB_NAMES = (b"data", b"sessions", b"session_results", b"session_expiry", b"meta")
@@ -91,6 +94,7 @@ class ApplyOutcome:
     duplicate: bool = False
     expired: bool = False
     error: str | None = None
+    state_check: bool = False  # a check marker: the state as of it is pinned (take_state_checks)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +142,7 @@ class KVStateMachine:
         self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
         self._data, self._sessions, self._results, self._expiry, self._meta = self._dbs.values()
         self._applied = self._load_applied()
+        self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -186,17 +191,24 @@ class KVStateMachine:
     def apply(self, entries: Sequence[Entry]) -> list[ApplyOutcome | None]:
         """Apply consecutive committed entries, starting at applied_index + 1, in one transaction.
 
-        Returns one item per entry: None for a NOOP, an ApplyOutcome for a NORMAL entry.
+        Returns one item per entry applied: None for a NOOP, an ApplyOutcome for a NORMAL entry.
+        That is every entry, except after a state check marker: the batch ends with it (the state
+        as of the marker is pinned for take_state_checks) and the caller hands the rest in again.
         Raises ApplyOrderError if the entries do not continue the applied index (a driver bug), and
         StateFullError if the LMDB map is full (then nothing of the batch is applied)."""
         if not entries:
             return []
         self._check_consecutive(entries)
+        outcomes: list[ApplyOutcome | None] = []
         try:
             with self._env.begin(write=True) as txn:
                 batch = _Batch(self, txn)
-                outcomes = [batch.apply_entry(entry) for entry in entries]
-                last = entries[-1]
+                for entry in entries:
+                    outcome = batch.apply_entry(entry)
+                    outcomes.append(outcome)
+                    if outcome is not None and outcome.state_check:
+                        break
+                last = entries[len(outcomes) - 1]
                 batch.drop_stale_sessions(last.index)
                 txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
         except lmdb.MapFullError as exc:
@@ -214,7 +226,15 @@ class KVStateMachine:
                 f"{entries[0].index}..{entries[-1].index} were not applied; reads still work, and "
                 "writes resume by themselves once space is freed.") from exc
         self._applied = (last.index, last.term)
+        if outcomes[-1] is not None and outcomes[-1].state_check:
+            self._state_checks.append(ReadView(self))
         return outcomes
+
+    def take_state_checks(self) -> list[ReadView]:
+        """The read views pinned at state check markers since the last call, oldest first: the
+        caller hashes each (ReadView.state_hash) and closes it."""
+        views, self._state_checks = self._state_checks, []
+        return views
 
     def _check_consecutive(self, entries: Sequence[Entry]) -> None:
         expected = self._applied[0] + 1
@@ -231,7 +251,8 @@ class KVStateMachine:
         if not key or len(key) > LMDB_MAX_KEY_BYTES:
             return None  # no such key can exist; the client service reports why before reading
         with self._env.begin(db=self._data) as txn:
-            return txn.get(key)
+            record = txn.get(key)
+        return None if record is None else unseal(key, record)
 
     def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Keys in [start, end) in key order, at most `limit` of them. An empty or None `end` means
@@ -261,18 +282,13 @@ class KVStateMachine:
             return SessionStats(clients=int(txn.stat(self._sessions)["entries"]),
                                 results=int(txn.stat(self._results)["entries"]))
 
-    def state_hash(self, upto_key_count: int | None = None) -> str:
-        """Hex sha256 over the first `upto_key_count` (default: all) (key, value) pairs in key
-        order, each length-prefixed so different contents never hash alike. Equal on replicas
-        that applied the same entries."""
-        digest = hashlib.sha256()
-        with self._env.begin(db=self._data) as txn:
-            for position, (key, value) in enumerate(txn.cursor().iternext()):
-                if upto_key_count is not None and position >= upto_key_count:
-                    break
-                digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
-                digest.update(value)
-        return digest.hexdigest()
+    def state_hash(self) -> str:
+        """ReadView.state_hash of the current state."""
+        view = self.read_view()
+        try:
+            return view.state_hash()
+        finally:
+            view.close()
 
     def size_bytes(self) -> int:
         """Bytes of the map in use (pages up to the highest one written)."""
@@ -354,6 +370,17 @@ class ReadView:
     def count(self) -> int:
         return int(self._txn.stat(self._data)["entries"])
 
+    def state_hash(self) -> str:
+        """Hex sha256 over every (key, value) in key order, each length-prefixed so different
+        contents never hash alike: equal on members that applied the same entries. Raises
+        CorruptStateError for a value that fails its checksum."""
+        digest = hashlib.sha256()
+        for key, record in self._txn.cursor(db=self._data).iternext():
+            value = unseal(key, record)
+            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
+            digest.update(value)
+        return digest.hexdigest()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -383,6 +410,8 @@ class _Batch:
             log.error("entry %d (term %d) has a malformed command, applied as a no-op: %s",
                       entry.index, entry.term, exc)
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), error=str(exc))
+        if command.check_state:
+            return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
         client_id = command.header.client_id.encode()
         if not client_id:
             return ApplyOutcome(entry.index, self._apply_ops(command.ops))
@@ -414,9 +443,10 @@ class _Batch:
             if op.HasField("put"):
                 key, value = op.put.key, op.put.value
                 # NOOVERWRITE tells us in one B-tree descent whether the key was there.
-                inserted = data.put(key, value, overwrite=False)
+                record = seal(key, value)
+                inserted = data.put(key, record, overwrite=False)
                 if not inserted:
-                    data.put(key, value)
+                    data.put(key, record)
                 existed.append(not inserted)
             elif op.HasField("delete_prefix"):
                 existed.append(self._delete_prefix(op.delete_prefix))
@@ -446,16 +476,17 @@ class _Batch:
         landing_inside: list[tuple[bytes, bytes]] = []
         moved = False
         while found and cursor.key().startswith(source):
-            new_key = target + cursor.key()[len(source):]
-            value = cursor.value()
+            old_key = cursor.key()
+            new_key = target + old_key[len(source):]
+            record = seal(new_key, unseal(old_key, cursor.value()))
             found = cursor.delete()
             moved = True
             if new_key.startswith(source):
-                landing_inside.append((new_key, value))
+                landing_inside.append((new_key, record))
             else:
-                self.txn.put(new_key, value, db=self.data_db)
-        for new_key, value in landing_inside:
-            self.txn.put(new_key, value, db=self.data_db)
+                self.txn.put(new_key, record, db=self.data_db)
+        for new_key, record in landing_inside:
+            self.txn.put(new_key, record, db=self.data_db)
         return moved
 
     # ---- sessions ----------------------------------------------------------------------------
@@ -515,12 +546,13 @@ def _result_key(client_id: bytes, seq: int) -> bytes:
 
 
 def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) in [start, end), values checked against their checksums."""
     found = cursor.set_range(start) if start else cursor.first()
     while found:
         key = cursor.key()
         if end is not None and key >= end:
             return
-        yield key, cursor.value()
+        yield key, unseal(key, cursor.value())
         found = cursor.next()
 
 

@@ -26,6 +26,7 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "log_begin_term": s.log_begin_term,
         "rejoining": s.rejoining,
         "disk_full": s.disk_full,
+        "corrupt": s.corrupt or None,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)

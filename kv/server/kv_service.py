@@ -5,8 +5,9 @@ caller gets the same semantics without a gRPC hop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -25,7 +26,8 @@ from statemachine.commands import (
     validate_ops,
     validate_value,
 )
-from statemachine.errors import InvalidCommandError
+from statemachine.errors import CorruptStateError, InvalidCommandError
+from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from snapshot.file_format import read_manifest
 from snapshot.transfer import chunk_file
@@ -55,9 +57,12 @@ class KVHandler:
     request: the node's own future completes the reply through a callback, which is what lets a
     pipeline keep hundreds of requests in flight cheaply. The `async` methods await the same."""
 
-    def __init__(self, node: RaftNode, fsm: KVStateMachine) -> None:
+    def __init__(self, node: RaftNode, fsm: KVStateMachine, alarm: CorruptionAlarm | None = None,
+                 state_checks: Callable[[], list[kv_pb2.StateCheck]] = list) -> None:
         self._node = node
         self._fsm = fsm
+        self._alarm = alarm or CorruptionAlarm(node)
+        self._state_checks = state_checks
         config = node.config
         self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
 
@@ -113,8 +118,18 @@ class KVHandler:
 
     def _read(self, key: bytes) -> kv_pb2.GetResponse:
         index = self._node.applied_index  # read after the barrier: the value is at least this fresh
-        value = self._fsm.get(key)
+        with self._corruption_alarm():
+            value = self._fsm.get(key)
         return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
+
+    @contextlib.contextmanager
+    def _corruption_alarm(self) -> Iterator[None]:
+        """A value that fails its checksum is never served: the member raises its alarm and stops
+        serving, and the read is refused as UNAVAILABLE (a client goes to another member)."""
+        try:
+            yield
+        except CorruptStateError as e:
+            raise errors.UnavailableError(self._alarm.raise_(str(e))) from None
 
     async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None) -> kv_pb2.ScanResponse:
         if request.prefix and (request.start or request.end):
@@ -122,7 +137,7 @@ class KVHandler:
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
-        with _INVALID_ARGUMENT:
+        with _INVALID_ARGUMENT, self._corruption_alarm():
             if request.prefix:
                 items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit)
             else:
@@ -154,7 +169,7 @@ class KVHandler:
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
             state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
-            disk_full=s["disk_full"])
+            disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks())
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:

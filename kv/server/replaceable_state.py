@@ -121,6 +121,9 @@ class ReplaceableStateMachine:
     def size_bytes(self) -> int:
         return self._call("size_bytes")
 
+    def take_state_checks(self) -> list[Any]:
+        return self._call("take_state_checks")
+
     def sync(self) -> None:
         self._call("sync")
 

@@ -18,6 +18,7 @@ from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
+from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.kv_service import KVHandler, KVServicer
 from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
@@ -49,6 +50,7 @@ class RunningServer:
     exports: ExportHandler
     kv_service: KVServicer
     data_dir_lock: DataDirLock
+    state_checker: StateChecker
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -57,6 +59,7 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
+        await self.state_checker.stop()
         await self.kv_service.end_streams()
         await self.servers.stop(grace)
         await self.node.stop()
@@ -94,7 +97,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
         node = RaftNode(config, log_store, fsm, transport, cluster_id=cluster_id, snapshots=snapshots,
                         fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir),
                         disk_space=DataDirSpace(config.data_dir))
-        handler = KVHandler(node, fsm)
+        alarm = CorruptionAlarm(node)
+        checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, PeerStatuses(node))
+        handler = KVHandler(node, fsm, alarm, checker.status)
         kv_service = KVServicer(handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
@@ -103,6 +108,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         ])
         await node.start()
         await servers.start()
+        checker.start()
     except BaseException:
         # Undo what was started, so that the caller (an embedding service) can fix the cause and
         # start again in the same process: the gRPC port and the peer port free, the stores closed.
@@ -123,7 +129,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
              config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

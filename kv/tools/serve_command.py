@@ -147,6 +147,11 @@ def add_serve_parser(commands: Any) -> None:
     _add(serve, "--state-max-bytes", type=byte_size, default=_STORAGE.state_max_bytes, metavar="SIZE",
          help="size of the state's LMDB map, the most the data may take (a sparse file: it costs "
               "only what is stored); past it writes are refused as DISK_FULL (default: 8GiB)")
+    _add(serve, "--state-check-interval", type=non_negative_float, default=_STORAGE.state_check_interval_s,
+         metavar="SECONDS", help="how often the members hash their states at one log index and compare: a "
+              "member whose state disagrees with the majority's (or holds a value that fails its "
+              "checksum) reports `corrupt` in status and stops serving; each check reads the whole "
+              "state once; 0: never")
     _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write")
     _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
@@ -169,7 +174,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         cluster_id=args.cluster_id, core=core,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
-                              state_max_bytes=args.state_max_bytes),
+                              state_max_bytes=args.state_max_bytes,
+                              state_check_interval_s=args.state_check_interval),
         limits=Limits(max_value_bytes=args.max_value_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,

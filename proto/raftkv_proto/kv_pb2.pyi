@@ -147,7 +147,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full")
+    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full", "corrupt", "state_checks")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,8 @@ class StatusResponse(_message.Message):
     LOG_BEGIN_TERM_FIELD_NUMBER: _ClassVar[int]
     REJOINING_FIELD_NUMBER: _ClassVar[int]
     DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHECKS_FIELD_NUMBER: _ClassVar[int]
     id: str
     role: str
     term: int
@@ -191,7 +193,17 @@ class StatusResponse(_message.Message):
     log_begin_term: int
     rejoining: bool
     disk_full: bool
-    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ...) -> None: ...
+    corrupt: str
+    state_checks: _containers.RepeatedCompositeFieldContainer[StateCheck]
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ..., corrupt: _Optional[str] = ..., state_checks: _Optional[_Iterable[_Union[StateCheck, _Mapping]]] = ...) -> None: ...
+
+class StateCheck(_message.Message):
+    __slots__ = ("index", "sha256")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    sha256: str
+    def __init__(self, index: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class SaveSnapshotRequest(_message.Message):
     __slots__ = ()
@@ -214,12 +226,14 @@ class SnapshotFileChunk(_message.Message):
     def __init__(self, manifest_json: _Optional[bytes] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("header", "ops")
+    __slots__ = ("header", "ops", "check_state")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_STATE_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
+    check_state: bool
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., check_state: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("existed",)

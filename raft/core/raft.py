@@ -237,14 +237,14 @@ class RaftCore:
     def applied_to(self, index: int) -> None:
         self._applied = max(self._applied, index)
 
-    def apply_failed(self, applied_index: int) -> None:
-        """The state machine applied only through `applied_index` of what was handed out (its disk
-        is full): the rest is handed out again after resume_apply(). The entries stay committed;
-        nothing else waits on them (a leader goes on replicating, and refusing new writes is the
-        driver's)."""
+    def apply_stopped(self, applied_index: int, hold: bool = False) -> None:
+        """The state machine applied only through `applied_index` of what was handed out (it ends
+        a batch at a state check marker, or its disk is full): the rest is handed out again, in the
+        next Ready or, with `hold`, after resume_apply(). The entries stay committed; nothing else
+        waits on them (a leader goes on replicating, and refusing new writes is the driver's)."""
         self._applied = max(self._applied, applied_index)
         self._apply_handed = self._applied
-        self._apply_held = True
+        self._apply_held = hold
 
     def resume_apply(self) -> None:
         self._apply_held = False

@@ -41,6 +41,9 @@ class StorageConfig:
     snapshot_trailing_entries: int = 10_000
     # Snapshot files kept on disk (the newest is the one sent to followers).
     snapshots_kept: int = 2
+    # How often the leader asks every member to hash its state at one log index and the members
+    # compare (kv/server/state_check.py). Each check reads the whole state once. 0: never.
+    state_check_interval_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.snapshot_threshold < 1:
@@ -52,6 +55,8 @@ class StorageConfig:
                 raise ValueError(f"{name} must be at least 1MiB, got {getattr(self, name)}")
         if self.reserve_free_bytes < 0:
             raise ValueError("reserve_free_bytes must not be negative")
+        if self.state_check_interval_s < 0:
+            raise ValueError("state_check_interval_s must not be negative")
 
     @property
     def trailing_entries(self) -> int:

@@ -41,10 +41,15 @@ def gives_way(role: Role, entries: int, every: int) -> bool:
 def apply_in_slices(apply: Callable[[Sequence[Entry]], list[T]], entries: Sequence[Entry], every: int,
                     pause: Callable[[], Any] = yield_cpu) -> list[T]:
     """`apply` the entries `every` at a time (a transaction each), pausing between slices; one
-    result per entry, as one call would give."""
+    result per entry applied, as one call would give (a slice the state machine ended early ends
+    the whole: StateMachine.apply)."""
     results: list[T] = []
     for start in range(0, len(entries), every):
         if start:
             pause()
-        results.extend(apply(entries[start:start + every]))
+        piece = entries[start:start + every]
+        applied = apply(piece)
+        results.extend(applied)
+        if len(applied) < len(piece):
+            break
     return results

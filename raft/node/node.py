@@ -302,6 +302,16 @@ class RaftNode:
         free = self._disk_space.free_bytes()
         return free if free < reserve + payload_bytes else None
 
+    def stop_serving(self, why: str) -> None:
+        """Stop for good, as a crash would, on what the node must not serve past (its state is
+        corrupt): it no longer votes, leads or answers its peers, and every waiting call fails
+        with NodeStoppedError(why)."""
+        if self._stopped is not None:
+            return
+        log.error("node %s stops serving: %s", self.id, why)
+        self.halt(why)
+        self._fail_all(lambda: NodeStoppedError(why))
+
     def _stop_on_error(self, e: Exception) -> None:
         log.exception("node %s stopped: %s", self.id, e)
         self._stopped = f"node stopped on an error: {e}"
@@ -333,7 +343,7 @@ class RaftNode:
         if self._note_full("state machine", e) and self.core.role is Role.LEADER:
             self._give_way()
             return
-        self.core.apply_failed(self.fsm.applied_index)
+        self.core.apply_stopped(self.fsm.applied_index, hold=True)
         asyncio.get_running_loop().call_later(APPLY_RETRY_S, self._retry_apply)
 
     def _give_way(self) -> None:

@@ -38,7 +38,9 @@ class StateMachine(Protocol):
 
     def apply(self, entries: Sequence[Entry]) -> list[object]:
         """Apply committed entries in order, NOOPs included (they move applied_index). Returns one
-        result per entry, handed to the proposer of that entry. May block (a worker thread)."""
+        result per entry applied, handed to the proposer of that entry: all of them, or the first
+        few when it ends the batch early (the KV state machine does at a state check marker); the
+        driver hands it the rest again. May block (a worker thread)."""
         ...
 
 

@@ -127,6 +127,8 @@ class ReadyHandler:
         core = node.core
         for entry, result in zip(entries, results):
             node.proposals.settle(entry, result, core.leader, core.term)
+        if len(results) < len(entries):  # ended at a state check marker: the rest comes again
+            core.apply_stopped(node.fsm.applied_index)
         node.applied(node.fsm.applied_index)
 
 

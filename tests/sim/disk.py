@@ -12,6 +12,8 @@ when last synced (it skips fsync: the log is durable). Faults:
 - a rotten snapshot: a byte of the newest snapshot file changes (SimSnapshots.rot_newest);
 - `full`: the log and the state machine refuse writes for space (ENOSPC) until it is cleared;
   `state_full`: only the state machine does (its own store filled up);
+- `batch_ends_every`: the state machine applies only part of some batches (the driver must hand
+  it the rest again);
 - a lost disk: SimNode.lose_disk gives the node a new, empty one, and it rejoins."""
 from __future__ import annotations
 
@@ -109,6 +111,8 @@ class SimStateMachine:
             raise StateFullError("no space left on device")
         results: list[object] = []
         for e in entries:
+            if results and node.disk.batch_ends_every and e.index % node.disk.batch_ends_every == 0:
+                break  # ends the batch early, as the KV state machine does at a state check marker
             if e.index != self.applied_index + 1:
                 raise RuntimeError(f"{node.id}: entry {e.index} does not follow the applied index {self.applied_index}")
             if e.type == EntryType.NORMAL:
@@ -265,13 +269,15 @@ class SimSnapshots:
 class SimDisk:
     """The node's disk; also its RejoinRecord and DiskSpace (raft/node/ports.py)."""
 
-    def __init__(self, node: SimNode, members: tuple[str, ...]) -> None:
+    def __init__(self, node: SimNode, members: tuple[str, ...], batch_ends_every: int = 0) -> None:
         self.log = SimLogStore(node)
         self.fsm = SimStateMachine(node)
         self.snapshots = SimSnapshots(node, members)
         self.full = False
         self.full_unseen = False  # full, yet free_bytes() still reports room
         self.state_full = False
+        # The state machine ends an apply batch before each index divisible by this (0: never).
+        self.batch_ends_every = batch_ends_every
         self.crash_in_save: int | None = None  # armed: entries of the next save that reach the disk
         self.crash_after_install = False
         # The node rejoins after losing its data (the RejoinRecord port; kv/server's REJOINING

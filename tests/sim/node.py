@@ -255,7 +255,7 @@ class SimNode:
         """(Down) The disk is lost: the node gets an empty one, and at its next start asks its
         peers what its cluster holds (raft/node/joining.py), as a real node does."""
         assert self.raft is None, "lose the disk of a node that is down"
-        self.disk = SimDisk(self, self.members)
+        self.disk = SimDisk(self, self.members, batch_ends_every=self.disk.batch_ends_every)
         self.disk.replaced = True
 
     def pause(self, now: int) -> None:

@@ -37,6 +37,7 @@ class ScheduleParams:
     read_rate: float
     fault_rate: float  # chance per 10 ms that a new fault starts
     max_down_ms: int
+    batch_ends_every: int = 0  # SimDisk.batch_ends_every on every node
 
     @staticmethod
     def from_seed(seed: int, n: int | None = None) -> "ScheduleParams":
@@ -61,6 +62,7 @@ class ScheduleParams:
                                             eager_timeout_ms=r.choice([10, 30, 100]),
                                             eager_trial_every_ms=r.choice([0, 200, 1000]),
                                             eager_trial_ms=r.choice([30, 100, 300]))
+        params.batch_ends_every = r.choice([0, 0, 3, 17])
         return params
 
 
@@ -101,6 +103,8 @@ class _Driver:
         self.p = p
         self.r = random.Random(f"schedule/{p.seed}")
         self.c = Cluster(p.n, seed=p.seed, config=p.config, net=dataclasses.replace(p.net), policy=p.policy)
+        for node in self.c.nodes.values():
+            node.disk.batch_ends_every = p.batch_ends_every
         self.ids = list(self.c.nodes)
         self.timers: list[tuple[int, str, str]] = []  # (at, action, node) to undo a fault later
         self.faults = 0
