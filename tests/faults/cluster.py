@@ -15,7 +15,7 @@ from typing import Any
 from kv import Client
 from kv.tools.cluster_up import NodeSpec, free_ports
 from kv.errors import NotLeaderError, RaftKVError
-from tests.faults.proxy import ProxyNetwork, link_count
+from tests.faults.proxy import DownClose, ProxyNetwork, link_count
 from tests.integration.cluster import Cluster, NodeProcess
 
 
@@ -43,10 +43,12 @@ class RoutedClient(Client):
 class FaultCluster(Cluster):
     """`size` members n1..nN behind a ProxyNetwork (`self.network`); `seed` seeds the proxies'
     random choices (jitter, resets). With `client_proxies`, clients from `client()` reach each
-    member through a proxy too (links ("clients", nI)), so client connections can be faulted."""
+    member through a proxy too (links ("clients", nI)), so client connections can be faulted.
+    `down_close`: how a proxy closes a connection it accepted while its member is down."""
 
     seed: int = 0
     client_proxies: bool = False
+    down_close: DownClose = DownClose.RESET
 
     def __post_init__(self) -> None:
         sources = [CLIENTS] if self.client_proxies else []
@@ -55,7 +57,8 @@ class FaultCluster(Cluster):
         names = [f"n{i + 1}" for i in range(self.size)]
         listen = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
         peer_ports = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
-        self.network = ProxyNetwork(peer_ports, self.seed, ports[2 * self.size:], sources, listen).start()
+        self.network = ProxyNetwork(peer_ports, self.seed, ports[2 * self.size:], sources, listen,
+                                    self.down_close).start()
         cluster_id = f"faults-{uuid.uuid4().hex[:12]}"
         for name in names:
             args = (*self.extra_args, "--cluster-id", cluster_id)

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite: `scenario(size=..., extra_args=..., client_proxies=...)` makes a proxied
+"""Fixtures of the fault suite: `scenario(size=..., extra_args=..., client_proxies=..., down_close=...)` makes a proxied
 cluster, starts it and waits for a leader; teardown kills everything, and when the test failed
 prints the seed, the nodes' log tails and where the full logs are."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.faults.cluster import FaultCluster
+from tests.faults.proxy import DownClose
 from tests.faults.scenario import Scenario, seeds
 from tests.integration.cluster import FAST_TIMING
 
@@ -37,11 +38,11 @@ def scenario(tmp_path: Path, seed: int, request: pytest.FixtureRequest) -> Itera
     made: list[Scenario] = []
 
     def make(size: int = 5, extra_args: tuple[str, ...] = FAST_TIMING, wait_leader: bool = True,
-             client_proxies: bool = False) -> Scenario:
+             client_proxies: bool = False, down_close: DownClose = DownClose.RESET) -> Scenario:
         name = request.node.name
         print(f"{name}: seed {seed} (replay: RAFTKV_SEED={seed})")
         cluster = FaultCluster(tmp_path / f"cluster{len(made)}", size, tuple(extra_args), seed=seed,
-                               client_proxies=client_proxies)
+                               client_proxies=client_proxies, down_close=down_close)
         run = Scenario(name, seed, cluster, random.Random(seed))
         made.append(run)
         cluster.start()

@@ -11,6 +11,11 @@ node j travels there: its messages on one connection, each snapshot stream on on
 - reject: connections are reset, new ones too;
 - flaky: pass, but each chunk resets its connection with a probability.
 
+Like docker-proxy, a Kubernetes Service proxy or a service-mesh sidecar, a proxy keeps listening
+while the member behind it is down: it accepts each connection, fails to reach the member, and
+closes the accepted connection - with a reset (default), or with a plain FIN (`DownClose.FIN`, as
+docker-proxy and Envoy do), so the dialer's connect succeeds and the failure shows only after.
+
 A link carries node i's requests to j and j's replies to them, so blackholing (i, j) cuts what i
 sends to j and nothing of what j sends to i: a one-way partition. Partitions and heal are built
 on links. Everything runs on one asyncio loop in a daemon thread.
@@ -30,6 +35,13 @@ from kv.tools.cluster_up import free_ports
 
 CHUNK_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 1.0
+
+
+class DownClose(str, Enum):
+    """How a proxy closes a connection it accepted while the member behind it is down."""
+
+    RESET = "reset"
+    FIN = "fin"
 
 
 class Mode(str, Enum):
@@ -100,6 +112,8 @@ class Link:
     connections: set[_Connection] = field(default_factory=set)
     server: asyncio.AbstractServer | None = None
     resets: int = 0
+    down_close: DownClose = DownClose.RESET
+    closed_while_down: int = 0  # connections accepted, then closed because the member was down
 
     @property
     def address(self) -> str:
@@ -135,7 +149,7 @@ class Link:
         try:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
-            self._drop(conn)  # the node is down: the caller sees a reset, as it would without us
+            self._member_down(conn)
             return
         conn.upstream = up_writer
         if conn not in self.connections:  # reset while connecting
@@ -146,6 +160,15 @@ class Link:
         if conn in self.connections:
             self.connections.discard(conn)
             conn.reset()
+
+    def _member_down(self, conn: _Connection) -> None:
+        """The member did not take our connection: close the one we accepted for it."""
+        self.closed_while_down += 1
+        if self.down_close is DownClose.FIN:
+            self.connections.discard(conn)
+            conn.client.close()
+        else:
+            self._drop(conn)
 
     async def _pump(self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Copy one direction chunk by chunk, applying the link's fault to each chunk. Delayed
@@ -196,9 +219,11 @@ class ProxyNetwork:
     for j."""
 
     def __init__(self, targets: dict[str, str], seed: int = 0, ports: list[int] | None = None,
-                 client_sources: Iterable[str] = (), client_targets: dict[str, str] | None = None) -> None:
+                 client_sources: Iterable[str] = (), client_targets: dict[str, str] | None = None,
+                 down_close: DownClose = DownClose.RESET) -> None:
         """`ports`: one free port per link (`link_count`), picked together with the members'
-        own ports so that none is handed out twice."""
+        own ports so that none is handed out twice. `down_close`: how each link closes what it
+        accepted while its member is down."""
         self.targets = dict(targets)
         self.client_targets = dict(client_targets if client_targets is not None else targets)
         ids = sorted(targets)
@@ -212,7 +237,8 @@ class ProxyNetwork:
         for (src, dst), port in zip(pairs, ports):
             target = self.targets[dst] if src in self.targets else self.client_targets[dst]
             host, target_port = target.rsplit(":", 1)
-            self.links[(src, dst)] = Link(src, dst, port, (host, int(target_port)), random.Random(rng.random()))
+            self.links[(src, dst)] = Link(src, dst, port, (host, int(target_port)), random.Random(rng.random()),
+                                          down_close=down_close)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
         self._started = False

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.proxy import BLACKHOLE, HEALTHY, REJECT, LinkFault, ProxyNetwork, flaky
+from kv.tools.cluster_up import free_ports
+from tests.faults.proxy import BLACKHOLE, HEALTHY, REJECT, DownClose, LinkFault, ProxyNetwork, flaky
 
 SHORT_S = 0.3
 
@@ -161,5 +162,26 @@ def test_partition_cuts_every_link_between_groups_both_ways() -> None:
         assert cut == expected
         net.heal()
         assert all(link.fault == HEALTHY for link in net.links.values())
+    finally:
+        net.close()
+
+
+@pytest.mark.parametrize("down_close", list(DownClose))
+def test_a_proxy_accepts_while_its_member_is_down_then_closes(down_close: DownClose) -> None:
+    """Nothing listens behind the link: connect succeeds, then the connection ends (a FIN reads as
+    end of stream, a reset as an error)."""
+    (dead_port,) = free_ports(1)
+    net = ProxyNetwork({m: f"127.0.0.1:{dead_port}" for m in "ab"}, down_close=down_close).start()
+    try:
+        with connect(net) as sock:
+            sock.settimeout(2)
+            if down_close is DownClose.FIN:
+                sock.sendall(b"hello")
+                assert sock.recv(65536) == b""
+            else:
+                with pytest.raises((ConnectionResetError, BrokenPipeError)):
+                    echo(sock)
+                    echo(sock)
+        assert net.links[("a", "b")].closed_while_down == 1
     finally:
         net.close()

@@ -12,7 +12,7 @@ import pytest
 from raftkv_proto import kv_pb2
 from tests.faults.history import Kind, Outcome, now_ns
 from tests.faults.linearizability import Verdict, check
-from tests.faults.proxy import LinkFault, flaky
+from tests.faults.proxy import DownClose, LinkFault, flaky
 from tests.faults.scenario import Scenario, span
 from tests.faults.workload import PinnedTarget, perform
 from tests.integration.cluster import FAST_TIMING, wait_until
@@ -338,4 +338,38 @@ def follower_paused_past_the_snapshot_threshold(run: Scenario, slow_link_s: floa
     # Seconds are plenty for a few hundred kB; the leader's snapshot_timeout_ms (60 s) is not.
     caught_up = cluster.wait_applied(follower, target, timeout=SNAPSHOT_CATCH_UP_S)
     assert caught_up["snapshot_index"] > behind, f"{run.tag()} {follower} caught up without a snapshot: {caught_up}"
+    run.finish()
+
+
+
+# After a leader is killed, the others agree on a new one and commit a write within this: a few
+# election timeouts plus reconnects through the proxies (normally about 1 s here). A liveness
+# bound, not a speed check: the failure it guards against left a cluster without a leader > 10 s.
+CHURN_LIVENESS_S = 10.0
+CHURN_THROUGH_PROXIES_KILLS = 6
+
+
+def test_leader_churn_through_proxies_that_accept_while_the_member_is_down(scenario: MakeScenario) -> None:
+    """Every link's proxy keeps listening while its member is dead, accepts each connection and
+    closes it with a FIN (as docker-proxy and Envoy do): the dialer's connect succeeds and only the
+    end of the connection says the member is gone. Kill each new leader, at most two down."""
+    run = scenario(5, down_close=DownClose.FIN)
+    cluster = run.cluster
+    run.load(clients=4)
+    run.run_for(0.5)
+    dead: list[str] = []
+    for _ in range(CHURN_THROUGH_PROXIES_KILLS):
+        leader = cluster.wait_for_leader(among=cluster.running_ids(), timeout=CHURN_LIVENESS_S)
+        term = cluster.status(leader)["term"]
+        run.run_for(run.rng.uniform(0.2, 0.5))
+        while len(dead) >= 2:  # the oldest dead member restarts, behind proxies that kept accepting
+            cluster.nodes[dead.pop(0)].start()
+        cluster.kill(leader)
+        dead.append(leader)
+        killed_at = now_ns()
+        cluster.wait_for_leader(among=cluster.running_ids(), not_in_term=term, timeout=CHURN_LIVENESS_S)
+        run.wait_progress(killed_at, timeout_s=CHURN_LIVENESS_S)
+        print(f"{run.tag()} {leader} killed: leader and a write after {(now_ns() - killed_at) / 1e9:.2f} s")
+    closed = sum(link.closed_while_down for link in cluster.network.links.values())
+    assert closed > 0, f"{run.tag()} no proxy accepted a connection for a dead member: the fault did not happen"
     run.finish()

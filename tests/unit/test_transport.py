@@ -479,6 +479,32 @@ def test_a_peer_that_stops_is_reported_gone_and_reached_again_when_it_is_back(
     _run(main)
 
 
+def test_a_member_behind_a_proxy_that_accepts_while_it_is_down_is_reported_gone_and_reached_when_back() -> None:
+    """A proxy in front of a dead member accepts each connection and closes it (FIN) before any
+    answer: the dialer's connect succeeds, the failure comes after. Each such close reports the
+    member gone, like a refused connection, and nothing of it lingers on the link: once the member
+    listens again, a message sent once (as a vote is) reaches it."""
+    async def accept_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def main() -> None:
+        proxy = await asyncio.start_server(accept_then_close, "127.0.0.1", 0)
+        port = proxy.sockets[0].getsockname()[1]
+        async with Node("n1", {"n2": f"127.0.0.1:{port}"}) as n1:
+            n1.transport.send([heartbeat(1)])
+            await until(lambda: len(n1.inbound.gone) >= 3, n1.inbound.changed)  # every close, not only the first
+            assert set(n1.inbound.gone) == {"n2"} and n1.link("n2").reachable is False
+            proxy.close()
+            await proxy.wait_closed()
+            async with Node("n2", {"n1": "127.0.0.1:1"}, port=port) as n2:
+                await n1.link_settles("n2", lambda link: link.connection is not None)
+                n1.transport.send([heartbeat(7)])
+                await until(lambda: n2.inbound.delivered, n2.inbound.changed)
+                assert [m.seq for m in n2.inbound.delivered] == [7]  # type: ignore[attr-defined]
+
+    _run(main)
+
+
 def test_sends_beyond_the_queue_bound_are_dropped_while_the_peer_does_not_answer() -> None:
     async def main() -> None:
         # Accepts TCP but never answers a hello: a stopped (SIGSTOPped) process looks like this.
