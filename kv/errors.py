@@ -86,10 +86,21 @@ class DiskFullError(RaftKVError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class UnknownSessionError(RaftKVError):
+    """The write's client id names no client session the cluster keeps: never issued by
+    RegisterClient, expired (see the README, Limits and errors), or with a wrong secret. Nothing
+    of this attempt was applied. kv.Client then registers a new session and sends the write again
+    if no earlier attempt of it can have been applied; otherwise it raises this error, and whether
+    an earlier attempt was applied is unknown."""
+
+    kind = "UNKNOWN_SESSION"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
-                WrongClusterError, QueueFullError, DiskFullError)
+                WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError)
 }
 
 

@@ -1,7 +1,9 @@
 """The replicated write command (proto kv_pb2.Command) and the checks made before proposing one.
 
 Every client write (Put, Delete, Batch) becomes one `Command`: an optional WriteHeader
-(client_id, seq) for exactly-once retries and a list of ops, each a put or a delete.
+(client_id, seq) for exactly-once retries and a list of ops, each a put or a delete. A
+RegisterClient becomes one with a `registration` (the secret the leader chose) and nothing else;
+the client id it issues is `session_id(entry index, secret)`.
 
 Two kinds of checks live here:
 - `validate_*` with configurable limits (value size, op count, total size): the client service runs
@@ -22,8 +24,10 @@ from statemachine.errors import InvalidCommandError
 
 # LMDB's compiled-in maximum key size (mdb_env_get_maxkeysize); keys are stored as-is.
 LMDB_MAX_KEY_BYTES = 511
-# Client ids become part of LMDB keys in the session tables, next to a length and a sequence.
+# A client id is "<registration index>.<secret in hex>"; far shorter than this.
 MAX_CLIENT_ID_BYTES = 256
+# The secret the leader chooses for each client session: 128 random bits.
+SESSION_SECRET_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,28 @@ def check_state_command() -> bytes:
     return kv_pb2.Command(check_state=True).SerializeToString()
 
 
+def encode_registration(secret: bytes) -> bytes:
+    """The entry payload that registers a client session with `secret`."""
+    return kv_pb2.Command(registration=kv_pb2.Registration(secret=secret)).SerializeToString()
+
+
+def session_id(index: int, secret: bytes) -> str:
+    """The client id a session registered at log `index` with `secret` is used by."""
+    return f"{index}.{secret.hex()}"
+
+
+def parse_session_id(client_id: str) -> tuple[int, bytes] | None:
+    """(registration index, secret) of a client id `session_id` made; None for any other string."""
+    index, dot, secret = client_id.partition(".")
+    if not dot or not index.isdigit() or not index.isascii() or len(secret) != 2 * SESSION_SECRET_BYTES:
+        return None
+    try:
+        number, raw = int(index), bytes.fromhex(secret)
+    except ValueError:
+        return None
+    return (number, raw) if number < 1 << 64 else None
+
+
 def decode_command(payload: bytes) -> kv_pb2.Command:
     """Parse a committed entry's payload. Raises InvalidCommandError for bytes that are not a
     Command or a Command no replica could apply (no ops, an empty op, a key LMDB refuses)."""
@@ -69,8 +95,15 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
     validate_header(command.header)
     if command.check_state:
-        if command.ops or command.header.client_id:
-            raise InvalidCommandError("a state check marker carries no ops and no header")
+        if command.ops or command.HasField("header") or command.HasField("registration"):
+            raise InvalidCommandError("a state check marker carries nothing else")
+        return command
+    if command.HasField("registration"):
+        if command.ops or command.HasField("header"):
+            raise InvalidCommandError("a client registration carries no ops and no write header")
+        if len(command.registration.secret) != SESSION_SECRET_BYTES:
+            raise InvalidCommandError(
+                f"a client registration's secret is {len(command.registration.secret)} bytes, not {SESSION_SECRET_BYTES}")
         return command
     if not command.ops:
         raise InvalidCommandError("command has no ops")

@@ -3,9 +3,10 @@
 One LMDB environment (a directory) holds five named databases:
 
 - ``data``            user key -> value, stored with a checksum (statemachine/value_checksum.py)
-- ``sessions``        client id -> (highest seq applied, index of the entry that last used it)
-- ``session_results`` (client id, seq) -> the CommandResult recorded for that write
-- ``session_expiry``  (last-used index, client id) -> b"", the order in which sessions go stale
+- ``sessions``        session id (its registration index) -> (highest seq applied, index of the
+                      entry that last used it, secret)
+- ``session_results`` (session id, seq) -> the CommandResult recorded for that write
+- ``session_expiry``  (last-used index, session id) -> b"", the order in which sessions go stale
 - ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
 
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
@@ -33,13 +34,23 @@ Durability and crash consistency (LMDB's documentation of MDB_NOSYNC / MDB_NOMET
 In both modes `sync()` forces everything to disk; the snapshot/compaction code must call it (or
 take a snapshot) before the log is compacted past `applied_index`.
 
-Exactly-once: a command whose header (client_id, seq) was already applied returns the recorded
-result and changes nothing. Per client the results of the last `session_window` sequence numbers
-are kept, so a client may have up to that many writes in flight (from several threads) and they
-may commit in any order; a seq at or below ``highest_seq - session_window`` can no longer be
-checked and is answered "expired" without being applied. A session unused for more than
-`session_ttl_entries` log entries is forgotten. Both rules depend only on the log (indexes and
-sequence numbers, never wall time), so every replica keeps and drops the same sessions.
+Client sessions (the Raft thesis, 6.3): a client registers (KV.RegisterClient), the leader
+appends a registration entry carrying a random secret it chose, and the session's id is that
+entry's index; the client id a write carries is ``commands.session_id(index, secret)``. A write
+whose client id names no live session - never registered, expired, or with another secret - is
+answered `unknown_session` and changes nothing, so no client can write under an id it was not
+issued.
+
+At most once: a command whose header (client_id, seq) was already applied returns the recorded
+result and changes nothing. Per session the results of the last `session_window` sequence numbers
+are kept, so a client may have up to that many writes in flight and they may commit in any order;
+a seq at or below ``highest_seq - session_window`` can no longer be checked and is answered
+"expired" without being applied.
+
+Expiry: a session unused for more than `session_ttl_entries` log entries is forgotten, and a
+registration that makes more than `max_sessions` sessions forgets the least recently used one
+(smallest last-used index). Every rule depends only on the log (indexes and sequence numbers,
+never wall time), so every replica keeps and drops the same sessions.
 """
 from __future__ import annotations
 
@@ -58,14 +69,15 @@ import lmdb
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
+from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command, parse_session_id
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 from statemachine.value_checksum import seal, unseal
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: values stored with a checksum
+# 2: values stored with a checksum; session tables keyed by registration index.
+FORMAT_VERSION = 2
 
 # The named databases (module docstring), in the order __init__ unpacks them.
 _DB_NAMES = (b"data", b"sessions", b"session_results", b"session_expiry", b"meta")
@@ -73,7 +85,10 @@ _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
 _U16 = struct.Struct(">H")
-_SESSION = struct.Struct(">QQ")  # (highest seq applied, last-used index)
+_SESSION = struct.Struct(">QQ")  # (highest seq applied, last-used index), then the secret
+# Client sessions kept at most (module docstring). Not a setting: every replica must apply the
+# same rule.
+MAX_SESSIONS = 100_000
 _APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
 
 
@@ -85,6 +100,8 @@ class ApplyOutcome:
       nothing changed this time.
     - ``expired``: the seq is older than the client's session window; nothing changed and the
       original result is unknown. The service should fail the request (not retryable).
+    - ``unknown_session``: the header's client id names no live client session (never
+      registered, expired, or a wrong secret); nothing changed. The client must register again.
     - ``error``: the payload could not be applied (malformed); nothing changed. Every replica
       produces the same outcome for the same entry.
     """
@@ -93,13 +110,14 @@ class ApplyOutcome:
     result: kv_pb2.CommandResult
     duplicate: bool = False
     expired: bool = False
+    unknown_session: bool = False
     error: str | None = None
     state_check: bool = False  # a check marker: the state as of it is pinned (take_state_checks)
 
     @property
     def ok(self) -> bool:
         """True when ``result`` describes a write that took effect (now or, for a duplicate, before)."""
-        return self.error is None and not self.expired
+        return self.error is None and not self.expired and not self.unknown_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +130,7 @@ class SessionStats:
 class _Session:
     max_seq: int
     last_used: int
+    secret: bytes
 
 
 class KVStateMachine:
@@ -126,14 +145,16 @@ class KVStateMachine:
         sync: bool = False,
         session_window: int = 1024,
         session_ttl_entries: int = 1_000_000,
+        max_sessions: int = MAX_SESSIONS,
         max_readers: int = 1024,
     ) -> None:
-        if session_window < 1 or session_ttl_entries < 1:
-            raise ValueError("session_window and session_ttl_entries must be at least 1")
+        if session_window < 1 or session_ttl_entries < 1 or max_sessions < 1:
+            raise ValueError("session_window, session_ttl_entries and max_sessions must be at least 1")
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.session_window = session_window
         self.session_ttl_entries = session_ttl_entries
+        self.max_sessions = max_sessions
         # See the module docstring for why these flags (crash consistency without per-commit fsync).
         self._env = lmdb.open(
             str(self.path), map_size=map_size, subdir=True, max_dbs=len(_DB_NAMES), max_readers=max_readers,
@@ -394,6 +415,7 @@ class _Batch:
         self.txn = txn
         self.window = machine.session_window
         self.ttl = machine.session_ttl_entries
+        self.max_sessions = machine.max_sessions
         self.data_db = machine._data
         self.data = txn.cursor(db=machine._data)
         self.sessions_db = machine._sessions
@@ -412,28 +434,35 @@ class _Batch:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), error=str(exc))
         if command.check_state:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
-        client_id = command.header.client_id.encode()
-        if not client_id:
+        if command.HasField("registration"):
+            self._register(entry.index, command.registration.secret)
+            return ApplyOutcome(entry.index, kv_pb2.CommandResult())
+        if not command.header.client_id:
             return ApplyOutcome(entry.index, self._apply_ops(command.ops))
-        return self._apply_tracked(entry.index, client_id, command.header.seq, command.ops)
+        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, command.ops)
 
-    def _apply_tracked(self, index: int, client_id: bytes, seq: int, ops: Sequence[kv_pb2.Op]) -> ApplyOutcome:
-        session = self._load_session(client_id, index)
-        if session is not None and seq + self.window <= session.max_seq:
-            self._save_session(client_id, session, _Session(session.max_seq, index))
+    def _apply_tracked(self, index: int, client_id: str, seq: int, ops: Sequence[kv_pb2.Op]) -> ApplyOutcome:
+        parsed = parse_session_id(client_id)
+        session = None if parsed is None else self._load_session(parsed[0], index)
+        if parsed is None or session is None or session.secret != parsed[1]:
+            # Not a live session of this id's holder: the write is refused, and a guessed id
+            # does not keep someone else's session alive either.
+            return ApplyOutcome(index, kv_pb2.CommandResult(), unknown_session=True)
+        sid = parsed[0]
+        if seq + self.window <= session.max_seq:
+            self._save_session(sid, session, _Session(session.max_seq, index, session.secret))
             return ApplyOutcome(index, kv_pb2.CommandResult(), expired=True)
-        result_key = _result_key(client_id, seq)
-        if session is not None:
-            recorded = self.txn.get(result_key, db=self.results_db)
-            if recorded is not None:
-                self._save_session(client_id, session, _Session(session.max_seq, index))
-                return ApplyOutcome(index, kv_pb2.CommandResult.FromString(recorded), duplicate=True)
+        result_key = _result_key(sid, seq)
+        recorded = self.txn.get(result_key, db=self.results_db)
+        if recorded is not None:
+            self._save_session(sid, session, _Session(session.max_seq, index, session.secret))
+            return ApplyOutcome(index, kv_pb2.CommandResult.FromString(recorded), duplicate=True)
         result = self._apply_ops(ops)
         self.txn.put(result_key, result.SerializeToString(), db=self.results_db)
-        max_seq = seq if session is None else max(seq, session.max_seq)
-        self._save_session(client_id, session, _Session(max_seq, index))
-        if session is not None and max_seq > session.max_seq:
-            self._forget_results(client_id, below=max_seq - self.window + 1)
+        max_seq = max(seq, session.max_seq)
+        self._save_session(sid, session, _Session(max_seq, index, session.secret))
+        if max_seq > session.max_seq:
+            self._forget_results(sid, below=max_seq - self.window + 1)
         return ApplyOutcome(index, result)
 
     def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
@@ -491,27 +520,39 @@ class _Batch:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def _load_session(self, client_id: bytes, index: int) -> _Session | None:
-        """The client's session as seen by the entry at `index`; None if it has none, or if it
-        went unused for more than the TTL (then it is dropped here, as on every replica)."""
-        raw = self.txn.get(client_id, db=self.sessions_db)
+    def _register(self, index: int, secret: bytes) -> None:
+        """Open the session registered by the entry at `index`; past `max_sessions`, forget the
+        least recently used ones."""
+        self._save_session(index, None, _Session(0, index, secret))
+        extra = int(self.txn.stat(self.sessions_db)["entries"]) - self.max_sessions
+        if extra > 0:
+            cursor = self.txn.cursor(db=self.expiry_db)
+            oldest = [key for key, _ in zip(cursor.iternext(values=False), range(extra))]
+            for key in oldest:
+                self._drop_session(_U64.unpack(key[8:])[0], _U64.unpack(key[:8])[0])
+
+    def _load_session(self, sid: int, index: int) -> _Session | None:
+        """Session `sid` as seen by the entry at `index`; None if there is none, or if it went
+        unused for more than the TTL (then it is dropped here, as on every replica)."""
+        raw = self.txn.get(_U64.pack(sid), db=self.sessions_db)
         if raw is None:
             return None
-        session = _Session(*_SESSION.unpack(raw))
+        session = _Session(*_SESSION.unpack_from(raw), raw[_SESSION.size:])
         if index - session.last_used > self.ttl:
-            self._drop_session(client_id, session.last_used)
+            self._drop_session(sid, session.last_used)
             return None
         return session
 
-    def _save_session(self, client_id: bytes, old: _Session | None, new: _Session) -> None:
+    def _save_session(self, sid: int, old: _Session | None, new: _Session) -> None:
+        key = _U64.pack(sid)
         if old is not None:
-            self.txn.delete(_U64.pack(old.last_used) + client_id, db=self.expiry_db)
-        self.txn.put(_U64.pack(new.last_used) + client_id, b"", db=self.expiry_db)
-        self.txn.put(client_id, _SESSION.pack(new.max_seq, new.last_used), db=self.sessions_db)
+            self.txn.delete(_U64.pack(old.last_used) + key, db=self.expiry_db)
+        self.txn.put(_U64.pack(new.last_used) + key, b"", db=self.expiry_db)
+        self.txn.put(key, _SESSION.pack(new.max_seq, new.last_used) + new.secret, db=self.sessions_db)
 
-    def _forget_results(self, client_id: bytes, below: int | None = None) -> None:
-        """Delete the client's recorded results with seq < `below` (all of them if None)."""
-        prefix = _U16.pack(len(client_id)) + client_id
+    def _forget_results(self, sid: int, below: int | None = None) -> None:
+        """Delete the session's recorded results with seq < `below` (all of them if None)."""
+        prefix = _U64.pack(sid)
         cursor = self.txn.cursor(db=self.results_db)
         found = cursor.set_range(prefix)
         while found:
@@ -520,29 +561,28 @@ class _Batch:
                 break
             found = cursor.delete()
 
-    def _drop_session(self, client_id: bytes, last_used: int) -> None:
-        self._forget_results(client_id)
-        self.txn.delete(_U64.pack(last_used) + client_id, db=self.expiry_db)
-        self.txn.delete(client_id, db=self.sessions_db)
+    def _drop_session(self, sid: int, last_used: int) -> None:
+        self._forget_results(sid)
+        self.txn.delete(_U64.pack(last_used) + _U64.pack(sid), db=self.expiry_db)
+        self.txn.delete(_U64.pack(sid), db=self.sessions_db)
 
     def drop_stale_sessions(self, last_index: int) -> None:
         """Physically drop the sessions no entry after `last_index` can see any more. Which sessions
         are visible is decided per entry in `_load_session`; this only reclaims space, so it may run
         once per batch without making replicas with different batch sizes diverge."""
         cursor = self.txn.cursor(db=self.expiry_db)
-        stale: list[tuple[bytes, int]] = []
+        stale: list[tuple[int, int]] = []
         for key in cursor.iternext(values=False):
             last_used = _U64.unpack(key[:8])[0]
             if last_index - last_used <= self.ttl:
                 break
-            stale.append((key[8:], last_used))
-        for client_id, last_used in stale:
-            self._drop_session(client_id, last_used)
+            stale.append((_U64.unpack(key[8:])[0], last_used))
+        for sid, last_used in stale:
+            self._drop_session(sid, last_used)
 
 
-def _result_key(client_id: bytes, seq: int) -> bytes:
-    # Length-prefixed so one client's keys never interleave with another's whose id extends it.
-    return _U16.pack(len(client_id)) + client_id + _U64.pack(seq)
+def _result_key(sid: int, seq: int) -> bytes:
+    return _U64.pack(sid) + _U64.pack(seq)
 
 
 def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:

@@ -1,5 +1,6 @@
 """The Python client of raftkv: finds the leader, follows "not leader" hints, retries within a
-timeout, and tags every write so that a retry is applied at most once.
+timeout, and tags every write with a client session the cluster issued (KV.RegisterClient) and a
+sequence number, so that a retry is applied at most once.
 
     with Client(["127.0.0.1:7001", "127.0.0.1:7002"], timeout=5.0) as c:
         c.put("user/1", "alice"); c.get("user/1")  # -> b"alice"
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import grpc
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
-from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
+from kv.errors import NotLeaderError, RaftKVError, UnavailableError, UnknownSessionError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline
 from kv.client.request_stream import RequestStream, StreamPool
@@ -99,26 +100,32 @@ def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
 
 @dataclass(slots=True)
 class _Session:
-    """One thread's write session. The server recognises a retry by (client id, seq) within a
-    window of recent sequences per id; one id per thread keeps each id's writes one at a time and
-    in order, so however many threads write, no retry can fall out of that window."""
+    """One thread's client session. The server recognises a retry by (client id, seq) within a
+    window of recent sequences per session; a session per thread keeps each session's writes one
+    at a time and in order, so however many threads write, no retry can fall out of that window.
+    The client id is issued by the cluster (KV.RegisterClient) at the thread's first write."""
 
-    client_id: str
-    # Starting from the clock keeps sequences increasing when a process reuses its client id.
-    seq: Iterator[int] = field(default_factory=lambda: itertools.count(time.time_ns() // 1000))
+    client_id: str | None = None
+    seq: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
-    def header(self) -> kv_pb2.WriteHeader:
-        return kv_pb2.WriteHeader(client_id=self.client_id, seq=next(self.seq))  # type: ignore[call-overload]
+    def renew(self, client_id: str) -> None:
+        self.client_id, self.seq = client_id, itertools.count(1)
+
+    def forget(self, client_id: str) -> None:
+        """The cluster no longer knows `client_id`: the next write registers a new session."""
+        if self.client_id == client_id:
+            self.client_id = None
 
 
 @dataclass(slots=True)
 class _Attempts:
-    """Where one call goes next, and how long it has left."""
+    """Where one call goes next, how long it has left, and how many attempts were sent."""
 
     deadline: float
     target: str
     free_hops: int = 0
     follow_now: bool = False
+    sent: int = 0
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -129,8 +136,9 @@ class Client:
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
     timeout: seconds each call may take, retries included.
-    client_id: names this client's write sessions (default: random). Two live clients must not
-    share one, or their writes could be taken for retries of each other.
+    client_id: a name for this client, sent when it registers a client session (default: random).
+    It is only a label: the ids its writes carry are issued by the cluster, one session per writing
+    thread, so clients given the same name never take each other's writes for retries.
     streams: send put, get and delete as messages on long-lived streams (kv/client/request_stream.py),
     which costs a node about half the CPU of a unary call; False: a unary call each."""
 
@@ -146,7 +154,6 @@ class Client:
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._preferred = self.endpoints[0]  # the last endpoint that served a request
         self._local = threading.local()
-        self._sessions = itertools.count()
         self._closed = False
         self._streams = StreamPool() if streams else None
         if self._streams is not None:
@@ -177,8 +184,8 @@ class Client:
 
     def put(self, key: KeyLike, value: KeyLike) -> int:
         """Write `value` under `key`; returns the raft index the write was committed at."""
-        request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"), header=self._header())
-        return self._call(lambda stub: stub.Put, request, "put").index
+        request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"))
+        return self._write(lambda stub: stub.Put, request, "put").index
 
     def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
         """The value under `key`, or None when it is absent."""
@@ -188,8 +195,8 @@ class Client:
 
     def delete(self, key: KeyLike) -> bool:
         """Delete `key`; True when it existed."""
-        request = kv_pb2.DeleteRequest(key=to_bytes(key), header=self._header())
-        return self._call(lambda stub: stub.Delete, request, "delete").existed
+        request = kv_pb2.DeleteRequest(key=to_bytes(key))
+        return self._write(lambda stub: stub.Delete, request, "delete").existed
 
     def scan(
         self,
@@ -219,8 +226,8 @@ class Client:
         entry, at most once however often it is retried. Returns per op whether its key existed."""
         if not ops:
             return []
-        request = kv_pb2.BatchRequest(ops=ops, header=self._header())
-        return list(self._call(lambda stub: stub.Batch, request).existed)
+        request = kv_pb2.BatchRequest(ops=ops)
+        return list(self._write(lambda stub: stub.Batch, request).existed)
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per configured endpoint (asked in parallel); an endpoint that does not answer
@@ -288,13 +295,42 @@ class Client:
 
     # ---- routing and retries ---------------------------------------------------------------
 
-    def _header(self) -> kv_pb2.WriteHeader:
+    def _write(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "") -> Any:
+        """`_call` for a write: `request.header` is set from this thread's client session, which is
+        registered first if it has no id. When the cluster answers UNKNOWN_SESSION (the session
+        expired) to the write's first attempt, nothing of the write was applied: it is sent again,
+        once, in a new session. After a later attempt an earlier one may have been applied, and
+        a new session cannot tell: UnknownSessionError is raised (the outcome is unknown), and
+        the next write registers a new session."""
         session: _Session | None = getattr(self._local, "session", None)
         if session is None:
-            n = next(self._sessions)
-            session = _Session(self.client_id if n == 0 else f"{self.client_id}#{n}")
-            self._local.session = session
-        return session.header()
+            session = self._local.session = _Session()
+        deadline = time.monotonic() + self.timeout
+        for last_chance in (False, True):
+            if session.client_id is None:
+                session.renew(self._register(deadline))
+            header = request.header
+            header.client_id = session.client_id
+            header.seq = next(session.seq)
+            attempts = _Attempts(deadline=deadline, target=self._preferred)
+            try:
+                return self._call(method, request, stream_field, attempts)
+            except UnknownSessionError as error:
+                session.forget(header.client_id)
+                if attempts.sent > 1:
+                    raise UnknownSessionError(
+                        f"{error}. This write was sent {attempts.sent} times and its client session expired "
+                        "meanwhile: an earlier attempt may have been applied (once), or not; its outcome is "
+                        "unknown") from None
+                if last_chance:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _register(self, deadline: float) -> str:
+        """A new client session's id, issued by the cluster."""
+        request = kv_pb2.RegisterClientRequest(name=self.client_id)
+        attempts = _Attempts(deadline=deadline, target=self._preferred)
+        return self._call(lambda stub: stub.RegisterClient, request, attempts=attempts).client_id
 
     def _stub(self, address: str) -> kv_pb2_grpc.KVStub:
         return self._connection(address)[1]
@@ -316,11 +352,13 @@ class Client:
             return self.endpoints[0]
         return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
 
-    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "") -> Any:
+    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "",
+              attempts: _Attempts | None = None) -> Any:
         """Send `request` until one node serves it or the timeout runs out. The request object is
         the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
         name in a kv_pb2.StreamRequest) it goes on a request stream when one is free."""
-        attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+        if attempts is None:
+            attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
         try:
             return self._attempt(method, request, stream_field, attempts)
         except RaftKVError as error:
@@ -349,6 +387,7 @@ class Client:
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
                  attempts: _Attempts) -> Any:
         target = attempts.target
+        attempts.sent += 1
         try:
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -17,10 +19,13 @@ from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
 from statemachine.commands import (
+    SESSION_SECRET_BYTES,
     CommandLimits,
     delete_op,
     encode_command,
+    encode_registration,
     put_op,
+    session_id,
     validate_header,
     validate_key,
     validate_ops,
@@ -35,6 +40,8 @@ from statemachine.kv_state import ApplyOutcome, KVStateMachine
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SCAN_LIMIT = 1000
 MAX_SCAN_LIMIT = 10_000
@@ -106,6 +113,20 @@ class KVHandler:
         return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
                                lambda outcome: reply(_applied(outcome, header)))
 
+    async def register_client(self, request: kv_pb2.RegisterClientRequest,
+                              timeout: float | None = None) -> kv_pb2.RegisterClientResponse:
+        """Open a client session (the Raft thesis, 6.3): append a registration entry with a secret
+        chosen here; the client id is the entry's index and that secret, so no one can use an id
+        the cluster did not issue to them."""
+        secret = secrets.token_bytes(SESSION_SECRET_BYTES)
+        outcome: ApplyOutcome = await begin_node_call(
+            self._node, lambda: self._node.propose(encode_registration(secret)), timeout, TIMEOUT_MESSAGE,
+            lambda done: done)
+        if outcome.error is not None:
+            raise errors.InvalidArgumentError(f"the registration could not be applied: {outcome.error}")
+        log.debug("client session %d registered for %r", outcome.index, request.name)
+        return kv_pb2.RegisterClientResponse(client_id=session_id(outcome.index, secret), index=outcome.index)
+
     # ---- reads -------------------------------------------------------------------------------
 
     def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
@@ -173,7 +194,11 @@ class KVHandler:
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
-    """A write's outcome, or the InvalidArgumentError it stands for."""
+    """A write's outcome, or the refusal it stands for."""
+    if outcome.unknown_session:
+        raise errors.UnknownSessionError(
+            f"client id {header.client_id!r} names no client session this cluster keeps (never registered, "
+            "expired, or a wrong secret); this write was not applied: register again (RegisterClient)")
     if outcome.expired:
         raise errors.InvalidArgumentError(
             f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
@@ -386,6 +411,10 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
         return await serve_call(self._handler.batch(request, context.time_remaining()), context)
+
+    async def RegisterClient(self, request: kv_pb2.RegisterClientRequest,
+                             context: grpc.aio.ServicerContext) -> kv_pb2.RegisterClientResponse:
+        return await serve_call(self._handler.register_client(request, context.time_remaining()), context)
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         return self._handler.status()

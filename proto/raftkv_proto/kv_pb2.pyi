@@ -24,6 +24,20 @@ class WriteHeader(_message.Message):
     seq: int
     def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
+class RegisterClientRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RegisterClientResponse(_message.Message):
+    __slots__ = ("client_id", "index")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    index: int
+    def __init__(self, client_id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -225,15 +239,23 @@ class SnapshotFileChunk(_message.Message):
     done: bool
     def __init__(self, manifest_json: _Optional[bytes] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
+class Registration(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: bytes
+    def __init__(self, secret: _Optional[bytes] = ...) -> None: ...
+
 class Command(_message.Message):
-    __slots__ = ("header", "ops", "check_state")
+    __slots__ = ("header", "ops", "registration", "check_state")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_FIELD_NUMBER: _ClassVar[int]
     CHECK_STATE_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
+    registration: Registration
     check_state: bool
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., check_state: _Optional[bool] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("existed",)

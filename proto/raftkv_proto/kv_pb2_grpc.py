@@ -59,6 +59,11 @@ class KVStub:
                 request_serializer=raftkv__proto_dot_kv__pb2.BatchRequest.SerializeToString,
                 response_deserializer=raftkv__proto_dot_kv__pb2.BatchResponse.FromString,
                 _registered_method=True)
+        self.RegisterClient = channel.unary_unary(
+                '/raftkv.kv.KV/RegisterClient',
+                request_serializer=raftkv__proto_dot_kv__pb2.RegisterClientRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.RegisterClientResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/raftkv.kv.KV/Status',
                 request_serializer=raftkv__proto_dot_kv__pb2.StatusRequest.SerializeToString,
@@ -109,6 +114,12 @@ class KVServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Batch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterClient(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +177,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Batch,
                     request_deserializer=raftkv__proto_dot_kv__pb2.BatchRequest.FromString,
                     response_serializer=raftkv__proto_dot_kv__pb2.BatchResponse.SerializeToString,
+            ),
+            'RegisterClient': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterClient,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.RegisterClientRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.RegisterClientResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -323,6 +339,33 @@ class KV:
             '/raftkv.kv.KV/Batch',
             raftkv__proto_dot_kv__pb2.BatchRequest.SerializeToString,
             raftkv__proto_dot_kv__pb2.BatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterClient(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftkv.kv.KV/RegisterClient',
+            raftkv__proto_dot_kv__pb2.RegisterClientRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.RegisterClientResponse.FromString,
             options,
             channel_credentials,
             insecure,

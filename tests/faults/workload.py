@@ -15,7 +15,6 @@ import itertools
 import random
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,10 +48,13 @@ class PinnedTarget:
         self._stub = stub
         self._timeout_s = timeout_s
         self._consistency = consistency
-        self._client_id = uuid.uuid4().hex
+        self._client_id = ""  # issued by the cluster (RegisterClient) before the first write
         self._seq = itertools.count(1)
 
     def _header(self) -> kv_pb2.WriteHeader:
+        if not self._client_id:
+            registered = self._call(self._stub.RegisterClient, kv_pb2.RegisterClientRequest(name="pinned"))
+            self._client_id = registered.client_id  # type: ignore[attr-defined]
         return kv_pb2.WriteHeader(client_id=self._client_id, seq=next(self._seq))
 
     def _call(self, method: grpc.UnaryUnaryMultiCallable, request: object) -> object:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import dataclass, field
 
 import grpc
@@ -106,8 +105,9 @@ def test_sigkill_leader_while_writing(cluster: Cluster):
 def test_a_replayed_write_is_not_applied_again_by_a_new_leader(cluster: Cluster):
     old_leader = cluster.wait_for_leader()
     old_term = cluster.status(old_leader)["term"]
-    header = kv_pb2.WriteHeader(client_id=f"replay-{uuid.uuid4().hex}", seq=1)
     stub = cluster.kv_stub(old_leader)
+    client_id = stub.RegisterClient(kv_pb2.RegisterClientRequest(name="replay"), timeout=10).client_id
+    header = kv_pb2.WriteHeader(client_id=client_id, seq=1)
     first = stub.Put(kv_pb2.PutRequest(key=b"once", value=b"original", header=header), timeout=10)
     for node_id in cluster.nodes:  # every member has the write, and its session
         cluster.wait_applied(node_id, first.index)

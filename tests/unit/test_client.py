@@ -23,6 +23,7 @@ from kv.errors import (
     RaftKVError,
     TimeoutError,
     UnavailableError,
+    UnknownSessionError,
     from_rpc_error,
     stream_error,
 )
@@ -72,6 +73,7 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
     calls: list[tuple[str, Any]] = field(default_factory=list)
     data: dict[bytes, bytes] = field(default_factory=dict)
     index: int = 0
+    registered: int = 0  # client sessions issued
     streams_opened: int = 0
     pipelines_opened: int = 0
     pipeline_messages: list[int] = field(default_factory=list)  # requests per message
@@ -95,6 +97,13 @@ class ScriptedKV(kv_pb2_grpc.KVServicer):
             self.data[req.key] = req.value
             return kv_pb2.PutResponse(index=self._commit())
         return self._run("Put", request, context, store)
+
+    def RegisterClient(self, request, context):
+        def register(req, ctx):
+            self.registered += 1
+            return kv_pb2.RegisterClientResponse(client_id=f"{self.registered}.{self.registered:032x}",
+                                                 index=self.registered)
+        return self._run("RegisterClient", request, context, register)
 
     def Get(self, request, context):
         def load(req, ctx):
@@ -262,12 +271,60 @@ def test_retries_keep_the_write_header(start_node, streams):
     with Client([node.address], timeout=2.0, client_id="me", streams=streams) as client:
         assert client.put("k", "v") == 9
         client.delete("k")
+    (registration,) = node.kv.requests("RegisterClient")
+    assert registration.name == "me"  # the client's name; the id is the cluster's
     puts = node.kv.requests("Put")
     assert len(puts) == 3
-    assert {(p.header.client_id, p.header.seq) for p in puts} == {("me", puts[0].header.seq)}
+    assert {(p.header.client_id, p.header.seq) for p in puts} == {(f"1.{1:032x}", 1)}
     (delete,) = node.kv.requests("Delete")
-    assert delete.header.client_id == "me"
+    assert delete.header.client_id == f"1.{1:032x}"
     assert delete.header.seq == puts[0].header.seq + 1  # a new write, a new sequence
+
+
+def expire_sessions(kv: ScriptedKV, refusals: list[RaftKVError]) -> Handler:
+    """A Put handler that answers with `refusals` in turn, then stores; once it has refused with
+    UNKNOWN_SESSION it refuses every later write in that session too, as the cluster does."""
+    expired: set[str] = set()
+
+    def answer(request, context):
+        if request.header.client_id in expired:
+            refuse(context, UnknownSessionError("gone"))
+        if refusals:
+            error = refusals.pop(0)
+            if isinstance(error, UnknownSessionError):
+                expired.add(request.header.client_id)
+            refuse(context, error)
+        kv.data[request.key] = request.value
+        return kv_pb2.PutResponse(index=kv._commit())
+    return answer
+
+
+def test_a_write_refused_for_an_expired_session_is_sent_again_in_a_new_one(start_node, streams):
+    """The first attempt was refused before anything of it was applied: a new session and the
+    same write again are safe, and the caller sees only the success."""
+    node = start_node()
+    node.kv.script["Put"] = expire_sessions(node.kv, [UnknownSessionError("gone")])
+    with Client([node.address], timeout=2.0, streams=streams) as client:
+        assert client.put("k", "v") == 1
+        client.put("k", "w")
+    assert node.kv.count("RegisterClient") == 2
+    headers = [(p.header.client_id, p.header.seq) for p in node.kv.requests("Put")]
+    assert headers == [(f"1.{1:032x}", 1), (f"2.{2:032x}", 1), (f"2.{2:032x}", 2)]
+    assert node.kv.data[b"k"] == b"w"
+
+
+def test_an_expired_session_met_by_a_retry_is_an_unknown_outcome(start_node, streams):
+    """An earlier attempt may have been applied before the session expired; a new session could
+    apply the write a second time, so the client says the outcome is unknown instead."""
+    node = start_node()
+    node.kv.script["Put"] = expire_sessions(node.kv, [UnavailableError("lost"), UnknownSessionError("gone")])
+    with Client([node.address], timeout=2.0, streams=streams) as client:
+        with pytest.raises(UnknownSessionError, match="outcome is\\s+unknown"):
+            client.put("k", "v")
+        assert b"k" not in node.kv.data
+        client.put("k2", "v")  # the next write gets a new session
+    assert node.kv.count("RegisterClient") == 2
+    assert node.kv.requests("Put")[-1].header.client_id == f"2.{2:032x}"
 
 
 def test_follows_a_hint_for_a_write_with_the_same_header(start_node):
@@ -292,7 +349,7 @@ def test_threads_get_separate_write_sessions(start_node, streams):
     by_session: dict[str, list[int]] = {}
     for client_id, seq in headers:
         by_session.setdefault(client_id, []).append(seq)
-    assert len(by_session) == 4 and all(cid.startswith("app") for cid in by_session)
+    assert len(by_session) == 4 and node.kv.count("RegisterClient") == 4
     # Within one session the writes arrive one after another, in increasing order.
     assert all(seqs == sorted(seqs) for seqs in by_session.values())
 

@@ -13,8 +13,9 @@ from raft.core import Entry, EntryType
 from statemachine import (
     ApplyOrderError, ApplyOutcome, KVStateMachine, SessionStats, StateFullError, delete_op, encode_command, put_op,
 )
-from statemachine.commands import check_state_command
+from statemachine.commands import check_state_command, encode_registration, session_id
 from statemachine.errors import CorruptStateError
+from statemachine.kv_state import FORMAT_VERSION
 
 
 @pytest.fixture
@@ -30,12 +31,20 @@ class Log:
     def __init__(self, term: int = 1) -> None:
         self.next_index = 1
         self.term = term
+        self.ids: dict[str, str] = {}  # a test's name for a client -> the id its registration issued
+
+    def register(self, name: str, secret: bytes | None = None) -> Entry:
+        """The registration entry of a client session; later entries for `name` use its id."""
+        secret = secret if secret is not None else name.encode().ljust(16, b"-")[:16]
+        self.ids[name] = session_id(self.next_index, secret)
+        return self.entry(payload=encode_registration(secret))
 
     def entry(self, ops: Sequence[kv_pb2.Op] = (), client_id: str = "", seq: int = 0,
               payload: bytes | None = None, noop: bool = False) -> Entry:
         if noop:
             made = Entry(self.next_index, self.term, EntryType.NOOP)
         else:
+            client_id = self.ids.get(client_id, client_id)
             made = Entry(self.next_index, self.term, EntryType.NORMAL,
                          encode_command(ops, client_id, seq) if payload is None else payload)
         self.next_index += 1
@@ -92,13 +101,13 @@ def test_non_consecutive_batch_is_refused_and_not_applied(sm: KVStateMachine) ->
 def test_reopen_resumes_at_applied_index_with_data(tmp_path: Path) -> None:
     log = Log(term=3)
     with KVStateMachine(tmp_path / "s", map_size=16 << 20) as first:
-        first.apply([log.put(b"k%d" % i, b"v%d" % i, "c", i + 1) for i in range(50)])
+        first.apply([log.register("c")] + [log.put(b"k%d" % i, b"v%d" % i, "c", i + 1) for i in range(49)])
         before = first.state_hash()
     with KVStateMachine(tmp_path / "s", map_size=16 << 20) as again:
         assert (again.applied_index, again.applied_term) == (50, 3)
         assert again.state_hash() == before and again.get(b"k7") == b"v7"
         # The session survived too: a retry after the restart is still recognised.
-        retry = Entry(51, 3, payload=encode_command([put_op(b"k0", b"other")], "c", 1))
+        retry = Entry(51, 3, payload=encode_command([put_op(b"k0", b"other")], log.ids["c"], 1))
         assert outcome(again.apply([retry])[0]).duplicate
         assert again.get(b"k0") == b"v0"
     again.close()  # a second close is harmless
@@ -117,11 +126,11 @@ def test_sync_mode_works_the_same(tmp_path: Path) -> None:
 
 def test_same_header_twice_has_one_effect_and_same_result(sm: KVStateMachine) -> None:
     log = Log()
-    first, other, retry = sm.apply([
+    first, other, retry = sm.apply([log.register("c1"), log.register("c2")] + [
         log.entry([put_op(b"k", b"v1"), delete_op(b"x")], "c1", 1),
         log.put(b"k", b"v2", "c2", 1),  # another client overwrites in between
         log.entry([put_op(b"k", b"v1"), delete_op(b"x")], "c1", 1),
-    ])
+    ])[2:]
     assert not outcome(first).duplicate and outcome(retry).duplicate and outcome(retry).ok
     assert outcome(retry).result == outcome(first).result
     assert list(outcome(other).result.existed) == [True]
@@ -130,7 +139,7 @@ def test_same_header_twice_has_one_effect_and_same_result(sm: KVStateMachine) ->
 
 def test_duplicate_across_batches(sm: KVStateMachine) -> None:
     log = Log()
-    sm.apply([log.entry([delete_op(b"k")], "c", 7)])
+    sm.apply([log.register("c"), log.entry([delete_op(b"k")], "c", 7)])
     sm.apply([log.put(b"k", b"v")])
     again = outcome(sm.apply([log.entry([delete_op(b"k")], "c", 7)])[0])
     assert again.duplicate and list(again.result.existed) == [False]
@@ -140,6 +149,7 @@ def test_duplicate_across_batches(sm: KVStateMachine) -> None:
 def test_concurrent_seqs_commit_in_any_order(sm: KVStateMachine) -> None:
     log = Log()
     order = [5, 3, 4, 1, 2]
+    sm.apply([log.register("c")])
     results = sm.apply([log.put(b"k%d" % s, b"v", "c", s) for s in order])
     assert not any(outcome(r).duplicate or outcome(r).expired for r in results)
     assert sm.count() == 5
@@ -151,7 +161,7 @@ def test_concurrent_seqs_commit_in_any_order(sm: KVStateMachine) -> None:
 def test_seq_older_than_window_is_expired_and_not_applied(tmp_path: Path) -> None:
     with KVStateMachine(tmp_path / "s", map_size=16 << 20, session_window=4) as machine:
         log = Log()
-        machine.apply([log.put(b"k%d" % s, b"v", "c", s) for s in (1, 2, 8, 10)])
+        machine.apply([log.register("c")] + [log.put(b"k%d" % s, b"v", "c", s) for s in (1, 2, 8, 10)])
         # Highest seq is 10 and the window 4: 7..10 are still known, 6 and below are not.
         late, known, old = machine.apply([
             log.put(b"new7", b"v", "c", 7),   # inside the window, never applied: applied now
@@ -176,23 +186,115 @@ def test_empty_client_id_means_no_dedup(sm: KVStateMachine) -> None:
 
 def test_sessions_expire_by_log_index_identically_for_any_batching(tmp_path: Path) -> None:
     log = Log()
-    entries = [log.put(b"k", b"first", "c", 1)]                # index 1
-    entries += [log.entry(noop=True) for _ in range(4)]         # 2..5
-    entries += [log.put(b"k", b"retry-seen", "c", 1)]           # 6: 6-1 = 5 = ttl, still known
-    entries += [log.entry(noop=True) for _ in range(5)]         # 7..11
-    entries += [log.put(b"k", b"after-ttl", "c", 1)]            # 12: unused for 6 > 5, forgotten
-    entries += [log.put(b"z", b"other", "d", 1)]                # 13
-    entries += [log.entry(noop=True) for _ in range(6)]         # 14..19: both sessions stale
+    entries = [log.register("c")]                               # index 1
+    entries += [log.put(b"k", b"first", "c", 1)]                # 2
+    entries += [log.entry(noop=True) for _ in range(4)]         # 3..6
+    entries += [log.put(b"k", b"retry-seen", "c", 1)]           # 7: 7-2 = 5 = ttl, still known
+    entries += [log.entry(noop=True) for _ in range(5)]         # 8..12
+    entries += [log.put(b"k", b"after-ttl", "c", 2)]            # 13: unused for 6 > 5, forgotten
+    entries += [log.register("d"), log.put(b"z", b"other", "d", 1)]  # 14, 15
+    entries += [log.entry(noop=True) for _ in range(6)]         # 16..21: the session is stale
     with KVStateMachine(tmp_path / "one", map_size=16 << 20, session_ttl_entries=5) as one, \
             KVStateMachine(tmp_path / "all", map_size=16 << 20, session_ttl_entries=5) as whole:
         singly = [r for e in entries for r in one.apply([e])]
         at_once = whole.apply(entries)
         assert singly == at_once
-        assert outcome(at_once[5]).duplicate
-        assert not outcome(at_once[11]).duplicate
-        assert one.state_hash() == whole.state_hash() and one.get(b"k") == b"after-ttl"
+        assert outcome(at_once[6]).duplicate
+        assert outcome(at_once[12]).unknown_session and not outcome(at_once[12]).ok
+        assert outcome(at_once[14]).ok
+        assert one.state_hash() == whole.state_hash() and one.get(b"k") == b"first" and one.get(b"z") == b"other"
         # Stale sessions are physically dropped, not just ignored.
         assert one.session_stats() == whole.session_stats() == SessionStats(clients=0, results=0)
+
+
+# ---- client sessions -------------------------------------------------------------------------
+
+def test_a_write_needs_a_registered_session(sm: KVStateMachine) -> None:
+    """A client id the cluster did not issue is refused, whatever it looks like."""
+    log = Log()
+    registered, made_up, unissued, wrong_secret = sm.apply([
+        log.register("c", secret=b"s" * 16),
+        log.put(b"a", b"1", "my-own-name", 1),
+        log.put(b"b", b"1", session_id(7, b"s" * 16), 1),  # no registration at index 7
+        log.put(b"c", b"1", session_id(1, b"t" * 16), 1),  # index 1's session, another secret
+    ])
+    assert registered is not None and outcome(registered).ok
+    for refused in (made_up, unissued, wrong_secret):
+        assert outcome(refused).unknown_session and not outcome(refused).ok
+    assert sm.get(b"a") is None and sm.get(b"b") is None and sm.get(b"c") is None
+    assert sm.session_stats() == SessionStats(clients=1, results=0)
+
+
+def test_a_forged_id_cannot_take_or_spoil_another_clients_session(sm: KVStateMachine) -> None:
+    """Another client that knows the registration index (but not the secret) can neither have
+    its write answered with the owner's result, nor push the owner's sequence out of reach."""
+    log = Log()
+    sm.apply([log.register("owner", secret=b"o" * 16)])
+    owner = log.ids["owner"]
+    index = int(owner.split(".")[0])
+    forged = session_id(index, b"f" * 16)
+    first, same_seq, far_ahead, owner_next, owner_retry = sm.apply([
+        log.put(b"owner", b"1", owner, 1),
+        log.put(b"forger", b"2", forged, 2),
+        log.put(b"forger", b"far", forged, 10 ** 9),
+        log.put(b"owner", b"2", owner, 2),
+        log.put(b"owner", b"1-again", owner, 1),
+    ])
+    assert outcome(same_seq).unknown_session and outcome(far_ahead).unknown_session
+    assert sm.get(b"forger") is None
+    assert outcome(owner_next).ok and not outcome(owner_next).duplicate and sm.get(b"owner") == b"2"
+    assert outcome(owner_retry).duplicate and outcome(owner_retry).result == outcome(first).result
+
+
+def test_ids_name_their_registration_entry_and_secret(sm: KVStateMachine) -> None:
+    log = Log()
+    a, b = log.register("a", secret=b"a" * 16), log.register("b", secret=b"b" * 16)
+    sm.apply([a, b])
+    assert log.ids["a"] == f"1.{(b'a' * 16).hex()}" and log.ids["b"] == f"2.{(b'b' * 16).hex()}"
+    # Two sessions with the same seq do not meet.
+    x, y = sm.apply([log.put(b"k", b"from-a", "a", 1), log.put(b"k", b"from-b", "b", 1)])
+    assert not outcome(x).duplicate and not outcome(y).duplicate and sm.get(b"k") == b"from-b"
+
+
+def test_registrations_past_the_bound_expire_the_least_recently_used(tmp_path: Path) -> None:
+    log = Log()
+    entries = [log.register(name) for name in ("a", "b", "c")]   # 1..3
+    entries += [log.put(b"k", b"a1", "a", 1)]                     # 4: a is used, b now the oldest
+    entries += [log.register("d")]                                # 5: four sessions, b expires
+    entries += [log.put(b"k", b"b1", "b", 1), log.put(b"k", b"c1", "c", 1),
+                log.put(b"k", b"a2", "a", 2), log.put(b"k", b"d1", "d", 1)]
+    with KVStateMachine(tmp_path / "one", map_size=16 << 20, max_sessions=3) as one, \
+            KVStateMachine(tmp_path / "all", map_size=16 << 20, max_sessions=3) as whole:
+        singly = [r for e in entries for r in one.apply([e])]
+        at_once = whole.apply(entries)
+        assert singly == at_once
+        b1, c1, a2, d1 = at_once[5:]
+        assert outcome(b1).unknown_session
+        assert outcome(c1).ok and outcome(a2).ok and outcome(d1).ok
+        assert one.get(b"k") == whole.get(b"k") == b"d1"
+        assert one.session_stats() == whole.session_stats() == SessionStats(clients=3, results=4)
+
+
+def test_registration_entries_must_be_well_formed(sm: KVStateMachine) -> None:
+    log = Log()
+    short = log.entry(payload=kv_pb2.Command(registration=kv_pb2.Registration(secret=b"x")).SerializeToString())
+    with_ops = log.entry(payload=kv_pb2.Command(registration=kv_pb2.Registration(secret=b"x" * 16),
+                                                ops=[put_op(b"k", b"v")]).SerializeToString())
+    results = sm.apply([short, with_ops])
+    assert all(outcome(r).error for r in results)
+    assert sm.get(b"k") is None and sm.session_stats() == SessionStats(clients=0, results=0)
+
+
+def test_a_state_of_another_format_is_refused_naming_both(tmp_path: Path) -> None:
+    import lmdb
+    with KVStateMachine(tmp_path / "s", map_size=16 << 20) as machine:
+        machine.apply([Log().put(b"k", b"v")])
+    env = lmdb.open(str(tmp_path / "s"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.put(b"format", (1).to_bytes(8, "big"), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with pytest.raises(RuntimeError, match=f"state format 1, expected {FORMAT_VERSION}"):
+        KVStateMachine(tmp_path / "s", map_size=16 << 20)
 
 
 # ---- malformed entries ---------------------------------------------------------------------
@@ -339,7 +441,7 @@ def test_copy_to_packs_pages_that_inserts_into_the_middle_left_half_full(tmp_pat
     half; the copy re-packs them, with every key, session and the applied index intact."""
     with KVStateMachine(tmp_path / "s", map_size=256 << 20) as machine:
         log = Log()
-        machine.apply([log.put(b"z-last", b"v")])
+        machine.apply([log.put(b"z-last", b"v"), log.register("loader")])
         for first in range(0, 40_000, 1000):
             tracked = log.put(b"k%08d" % first, b"v" * 16, "loader", first // 1000 + 1)
             machine.apply([tracked] + [log.put(b"k%08d" % i, b"v" * 16) for i in range(first + 1, first + 1000)])
@@ -375,7 +477,8 @@ def test_map_full_refuses_batch_and_reads_keep_working(tmp_path: Path) -> None:
 
 def test_apply_throughput_100k_puts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = Log()
-    entries = [log.put(b"key/%08d" % i, b"v" * 100, "client-%d" % (i % 8), i // 8 + 1) for i in range(100_000)]
+    entries = [log.register(f"client-{c}") for c in range(8)]
+    entries += [log.put(b"key/%08d" % i, b"v" * 100, "client-%d" % (i % 8), i // 8 + 1) for i in range(100_000)]
     with KVStateMachine(tmp_path / "s", map_size=1 << 30) as machine:
         started = time.perf_counter()
         for first in range(0, len(entries), 1000):

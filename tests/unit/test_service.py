@@ -19,8 +19,13 @@ from raft.node.config import NodeConfig, StorageConfig
 from tests.unit.test_node import WAIT_S, Single, free_port, run
 
 
-def header(seq: int) -> kv_pb2.WriteHeader:
-    return kv_pb2.WriteHeader(client_id="test-client", seq=seq)
+def header(seq: int, client_id: str) -> kv_pb2.WriteHeader:
+    return kv_pb2.WriteHeader(client_id=client_id, seq=seq)
+
+
+async def registered(handler: KVHandler) -> str:
+    """A client id the node issued."""
+    return (await handler.register_client(kv_pb2.RegisterClientRequest(name="test"), WAIT_S)).client_id
 
 
 def test_many_requests_in_flight_finish_without_a_task_each(tmp_path: Path) -> None:
@@ -28,17 +33,37 @@ def test_many_requests_in_flight_finish_without_a_task_each(tmp_path: Path) -> N
         single = Single(tmp_path)
         async with single as node:
             handler = KVHandler(node, single.fsm)
+            client_id = await registered(handler)
             tasks_before = len(asyncio.all_tasks())
-            puts = [handler.begin_put(kv_pb2.PutRequest(key=b"k%d" % i, value=b"v%d" % i, header=header(i + 1)),
+            puts = [handler.begin_put(kv_pb2.PutRequest(key=b"k%d" % i, value=b"v%d" % i, header=header(i + 1, client_id)),
                                       WAIT_S) for i in range(50)]
             assert len(asyncio.all_tasks()) == tasks_before
             replies = await asyncio.gather(*puts)
             assert sorted(r.index for r in replies) == [r.index for r in replies] and replies[0].index > 0
             got = await handler.begin_get(kv_pb2.GetRequest(key=b"k49"), WAIT_S)
             assert (got.found, got.value) == (True, b"v49") and got.index >= replies[-1].index
-            gone = await handler.begin_delete(kv_pb2.DeleteRequest(key=b"k0", header=header(51)), WAIT_S)
+            gone = await handler.begin_delete(kv_pb2.DeleteRequest(key=b"k0", header=header(51, client_id)), WAIT_S)
             assert gone.existed
             assert not (await handler.begin_get(kv_pb2.GetRequest(key=b"k0"), WAIT_S)).found
+
+    run(main)
+
+
+def test_a_write_in_a_session_the_node_did_not_issue_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        single = Single(tmp_path)
+        async with single as node:
+            handler = KVHandler(node, single.fsm)
+            first, second = await registered(handler), await registered(handler)
+            assert first != second and first.split(".")[0].isdigit()
+            await handler.put(kv_pb2.PutRequest(key=b"k", value=b"mine", header=header(1, first)), WAIT_S)
+            index, _, secret = first.partition(".")
+            guessed = f"{index}.{'0' * len(secret)}"
+            for client_id in ("made-up", guessed):
+                with pytest.raises(errors.UnknownSessionError, match="register again"):
+                    await handler.put(kv_pb2.PutRequest(key=b"k", value=b"forged", header=header(2, client_id)), WAIT_S)
+            again = await handler.put(kv_pb2.PutRequest(key=b"k", value=b"next", header=header(2, first)), WAIT_S)
+            assert again.index > 0 and single.fsm.get(b"k") == b"next"
 
     run(main)
 
@@ -120,8 +145,9 @@ def test_a_pipeline_past_its_limit_answers_every_request(tmp_path: Path, monkeyp
         server = await start_server(config)
         try:
             await asyncio.wait_for(server.node.wait_for_leader(), WAIT_S)
+            client_id = await registered(server.handler)
             requests = [kv_pb2.TaggedRequest(tag=100 + i, request=kv_pb2.StreamRequest(
-                put=kv_pb2.PutRequest(key=b"k%d" % i, value=b"v", header=header(i + 1)))) for i in range(30)]
+                put=kv_pb2.PutRequest(key=b"k%d" % i, value=b"v", header=header(i + 1, client_id)))) for i in range(30)]
             requests += [kv_pb2.TaggedRequest(tag=200 + i, request=kv_pb2.StreamRequest(
                 get=kv_pb2.GetRequest(key=b"k%d" % i, consistency=kv_pb2.STALE))) for i in range(30)]
             async with grpc.aio.insecure_channel(config.listen) as channel:
