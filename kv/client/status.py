@@ -26,6 +26,9 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "log_begin_term": s.log_begin_term,
         "rejoining": s.rejoining,
         "disk_full": s.disk_full,
+        "max_request_bytes": s.max_request_bytes,
+        "pipeline_requests_held": s.pipeline_requests_held,
+        "pipeline_reply_bytes_held": s.pipeline_reply_bytes_held,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)
