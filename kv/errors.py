@@ -8,6 +8,7 @@ from __future__ import annotations
 import grpc
 
 from raftkv_proto import kv_pb2
+from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES, FLAG, OVERSIZED_MARK
 
 ERROR_KEY = "raftkv-error"
 LEADER_ID_KEY = "raftkv-leader-id"
@@ -113,6 +114,14 @@ def _from_kind(kind: str | None, details: str, leader_id: str | None, leader_add
     return None
 
 
+def oversized_message(details: str) -> str:
+    """What a client is told for a request gRPC refused as larger than the node's limit; `details`
+    is gRPC's own account ("...Received message larger than max (N vs. LIMIT)")."""
+    return (f"the request is larger than the node accepts ({details}); the limit is raftkv serve's "
+            f"{FLAG} (default {DEFAULT_MAX_REQUEST_BYTES}): send less in one request (split a batch, "
+            "a value over several keys) or raise the flag on every node")
+
+
 def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
     """The typed error a failed RPC stands for."""
     meta = dict(err.trailing_metadata() or ())
@@ -128,6 +137,9 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if OVERSIZED_MARK in details.lower():
+            # gRPC refused the message itself: no retry can make it fit.
+            return InvalidArgumentError(oversized_message(details))
         return QueueFullError(details)
     return RaftKVError(f"{code.name}: {details}")
 

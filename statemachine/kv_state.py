@@ -275,22 +275,25 @@ class KVStateMachine:
             record = txn.get(key)
         return None if record is None else unseal(key, record)
 
-    def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """Keys in [start, end) in key order, at most `limit` of them. An empty or None `end` means
-        "to the last key". Returns (items, more); `more` is True when the limit cut the result
-        (continue with start = last key + b"\\x00")."""
+    def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000,
+             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Keys in [start, end) in key order, at most `limit` of them and, with `max_bytes`, no
+        more keys and values than that in all (the first pair always comes). An empty or None
+        `end` means "to the last key". Returns (items, more); `more` is True when a limit cut the
+        result (continue with start = last key + b"\\x00")."""
         if limit < 1:
             raise ValueError(f"scan limit must be at least 1, got {limit}")
         if len(start) > LMDB_MAX_KEY_BYTES:
             raise InvalidCommandError(f"scan start is {len(start)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
         with self._env.begin(db=self._data) as txn:
-            return _take(_range(txn.cursor(), start, end or None), limit)
+            return _take(_range(txn.cursor(), start, end or None), limit, max_bytes)
 
-    def scan_prefix(self, prefix: bytes, limit: int = 1000) -> tuple[list[tuple[bytes, bytes]], bool]:
+    def scan_prefix(self, prefix: bytes, limit: int = 1000,
+                    max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Keys starting with `prefix`, like `scan`. An empty prefix means every key."""
         if len(prefix) > LMDB_MAX_KEY_BYTES:
             return [], False
-        return self.scan(prefix, prefix_end(prefix), limit)  # b"": to the last key
+        return self.scan(prefix, prefix_end(prefix), limit, max_bytes)  # b"": to the last key
 
     def count(self) -> int:
         """Number of user keys."""
@@ -374,9 +377,10 @@ class ReadView:
         self.index, self.term = _APPLIED.unpack(raw) if raw is not None else (0, 0)
         self.closed = False
 
-    def scan(self, start: bytes, end: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+    def scan(self, start: bytes, end: bytes | None, limit: int,
+             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Like KVStateMachine.scan, at this view's index."""
-        return _take(_range(self._txn.cursor(db=self._data), start, end or None), limit)
+        return _take(_range(self._txn.cursor(db=self._data), start, end or None), limit, max_bytes)
 
     def keys(self, start: bytes, end: bytes | None) -> Iterator[bytes]:
         """Keys in [start, end) in order, without copying values (for split points)."""
@@ -596,10 +600,18 @@ def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tup
         found = cursor.next()
 
 
-def _take(items: Iterator[tuple[bytes, bytes]], limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+def _take(items: Iterator[tuple[bytes, bytes]], limit: int,
+          max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """Up to `limit` items and, with `max_bytes`, keys and values of at most that many bytes
+    (at least one item, however large); (page, whether items were left)."""
     page: list[tuple[bytes, bytes]] = []
+    taken = 0
     for item in items:
         if len(page) == limit:
             return page, True
+        if max_bytes is not None:
+            taken += len(item[0]) + len(item[1])
+            if taken > max_bytes and page:
+                return page, True
         page.append(item)
     return page, False

@@ -25,7 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_e
 
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError, UnknownSessionError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
-from kv.client.request_pipeline import HUB, Pipeline
+from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.status import status_dict
 from raftkv_proto import kv_pb2, kv_pb2_grpc
@@ -403,7 +403,8 @@ class Client:
         in flight there, else on a request stream when one is free, else as a unary call."""
         channel, stub = self._connection(target)
         if stream_field and self._streams is not None:
-            busy = HUB.enter(target)
+            # A request too large to share a pipeline message goes alone: on a stream, or unary.
+            busy = HUB.enter(target) and fits(_payload_bytes(stream_field, request))
             try:
                 carrier: Pipeline | RequestStream | None = (
                     HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS)) if busy
@@ -461,10 +462,14 @@ class _Wait:
         return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
 
 
+MAX_PAGE_LIMIT = 2**32 - 1
+
+
 def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefix: KeyLike | None,
                start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str) -> list[tuple[bytes, bytes]]:
     """A scan of up to `limit` pairs through `fetch`, asking for further pages when the server
-    cuts one short (shared by the Client and the embedded node)."""
+    cuts one short, at its page limit or its byte budget (shared by the Client and the embedded
+    node)."""
     if prefix is not None and (start is not None or end is not None):
         raise ValueError("give either prefix or start/end, not both")
     if limit < 1:
@@ -474,12 +479,19 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
     level = consistency_level(consistency)
     items: list[tuple[bytes, bytes]] = []
     while len(items) < limit:
-        response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=limit - len(items), consistency=level))
+        # The node clamps a page to its own maximum; the request field is 32 bits wide.
+        page_limit = min(limit - len(items), MAX_PAGE_LIMIT)
+        response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=page_limit, consistency=level))
         items.extend((kv.key, kv.value) for kv in response.items)
         if not response.more or not response.items:
             break
         lo = items[-1][0] + b"\x00"  # the smallest key after the last one returned
     return items[:limit]
+
+
+def _payload_bytes(kind: str, request: Any) -> int:
+    """The key and value bytes a put, get or delete request carries."""
+    return len(request.key) + len(request.value) if kind == "put" else len(request.key)
 
 
 def batch_ops(puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),

@@ -25,12 +25,16 @@ import grpc
 from kv.errors import UnavailableError
 from kv.client.request_stream import answered, overdue, timeout_ms
 from raftkv_proto import kv_pb2
+from raftkv_proto.request_limits import BATCH_MESSAGE_BYTES, REQUEST_OVERHEAD_BYTES
 
 METHOD = "/raftkv.kv.KV/Pipeline"
 # What one message may carry: more requests wait for the next message. The byte bound keeps a
-# message of large values well inside a node's 64 MiB message limit (one request always goes).
+# message within every node's request limit (--max-request-bytes is at least this much); a
+# request larger than it never goes on a pipeline (`fits`), so one message never fails the call.
 MAX_REQUESTS_PER_MESSAGE = 64
-MAX_BYTES_PER_MESSAGE = 4 << 20
+MAX_BYTES_PER_MESSAGE = BATCH_MESSAGE_BYTES
+# A request's framing inside a PipelineRequest: its field tag and length.
+_FRAMING_BYTES = 6
 
 _END = None  # put on the request queue: half-close the call
 
@@ -156,7 +160,7 @@ def outgoing_messages(requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None]) 
     for it, within MAX_REQUESTS_PER_MESSAGE and MAX_BYTES_PER_MESSAGE; None on the queue ends them."""
     held: kv_pb2.TaggedRequest | None = None  # taken, but past the last message's bounds
     while (first := held or requests.get()) is not _END:
-        batch, size, held = [first], first.ByteSize(), None
+        batch, size, held = [first], first.ByteSize() + _FRAMING_BYTES, None
         while len(batch) < MAX_REQUESTS_PER_MESSAGE:
             try:
                 more = requests.get_nowait()
@@ -165,12 +169,18 @@ def outgoing_messages(requests: queue.SimpleQueue[kv_pb2.TaggedRequest | None]) 
             if more is _END:
                 yield kv_pb2.PipelineRequest(requests=batch)
                 return
-            size += more.ByteSize()
+            size += more.ByteSize() + _FRAMING_BYTES
             if size > MAX_BYTES_PER_MESSAGE:
                 held = more
                 break
             batch.append(more)
         yield kv_pb2.PipelineRequest(requests=batch)
+
+
+def fits(payload_bytes: int) -> bool:
+    """Whether a request carrying `payload_bytes` of keys and values may go on a pipeline: one
+    over the node's limit would fail the whole call, and with it every request in flight."""
+    return payload_bytes <= MAX_BYTES_PER_MESSAGE - REQUEST_OVERHEAD_BYTES
 
 
 class PipelineHub:

@@ -27,6 +27,9 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "rejoining": s.rejoining,
         "disk_full": s.disk_full,
         "corrupt": s.corrupt or None,
+        "max_request_bytes": s.max_request_bytes,
+        "pipeline_requests_held": s.pipeline_requests_held,
+        "pipeline_reply_bytes_held": s.pipeline_reply_bytes_held,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)

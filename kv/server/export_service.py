@@ -24,7 +24,7 @@ from typing import TypeVar
 import grpc
 
 from kv import errors
-from kv.server.kv_service import node_call, serve_call
+from kv.server.kv_service import SCAN_PAGE_BYTES, node_call, serve_call
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from raftkv_proto.key_ranges import prefix_end
@@ -41,6 +41,9 @@ DEFAULT_MAX_LIFETIME_S = 600.0
 DEFAULT_MAX_EXPORTS = 16
 DEFAULT_BATCH_SIZE = 2000
 MAX_BATCH_SIZE = 10_000
+# A batch also stops at this many bytes of keys and values (its first pair always goes), so that
+# batches of large values neither pass the node's send limit nor pile up on a slow reader.
+EXPORT_BATCH_BYTES = SCAN_PAGE_BYTES
 MAX_PARTITIONS = 4096
 
 
@@ -63,7 +66,7 @@ class PinnedExport:
         with self.lock:
             if self.view.closed:
                 raise _expired(self.export_id)
-            return self.view.scan(start, end or None, limit)
+            return self.view.scan(start, end or None, limit, EXPORT_BATCH_BYTES)
 
     def release(self) -> bool:
         with self.lock:

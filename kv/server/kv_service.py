@@ -45,15 +45,32 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SCAN_LIMIT = 1000
 MAX_SCAN_LIMIT = 10_000
+# A scan page also stops once its keys and values reach this many bytes (its first pair always
+# comes), with `more` set: a scan of large values costs the node a few MiB per page, not the
+# whole range, and a page stays far inside the 64 MiB send limit. Clients continue from the last key.
+SCAN_PAGE_BYTES = 4 << 20
 
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
 
 
-# Requests one Pipeline call may hold (in flight, or answered but not yet sent). Past it the call
-# reads no further requests until its client takes replies: gRPC's flow control then holds the
-# client's writes, so a client that sends without reading cannot grow the node's memory without
-# bound. Far above what one process's clients keep in flight (one per thread).
+# Requests one Pipeline call may hold (in flight, or answered and not yet sent), and bytes of
+# answered replies it may hold (waiting, or in the message being sent). Past either the call reads
+# no further requests until its client takes replies: gRPC's flow control then holds the client's
+# writes, so a client that sends without reading cannot grow the node's memory without bound
+# (4,096 gets of 1 MiB values would be 4 GiB). A get in flight counts at the call's get reply
+# estimate, since its reply is not known yet, so a burst of large gets stops the reading before it
+# lands. The count is far above what one process's clients keep in flight (one per thread); the
+# bytes, above what a reading client leaves waiting.
 MAX_PIPELINE_HELD = 4096
+MAX_PIPELINE_HELD_BYTES = 8 << 20
+# Replies one PipelineReply message carries at most, by bytes (its first reply always goes).
+PIPELINE_MESSAGE_BYTES = 4 << 20
+# What a reply costs besides its value: tag, index, framing (an estimate: exact sizes would cost a
+# serialization per reply).
+_REPLY_OVERHEAD_BYTES = 32
+# A call's first estimate of a get reply, before any has come back: 128 gets in flight fill the
+# byte budget, plenty for a client's threads, and few enough that large values cannot flood it.
+_FIRST_GET_ESTIMATE_BYTES = 64 << 10
 
 TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
 
@@ -160,9 +177,10 @@ class KVHandler:
         index = self._node.applied_index
         with _INVALID_ARGUMENT, self._corruption_alarm():
             if request.prefix:
-                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit)
+                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
             else:
-                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit)
+                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
+                                                      SCAN_PAGE_BYTES)
         return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
 
     def _begin_barrier(self, consistency: int, timeout: float | None, then: Callable[[int], R]) -> asyncio.Future[R]:
@@ -190,7 +208,8 @@ class KVHandler:
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
             state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
-            disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks())
+            disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks(),
+            max_request_bytes=self._node.config.limits.max_request_bytes)
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
@@ -298,14 +317,23 @@ async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T
 
 class _ReplyGather:
     """A Pipeline call's requests in flight and their replies, gathered into batches for the
-    call to send. A request is its handler's reply future and a done callback: no task each."""
+    call to send. A request is its handler's reply future and a done callback: no task each.
+    A batch taken by `next_batch` stays held until the call says it is `sent`: while the client
+    does not read, gRPC's send does not finish, and those replies are still in memory."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, byte_limit: int = MAX_PIPELINE_HELD_BYTES) -> None:
         self._limit = limit
-        self._ready: list[kv_pb2.TaggedReply] = []
+        self._byte_limit = byte_limit
+        self._ready: list[tuple[kv_pb2.TaggedReply, int]] = []  # (reply, its estimated bytes)
+        self._ready_bytes = 0
+        self._sending = 0  # replies in the message being sent, and their bytes
+        self._sending_bytes = 0
         self._changed = asyncio.Event()
-        self._taken = asyncio.Event()  # set when next_batch takes replies (room for more)
+        self._taken = asyncio.Event()  # set when sent replies leave (room for more)
         self._running: set[asyncio.Future[Any]] = set()
+        self._running_gets = 0
+        # A get reply's expected size: up at once to a larger reply, down slowly to smaller ones.
+        self._get_estimate = _FIRST_GET_ESTIMATE_BYTES
         self._failure: BaseException | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -316,12 +344,18 @@ class _ReplyGather:
 
     @property
     def held(self) -> int:
-        """Requests the call holds: running, or answered and not yet taken."""
-        return len(self._running) + len(self._ready)
+        """Requests the call holds: running, answered and not yet sent, or being sent."""
+        return len(self._running) + len(self._ready) + self._sending
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the replies the call holds, answered or expected (an estimate: values plus a
+        little, and the recent get reply size for each get in flight)."""
+        return self._ready_bytes + self._sending_bytes + self._running_gets * self._get_estimate
 
     @property
     def full(self) -> bool:
-        return self.held >= self._limit
+        return self.held >= self._limit or self.held_bytes >= self._byte_limit
 
     async def room(self) -> None:
         """Return once the call is not full (at once when it is not)."""
@@ -331,30 +365,44 @@ class _ReplyGather:
 
     def answered(self, tag: int, reply: kv_pb2.StreamReply) -> None:
         """A reply known at once (a refusal)."""
-        self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=reply))
+        self._add(kv_pb2.TaggedReply(tag=tag, reply=reply), len(reply.error.message) + _REPLY_OVERHEAD_BYTES)
         self._wake()
 
     def start(self, tag: int, kind: str, pending: asyncio.Future[Any]) -> None:
         """`pending`: the handler's future of the `kind` ("put", "get", "delete") reply."""
         self._running.add(pending)
+        if kind == "get":
+            self._running_gets += 1
         pending.add_done_callback(functools.partial(self._finish, tag, kind))
 
     def _finish(self, tag: int, kind: str, done: asyncio.Future[Any]) -> None:
         self._running.discard(done)
+        if kind == "get":
+            self._running_gets -= 1
         if done.cancelled():  # cancel_all: the call is over
             return
         try:
-            self._ready.append(kv_pb2.TaggedReply(tag=tag, reply=stream_reply_of(kind, done)))
+            reply = stream_reply_of(kind, done)
         except Exception as e:  # noqa: BLE001 - not a refusal (those are replies): fail the call
             self._failure = e
+        else:
+            size = _REPLY_OVERHEAD_BYTES + len(reply.get.value) + len(reply.error.message)
+            if kind == "get":
+                self._get_estimate = max(size, self._get_estimate + (size - self._get_estimate) // 8)
+            self._add(kv_pb2.TaggedReply(tag=tag, reply=reply), size)
         self._wake()
+
+    def _add(self, reply: kv_pb2.TaggedReply, size: int) -> None:
+        self._ready.append((reply, size))
+        self._ready_bytes += size
 
     def _wake(self, *_: object) -> None:
         self._changed.set()
 
     async def next_batch(self) -> list[kv_pb2.TaggedReply] | None:
-        """Every reply ready now, waiting for one if none is; None once the reader is done (the
-        client ended its requests, or reading failed) and nothing is left in flight."""
+        """Replies ready now, up to PIPELINE_MESSAGE_BYTES of them (at least one), waiting for
+        one if none is; None once the reader is done (the client ended its requests, or reading
+        failed) and nothing is left in flight. Call `sent` once the batch is sent."""
         assert self._reader is not None, "read_with() first"
         while not self._ready:
             if self._failure is not None:
@@ -363,9 +411,22 @@ class _ReplyGather:
                 return None
             self._changed.clear()
             await self._changed.wait()
-        batch, self._ready = self._ready, []
-        self._taken.set()
+        count, size = 0, 0
+        for _, reply_size in self._ready:
+            if count and size + reply_size > PIPELINE_MESSAGE_BYTES:
+                break
+            count += 1
+            size += reply_size
+        batch = [reply for reply, _ in self._ready[:count]]
+        del self._ready[:count]
+        self._ready_bytes -= size
+        self._sending, self._sending_bytes = count, size
         return batch
+
+    def sent(self) -> None:
+        """The last batch is sent (gRPC took it): its replies are no longer held."""
+        self._sending = self._sending_bytes = 0
+        self._taken.set()
 
     def cancel_all(self) -> None:
         for pending in list(self._running):
@@ -396,6 +457,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         # Pipeline call, by handler task.
         self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
+        self._pipelines: set[_ReplyGather] = set()  # every open Pipeline call's, for status
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
         return await serve_call(self._handler.put(request, context.time_remaining()), context)
@@ -417,7 +479,10 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         return await serve_call(self._handler.register_client(request, context.time_remaining()), context)
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
-        return self._handler.status()
+        reply = self._handler.status()
+        reply.pipeline_requests_held = sum(p.held for p in self._pipelines)
+        reply.pipeline_reply_bytes_held = sum(p.held_bytes for p in self._pipelines)
+        return reply
 
     async def Stream(self, requests: AsyncIterator[kv_pb2.StreamRequest],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.StreamReply]:
@@ -444,15 +509,18 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         task = asyncio.current_task()
         assert task is not None
-        replies = _ReplyGather(MAX_PIPELINE_HELD)
+        replies = _ReplyGather(MAX_PIPELINE_HELD, MAX_PIPELINE_HELD_BYTES)
         reader = asyncio.create_task(self._pipeline_requests(requests, replies))
         replies.read_with(reader)
         self._stoppable_calls[task] = context
+        self._pipelines.add(replies)
         try:
             while (out := await replies.next_batch()) is not None:
                 yield kv_pb2.PipelineReply(replies=out)
+                replies.sent()
             await reader  # raises what ended the reading (an abort for a malformed message)
         finally:
+            self._pipelines.discard(replies)
             self._stoppable_calls.pop(task, None)
             reader.cancel()
             replies.cancel_all()

@@ -112,11 +112,13 @@ class ReplaceableStateMachine:
     def get(self, key: bytes) -> bytes | None:
         return self._call("get", key)
 
-    def scan(self, start: bytes, end: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
-        return self._call("scan", start, end, limit)
+    def scan(self, start: bytes, end: bytes | None, limit: int,
+             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+        return self._call("scan", start, end, limit, max_bytes)
 
-    def scan_prefix(self, prefix: bytes, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
-        return self._call("scan_prefix", prefix, limit)
+    def scan_prefix(self, prefix: bytes, limit: int,
+                    max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+        return self._call("scan_prefix", prefix, limit, max_bytes)
 
     def size_bytes(self) -> int:
         return self._call("size_bytes")

@@ -105,7 +105,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
-        ])
+        ], max_request_bytes=config.limits.max_request_bytes)
         await node.start()
         await servers.start()
         checker.start()

@@ -29,25 +29,30 @@ import grpc
 
 from raft.transport.address import split_address
 from kv.server.input_checks import add_servicer
+from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES
 
 # (generated add_XServicer_to_server, servicer): one servicer instance serves every server.
 Service = tuple[Callable[[Any, Any], None], Any]
 
-# Largest message either side of a client call accepts (a batch or a pipeline of many writes).
-MAX_MESSAGE_BYTES = 64 << 20
+# Largest message a node sends a client: a scan page and a pipeline's batch of replies stay well
+# within it (kv/server/kv_service.py), as do export batches and snapshot chunks.
+MAX_SEND_BYTES = 64 << 20
 
 # Options for the node's grpc.aio servers: accept the clients' keepalive pings (without these a
-# server answers frequent pings with GOAWAY "too_many_pings") and large messages; SO_REUSEPORT
-# for the group, with its own check that no other process listens on the port.
+# server answers frequent pings with GOAWAY "too_many_pings") and messages up to the node's
+# request limit, which gRPC enforces before it builds a message; SO_REUSEPORT for the group, with
+# its own check that no other process listens on the port.
 SERVER_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 1000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
 
-_GROUP_OPTIONS = [*SERVER_OPTIONS, ("grpc.so_reuseport", 1)]
+
+def server_options(max_request_bytes: int) -> list[tuple[str, int]]:
+    """A group server's options, refusing messages over `max_request_bytes` from clients."""
+    return [("grpc.max_receive_message_length", max_request_bytes), *SERVER_OPTIONS, ("grpc.so_reuseport", 1)]
 
 
 @dataclass(slots=True)
@@ -57,9 +62,11 @@ class ServerGroup:
     started: int = 0  # how many of `servers` (from the first) were started
 
     @classmethod
-    def bind(cls, listen: str, count: int, services: Sequence[Service]) -> ServerGroup:
-        """`count` servers, each carrying every service, bound to `listen` (host:port). Raises
-        OSError with the address when the port is taken or cannot be bound."""
+    def bind(cls, listen: str, count: int, services: Sequence[Service],
+             max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> ServerGroup:
+        """`count` servers, each carrying every service, bound to `listen` (host:port), refusing
+        client messages over `max_request_bytes`. Raises OSError with the address when the port
+        is taken or cannot be bound."""
         if count < 1:
             raise ValueError(f"a node needs at least one gRPC server, not {count}")
         host, port = split_address(listen)
@@ -67,7 +74,7 @@ class ServerGroup:
             refuse_taken_port(listen, host, port)
         servers: list[grpc.aio.Server] = []
         for _ in range(count):
-            server = grpc.aio.server(options=_GROUP_OPTIONS)
+            server = grpc.aio.server(options=server_options(max_request_bytes))
             for add_to_server, servicer in services:
                 add_servicer(server, add_to_server, servicer)
             # Port 0: the first server picks the port, the others join it.

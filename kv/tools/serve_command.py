@@ -153,7 +153,12 @@ def add_serve_parser(commands: Any) -> None:
               "checksum) reports `corrupt` in status and stops serving; each check reads the whole "
               "state once; 0: never")
     _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
-                       metavar="BYTES", help="largest value a client may write")
+                       metavar="BYTES", help="largest value a client may write (a put of it must fit in --max-request-bytes)")
+    _add(serve, "--max-request-bytes", type=byte_size, default=_LIMITS.max_request_bytes, metavar="SIZE",
+         help="largest message a client may send (etcd's flag of the same name): gRPC refuses a larger "
+              "one with RESOURCE_EXHAUSTED before reading it whole; a put of the largest key and "
+              "--max-value-bytes value must fit, and so must a whole batch; at least 1MiB "
+              "(default: 1572864, 1.5MiB)")
     _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
     _add(serve, "--help-tuning", action=_TuningHelp)
     for flags, keywords in TUNING_FLAGS:
@@ -176,7 +181,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
                               state_max_bytes=args.state_max_bytes,
                               state_check_interval_s=args.state_check_interval),
-        limits=Limits(max_value_bytes=args.max_value_bytes),
+        limits=Limits(max_value_bytes=args.max_value_bytes, max_request_bytes=args.max_request_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
                       follower_yield_entries=args.follower_yield_entries))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15raftkv_proto/kv.proto\x12\traftkv.kv\"-\n\x0bWriteHeader\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"%\n\x15RegisterClientRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x16RegisterClientResponse\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"P\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x06header\x18\x03 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"\x1c\n\x0bPutResponse\x12\r\n\x05index\x18\x01 \x01(\x04\"F\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.raftkv.kv.Consistency\":\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05index\x18\x03 \x01(\x04\"D\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"0\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\"u\n\x0bScanRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\x12+\n\x0b\x63onsistency\x18\x05 \x01(\x0e\x32\x16.raftkv.kv.Consistency\"O\n\x0cScanResponse\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\",\n\nMovePrefix\x12\x0e\n\x06source\x18\x01 \x01(\x0c\x12\x0e\n\x06target\x18\x02 \x01(\x0c\"\x87\x01\n\x02Op\x12\"\n\x03put\x18\x01 \x01(\x0b\x32\x13.raftkv.kv.KeyValueH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\x0cH\x00\x12\x17\n\rdelete_prefix\x18\x03 \x01(\x0cH\x00\x12,\n\x0bmove_prefix\x18\x04 \x01(\x0b\x32\x15.raftkv.kv.MovePrefixH\x00\x42\x04\n\x02op\"R\n\x0c\x42\x61tchRequest\x12\x1a\n\x03ops\x18\x01 \x03(\x0b\x32\r.raftkv.kv.Op\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"/\n\rBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0f\n\x07\x65xisted\x18\x02 \x03(\x08\"\x0f\n\rStatusRequest\"\x88\x04\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x15\n\rapplied_index\x18\x06 \x01(\x04\x12\x16\n\x0esnapshot_index\x18\x07 \x01(\x04\x12\x33\n\x05peers\x18\x08 \x03(\x0b\x32$.raftkv.kv.StatusResponse.PeersEntry\x12\x12\n\ncluster_id\x18\t \x01(\t\x12\x12\n\nlast_index\x18\n \x01(\x04\x12\x16\n\x0eleader_address\x18\x0b \x01(\t\x12\x16\n\x0elog_size_bytes\x18\x0c \x01(\x04\x12\x18\n\x10state_size_bytes\x18\r \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x0e \x01(\t\x12\x17\n\x0flog_begin_index\x18\x0f \x01(\x04\x12\x16\n\x0elog_begin_term\x18\x10 \x01(\x04\x12\x11\n\trejoining\x18\x11 \x01(\x08\x12\x11\n\tdisk_full\x18\x12 \x01(\x08\x12\x0f\n\x07\x63orrupt\x18\x13 \x01(\t\x12+\n\x0cstate_checks\x18\x14 \x03(\x0b\x32\x15.raftkv.kv.StateCheck\x1a,\n\nPeersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"+\n\nStateCheck\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\x15\n\x13SaveSnapshotRequest\"z\n\x11SnapshotFileChunk\x12\x15\n\rmanifest_json\x18\x01 \x01(\x0c\x12\x12\n\ntotal_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\"\x1e\n\x0cRegistration\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\"\x91\x01\n\x07\x43ommand\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\x12\x1a\n\x03ops\x18\x02 \x03(\x0b\x32\r.raftkv.kv.Op\x12-\n\x0cregistration\x18\x03 \x01(\x0b\x32\x17.raftkv.kv.Registration\x12\x13\n\x0b\x63heck_state\x18\x04 \x01(\x08\" \n\rCommandResult\x12\x0f\n\x07\x65xisted\x18\x01 \x03(\x08\"\xa6\x01\n\rStreamRequest\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12$\n\x03put\x18\x02 \x01(\x0b\x32\x15.raftkv.kv.PutRequestH\x00\x12$\n\x03get\x18\x03 \x01(\x0b\x32\x15.raftkv.kv.GetRequestH\x00\x12*\n\x06\x64\x65lete\x18\x04 \x01(\x0b\x32\x18.raftkv.kv.DeleteRequestH\x00\x42\t\n\x07request\"W\n\x0bStreamError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x16\n\x0eleader_address\x18\x04 \x01(\t\"\xba\x01\n\x0bStreamReply\x12%\n\x03put\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.PutResponseH\x00\x12%\n\x03get\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.GetResponseH\x00\x12+\n\x06\x64\x65lete\x18\x03 \x01(\x0b\x32\x19.raftkv.kv.DeleteResponseH\x00\x12\'\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.raftkv.kv.StreamErrorH\x00\x42\x07\n\x05reply\"G\n\rTaggedRequest\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12)\n\x07request\x18\x02 \x01(\x0b\x32\x18.raftkv.kv.StreamRequest\"A\n\x0bTaggedReply\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12%\n\x05reply\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.StreamReply\"=\n\x0fPipelineRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.raftkv.kv.TaggedRequest\"8\n\rPipelineReply\x12\'\n\x07replies\x18\x01 \x03(\x0b\x32\x16.raftkv.kv.TaggedReply*5\n\x0b\x43onsistency\x12\x10\n\x0cLINEARIZABLE\x10\x00\x12\t\n\x05LEASE\x10\x01\x12\t\n\x05STALE\x10\x02\x32\x90\x05\n\x02KV\x12\x34\n\x03Put\x12\x15.raftkv.kv.PutRequest\x1a\x16.raftkv.kv.PutResponse\x12\x34\n\x03Get\x12\x15.raftkv.kv.GetRequest\x1a\x16.raftkv.kv.GetResponse\x12=\n\x06\x44\x65lete\x12\x18.raftkv.kv.DeleteRequest\x1a\x19.raftkv.kv.DeleteResponse\x12\x37\n\x04Scan\x12\x16.raftkv.kv.ScanRequest\x1a\x17.raftkv.kv.ScanResponse\x12:\n\x05\x42\x61tch\x12\x17.raftkv.kv.BatchRequest\x1a\x18.raftkv.kv.BatchResponse\x12U\n\x0eRegisterClient\x12 .raftkv.kv.RegisterClientRequest\x1a!.raftkv.kv.RegisterClientResponse\x12=\n\x06Status\x12\x18.raftkv.kv.StatusRequest\x1a\x19.raftkv.kv.StatusResponse\x12>\n\x06Stream\x12\x18.raftkv.kv.StreamRequest\x1a\x16.raftkv.kv.StreamReply(\x01\x30\x01\x12\x44\n\x08Pipeline\x12\x1a.raftkv.kv.PipelineRequest\x1a\x18.raftkv.kv.PipelineReply(\x01\x30\x01\x12N\n\x0cSaveSnapshot\x12\x1e.raftkv.kv.SaveSnapshotRequest\x1a\x1c.raftkv.kv.SnapshotFileChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15raftkv_proto/kv.proto\x12\traftkv.kv\"-\n\x0bWriteHeader\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"%\n\x15RegisterClientRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x16RegisterClientResponse\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"P\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x06header\x18\x03 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"\x1c\n\x0bPutResponse\x12\r\n\x05index\x18\x01 \x01(\x04\"F\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.raftkv.kv.Consistency\":\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05index\x18\x03 \x01(\x04\"D\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"0\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\"u\n\x0bScanRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\x12+\n\x0b\x63onsistency\x18\x05 \x01(\x0e\x32\x16.raftkv.kv.Consistency\"O\n\x0cScanResponse\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\",\n\nMovePrefix\x12\x0e\n\x06source\x18\x01 \x01(\x0c\x12\x0e\n\x06target\x18\x02 \x01(\x0c\"\x87\x01\n\x02Op\x12\"\n\x03put\x18\x01 \x01(\x0b\x32\x13.raftkv.kv.KeyValueH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\x0cH\x00\x12\x17\n\rdelete_prefix\x18\x03 \x01(\x0cH\x00\x12,\n\x0bmove_prefix\x18\x04 \x01(\x0b\x32\x15.raftkv.kv.MovePrefixH\x00\x42\x04\n\x02op\"R\n\x0c\x42\x61tchRequest\x12\x1a\n\x03ops\x18\x01 \x03(\x0b\x32\r.raftkv.kv.Op\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\"/\n\rBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0f\n\x07\x65xisted\x18\x02 \x03(\x08\"\x0f\n\rStatusRequest\"\xe6\x04\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x15\n\rapplied_index\x18\x06 \x01(\x04\x12\x16\n\x0esnapshot_index\x18\x07 \x01(\x04\x12\x33\n\x05peers\x18\x08 \x03(\x0b\x32$.raftkv.kv.StatusResponse.PeersEntry\x12\x12\n\ncluster_id\x18\t \x01(\t\x12\x12\n\nlast_index\x18\n \x01(\x04\x12\x16\n\x0eleader_address\x18\x0b \x01(\t\x12\x16\n\x0elog_size_bytes\x18\x0c \x01(\x04\x12\x18\n\x10state_size_bytes\x18\r \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x0e \x01(\t\x12\x17\n\x0flog_begin_index\x18\x0f \x01(\x04\x12\x16\n\x0elog_begin_term\x18\x10 \x01(\x04\x12\x11\n\trejoining\x18\x11 \x01(\x08\x12\x11\n\tdisk_full\x18\x12 \x01(\x08\x12\x19\n\x11max_request_bytes\x18\x13 \x01(\x04\x12\x1e\n\x16pipeline_requests_held\x18\x14 \x01(\x04\x12!\n\x19pipeline_reply_bytes_held\x18\x15 \x01(\x04\x12\x0f\n\x07\x63orrupt\x18\x16 \x01(\t\x12+\n\x0cstate_checks\x18\x17 \x03(\x0b\x32\x15.raftkv.kv.StateCheck\x1a,\n\nPeersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"+\n\nStateCheck\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\x15\n\x13SaveSnapshotRequest\"z\n\x11SnapshotFileChunk\x12\x15\n\rmanifest_json\x18\x01 \x01(\x0c\x12\x12\n\ntotal_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\"\x1e\n\x0cRegistration\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\"\x91\x01\n\x07\x43ommand\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.WriteHeader\x12\x1a\n\x03ops\x18\x02 \x03(\x0b\x32\r.raftkv.kv.Op\x12-\n\x0cregistration\x18\x03 \x01(\x0b\x32\x17.raftkv.kv.Registration\x12\x13\n\x0b\x63heck_state\x18\x04 \x01(\x08\" \n\rCommandResult\x12\x0f\n\x07\x65xisted\x18\x01 \x03(\x08\"\xa6\x01\n\rStreamRequest\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12$\n\x03put\x18\x02 \x01(\x0b\x32\x15.raftkv.kv.PutRequestH\x00\x12$\n\x03get\x18\x03 \x01(\x0b\x32\x15.raftkv.kv.GetRequestH\x00\x12*\n\x06\x64\x65lete\x18\x04 \x01(\x0b\x32\x18.raftkv.kv.DeleteRequestH\x00\x42\t\n\x07request\"W\n\x0bStreamError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x16\n\x0eleader_address\x18\x04 \x01(\t\"\xba\x01\n\x0bStreamReply\x12%\n\x03put\x18\x01 \x01(\x0b\x32\x16.raftkv.kv.PutResponseH\x00\x12%\n\x03get\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.GetResponseH\x00\x12+\n\x06\x64\x65lete\x18\x03 \x01(\x0b\x32\x19.raftkv.kv.DeleteResponseH\x00\x12\'\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.raftkv.kv.StreamErrorH\x00\x42\x07\n\x05reply\"G\n\rTaggedRequest\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12)\n\x07request\x18\x02 \x01(\x0b\x32\x18.raftkv.kv.StreamRequest\"A\n\x0bTaggedReply\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12%\n\x05reply\x18\x02 \x01(\x0b\x32\x16.raftkv.kv.StreamReply\"=\n\x0fPipelineRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.raftkv.kv.TaggedRequest\"8\n\rPipelineReply\x12\'\n\x07replies\x18\x01 \x03(\x0b\x32\x16.raftkv.kv.TaggedReply*5\n\x0b\x43onsistency\x12\x10\n\x0cLINEARIZABLE\x10\x00\x12\t\n\x05LEASE\x10\x01\x12\t\n\x05STALE\x10\x02\x32\x90\x05\n\x02KV\x12\x34\n\x03Put\x12\x15.raftkv.kv.PutRequest\x1a\x16.raftkv.kv.PutResponse\x12\x34\n\x03Get\x12\x15.raftkv.kv.GetRequest\x1a\x16.raftkv.kv.GetResponse\x12=\n\x06\x44\x65lete\x12\x18.raftkv.kv.DeleteRequest\x1a\x19.raftkv.kv.DeleteResponse\x12\x37\n\x04Scan\x12\x16.raftkv.kv.ScanRequest\x1a\x17.raftkv.kv.ScanResponse\x12:\n\x05\x42\x61tch\x12\x17.raftkv.kv.BatchRequest\x1a\x18.raftkv.kv.BatchResponse\x12U\n\x0eRegisterClient\x12 .raftkv.kv.RegisterClientRequest\x1a!.raftkv.kv.RegisterClientResponse\x12=\n\x06Status\x12\x18.raftkv.kv.StatusRequest\x1a\x19.raftkv.kv.StatusResponse\x12>\n\x06Stream\x12\x18.raftkv.kv.StreamRequest\x1a\x16.raftkv.kv.StreamReply(\x01\x30\x01\x12\x44\n\x08Pipeline\x12\x1a.raftkv.kv.PipelineRequest\x1a\x18.raftkv.kv.PipelineReply(\x01\x30\x01\x12N\n\x0cSaveSnapshot\x12\x1e.raftkv.kv.SaveSnapshotRequest\x1a\x1c.raftkv.kv.SnapshotFileChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STATUSRESPONSE_PEERSENTRY']._loaded_options = None
   _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_options = b'8\001'
-  _globals['_CONSISTENCY']._serialized_start=2757
-  _globals['_CONSISTENCY']._serialized_end=2810
+  _globals['_CONSISTENCY']._serialized_start=2851
+  _globals['_CONSISTENCY']._serialized_end=2904
   _globals['_WRITEHEADER']._serialized_start=36
   _globals['_WRITEHEADER']._serialized_end=81
   _globals['_REGISTERCLIENTREQUEST']._serialized_start=83
@@ -70,35 +70,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_start=1103
   _globals['_STATUSREQUEST']._serialized_end=1118
   _globals['_STATUSRESPONSE']._serialized_start=1121
-  _globals['_STATUSRESPONSE']._serialized_end=1641
-  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_start=1597
-  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_end=1641
-  _globals['_STATECHECK']._serialized_start=1643
-  _globals['_STATECHECK']._serialized_end=1686
-  _globals['_SAVESNAPSHOTREQUEST']._serialized_start=1688
-  _globals['_SAVESNAPSHOTREQUEST']._serialized_end=1709
-  _globals['_SNAPSHOTFILECHUNK']._serialized_start=1711
-  _globals['_SNAPSHOTFILECHUNK']._serialized_end=1833
-  _globals['_REGISTRATION']._serialized_start=1835
-  _globals['_REGISTRATION']._serialized_end=1865
-  _globals['_COMMAND']._serialized_start=1868
-  _globals['_COMMAND']._serialized_end=2013
-  _globals['_COMMANDRESULT']._serialized_start=2015
-  _globals['_COMMANDRESULT']._serialized_end=2047
-  _globals['_STREAMREQUEST']._serialized_start=2050
-  _globals['_STREAMREQUEST']._serialized_end=2216
-  _globals['_STREAMERROR']._serialized_start=2218
-  _globals['_STREAMERROR']._serialized_end=2305
-  _globals['_STREAMREPLY']._serialized_start=2308
-  _globals['_STREAMREPLY']._serialized_end=2494
-  _globals['_TAGGEDREQUEST']._serialized_start=2496
-  _globals['_TAGGEDREQUEST']._serialized_end=2567
-  _globals['_TAGGEDREPLY']._serialized_start=2569
-  _globals['_TAGGEDREPLY']._serialized_end=2634
-  _globals['_PIPELINEREQUEST']._serialized_start=2636
-  _globals['_PIPELINEREQUEST']._serialized_end=2697
-  _globals['_PIPELINEREPLY']._serialized_start=2699
-  _globals['_PIPELINEREPLY']._serialized_end=2755
-  _globals['_KV']._serialized_start=2813
-  _globals['_KV']._serialized_end=3469
+  _globals['_STATUSRESPONSE']._serialized_end=1735
+  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_start=1691
+  _globals['_STATUSRESPONSE_PEERSENTRY']._serialized_end=1735
+  _globals['_STATECHECK']._serialized_start=1737
+  _globals['_STATECHECK']._serialized_end=1780
+  _globals['_SAVESNAPSHOTREQUEST']._serialized_start=1782
+  _globals['_SAVESNAPSHOTREQUEST']._serialized_end=1803
+  _globals['_SNAPSHOTFILECHUNK']._serialized_start=1805
+  _globals['_SNAPSHOTFILECHUNK']._serialized_end=1927
+  _globals['_REGISTRATION']._serialized_start=1929
+  _globals['_REGISTRATION']._serialized_end=1959
+  _globals['_COMMAND']._serialized_start=1962
+  _globals['_COMMAND']._serialized_end=2107
+  _globals['_COMMANDRESULT']._serialized_start=2109
+  _globals['_COMMANDRESULT']._serialized_end=2141
+  _globals['_STREAMREQUEST']._serialized_start=2144
+  _globals['_STREAMREQUEST']._serialized_end=2310
+  _globals['_STREAMERROR']._serialized_start=2312
+  _globals['_STREAMERROR']._serialized_end=2399
+  _globals['_STREAMREPLY']._serialized_start=2402
+  _globals['_STREAMREPLY']._serialized_end=2588
+  _globals['_TAGGEDREQUEST']._serialized_start=2590
+  _globals['_TAGGEDREQUEST']._serialized_end=2661
+  _globals['_TAGGEDREPLY']._serialized_start=2663
+  _globals['_TAGGEDREPLY']._serialized_end=2728
+  _globals['_PIPELINEREQUEST']._serialized_start=2730
+  _globals['_PIPELINEREQUEST']._serialized_end=2791
+  _globals['_PIPELINEREPLY']._serialized_start=2793
+  _globals['_PIPELINEREPLY']._serialized_end=2849
+  _globals['_KV']._serialized_start=2907
+  _globals['_KV']._serialized_end=3563
 # @@protoc_insertion_point(module_scope)

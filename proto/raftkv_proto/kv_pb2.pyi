@@ -161,7 +161,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full", "corrupt", "state_checks")
+    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full", "max_request_bytes", "pipeline_requests_held", "pipeline_reply_bytes_held", "corrupt", "state_checks")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +187,9 @@ class StatusResponse(_message.Message):
     LOG_BEGIN_TERM_FIELD_NUMBER: _ClassVar[int]
     REJOINING_FIELD_NUMBER: _ClassVar[int]
     DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_REQUESTS_HELD_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_REPLY_BYTES_HELD_FIELD_NUMBER: _ClassVar[int]
     CORRUPT_FIELD_NUMBER: _ClassVar[int]
     STATE_CHECKS_FIELD_NUMBER: _ClassVar[int]
     id: str
@@ -207,9 +210,12 @@ class StatusResponse(_message.Message):
     log_begin_term: int
     rejoining: bool
     disk_full: bool
+    max_request_bytes: int
+    pipeline_requests_held: int
+    pipeline_reply_bytes_held: int
     corrupt: str
     state_checks: _containers.RepeatedCompositeFieldContainer[StateCheck]
-    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ..., corrupt: _Optional[str] = ..., state_checks: _Optional[_Iterable[_Union[StateCheck, _Mapping]]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ..., max_request_bytes: _Optional[int] = ..., pipeline_requests_held: _Optional[int] = ..., pipeline_reply_bytes_held: _Optional[int] = ..., corrupt: _Optional[str] = ..., state_checks: _Optional[_Iterable[_Union[StateCheck, _Mapping]]] = ...) -> None: ...
 
 class StateCheck(_message.Message):
     __slots__ = ("index", "sha256")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from raft.core.config import CoreConfig
 from raft.transport.address import split_address
+from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES, smallest_request_limit
 
 DEFAULT_LISTEN = "127.0.0.1:7001"
 DEFAULT_DATA_DIR = "./raftkv-data"
@@ -73,12 +74,26 @@ class Limits:
     max_key_bytes: int = 511
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
+    # Largest message a client may send (gRPC's max_receive_message_length on the client port):
+    # gRPC refuses a larger one before it is built, so a client cannot make the node hold more.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_key_bytes <= 511:
             raise ValueError("max_key_bytes must be from 1 to LMDB's limit of 511 bytes")
         if self.max_value_bytes < 1 or self.max_pending_requests < 1:
             raise ValueError("max_value_bytes and max_pending_requests must be at least 1")
+        if self.max_request_bytes < MIN_MAX_REQUEST_BYTES:
+            raise ValueError(f"max_request_bytes must be at least {MIN_MAX_REQUEST_BYTES} (1 MiB), "
+                             f"not {self.max_request_bytes}: clients gather requests into messages of up to that much")
+        # A value that cannot travel in a request could never be written: refuse the pair now
+        # rather than every such put later.
+        needed = smallest_request_limit(self.max_value_bytes, self.max_key_bytes)
+        if self.max_request_bytes < needed:
+            raise ValueError(
+                f"max_value_bytes {self.max_value_bytes} does not fit in max_request_bytes {self.max_request_bytes}: "
+                f"a put of the largest key and value takes up to {needed} bytes; raise max_request_bytes to "
+                f"at least {needed} or lower max_value_bytes")
 
 
 @dataclass(slots=True)

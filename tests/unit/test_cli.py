@@ -66,6 +66,18 @@ def test_serve_flags_map_onto_node_config():
     assert (config.core.lazy_push_ms, config.core.eager_timeout_ms, config.core.eager_trial_every_ms) == (50, 30, 0)
 
 
+def test_max_request_bytes_must_hold_the_largest_put(capsys):
+    assert node_config(parse("serve")).limits.max_request_bytes == 1572864  # etcd's default
+    config = node_config(parse("serve", "--max-request-bytes", "4MiB", "--max-value-bytes", str(3 << 20)))
+    assert (config.limits.max_request_bytes, config.limits.max_value_bytes) == (4 << 20, 3 << 20)
+    for argv, message in [(["--max-value-bytes", str(2 << 20)], "--max-value-bytes 2097152 does not fit in "
+                                                                "--max-request-bytes 1572864"),
+                          (["--max-request-bytes", "64KiB"], "--max-request-bytes must be at least 1048576")]:
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["serve", *argv])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value", [("--read-hold-ms", "-1"), ("--read-hold-ms", "nan"),
                                          ("--read-hold-siblings", "-1"), ("--read-hold-siblings", "1.5"),
                                          ("--read-spin-us", "-1"), ("--read-spin-us", "0.5")])

@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from kv import Client
+from kv.client.client import batch_ops, paged_scan
 from raftkv_proto.key_ranges import prefix_end
 from kv.errors import (
     InvalidArgumentError,
@@ -27,7 +28,8 @@ from kv.errors import (
     from_rpc_error,
     stream_error,
 )
-from kv.client.request_pipeline import MAX_BYTES_PER_MESSAGE, PipelineHub, outgoing_messages
+from kv.client.request_pipeline import MAX_BYTES_PER_MESSAGE, PipelineHub, fits, outgoing_messages
+from raftkv_proto.request_limits import MIN_MAX_REQUEST_BYTES, REQUEST_OVERHEAD_BYTES
 from kv.client import stream_call
 from kv.client.stream_call import CallEnded
 from kv.client.request_stream import MAX_STREAMS_PER_NODE, StreamPool
@@ -433,6 +435,28 @@ def test_scan_follows_pages_and_prefix(start_node):
             client.scan(prefix="u/", start="a")
 
 
+def test_a_scan_larger_than_a_page_field_asks_for_the_most_a_page_may_hold():
+    asked: list[int] = []
+
+    def fetch(request: kv_pb2.ScanRequest) -> kv_pb2.ScanResponse:
+        asked.append(request.limit)
+        return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=b"k", value=b"v")], more=False)
+
+    assert paged_scan(fetch, None, None, None, 2**40, "stale") == [(b"k", b"v")]
+    assert asked == [2**32 - 1]
+
+
+def test_bulk_load_batches_fit_in_any_nodes_request_limit() -> None:
+    from kv.tools.spark.bulk_load import BulkLoader
+
+    with BulkLoader(free_address()) as loader:
+        batches = list(loader._batches((b"k%04d" % i, b"v" * (100 << 10)) for i in range(40)))
+    assert sum(map(len, batches)) == 40 and len(batches) > 1
+    for batch in batches:
+        request = kv_pb2.BatchRequest(ops=batch_ops(batch), header=kv_pb2.WriteHeader(client_id="c" * 256, seq=2**63))
+        assert request.ByteSize() <= MIN_MAX_REQUEST_BYTES
+
+
 def test_prefix_end():
     assert prefix_end(b"u/") == b"u0"
     assert prefix_end(b"a\xff") == b"b"
@@ -631,6 +655,27 @@ def test_a_message_stays_within_its_byte_bound():
     messages = list(outgoing_messages(queue_))
     assert [[t.tag for t in m.requests] for m in messages] == [[1, 2], [3, 4], [5]]
     assert all(m.ByteSize() <= MAX_BYTES_PER_MESSAGE for m in messages)
+
+
+def test_a_request_too_large_for_a_pipeline_message_goes_alone():
+    assert fits(MAX_BYTES_PER_MESSAGE - REQUEST_OVERHEAD_BYTES)
+    assert not fits(MAX_BYTES_PER_MESSAGE - REQUEST_OVERHEAD_BYTES + 1)
+
+
+def test_a_request_gRPC_refused_as_too_large_is_an_invalid_argument_naming_the_flag():
+    class Refused(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self) -> str:
+            return "SERVER: Received message larger than max (2097200 vs. 1572864)"
+
+        def trailing_metadata(self) -> tuple[()]:
+            return ()
+
+    error = from_rpc_error(Refused())
+    assert isinstance(error, InvalidArgumentError) and not error.retryable
+    assert "2097200 vs. 1572864" in str(error) and "--max-request-bytes" in str(error)
 
 
 def test_a_late_pipeline_reply_answers_no_later_request(start_node):

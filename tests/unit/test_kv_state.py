@@ -357,6 +357,16 @@ def test_scan_limit_and_more(filled: KVStateMachine) -> None:
         filled.scan(b"", None, limit=0)
 
 
+def test_scan_stops_at_its_byte_budget_with_at_least_one_pair(filled: KVStateMachine) -> None:
+    # user/1..3 each carry 6 + 10 bytes of key and value.
+    items, more = filled.scan_prefix(b"user/", limit=10, max_bytes=32)
+    assert [k for k, _ in items] == [b"user/1", b"user/2"] and more
+    items, more = filled.scan(b"user/", _end(b"user/"), limit=10, max_bytes=48)
+    assert len(items) == 3 and not more  # the budget exactly spent: nothing was cut
+    items, more = filled.scan_prefix(b"user/", limit=10, max_bytes=1)
+    assert [k for k, _ in items] == [b"user/1"] and more  # a pair over the budget still comes alone
+
+
 def _end(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 

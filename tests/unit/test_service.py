@@ -123,10 +123,39 @@ def test_a_pipeline_holds_at_most_its_limit_and_makes_room_as_replies_are_taken(
         assert replies.full and not room.done()  # answered but not yet taken: still held
         batch = await replies.next_batch()
         assert sorted(r.tag for r in batch or []) == [1, 2]
-        await room  # taken: there is room again
+        assert replies.full and not room.done()  # being sent: still held until gRPC takes them
+        replies.sent()
+        await room  # sent: there is room again
         assert not replies.full
         replies.start(3, "put", second)
         second.cancel()
+        reader.set_result(None)
+        assert await replies.next_batch() is None
+
+    run(main)
+
+
+def test_a_pipeline_holds_at_most_its_reply_bytes_and_counts_gets_in_flight_at_an_estimate() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        replies = _ReplyGather(limit=100, byte_limit=1000)
+        reader = loop.create_future()
+        replies.read_with(reader)  # type: ignore[arg-type]
+        first = loop.create_future()
+        replies.start(1, "get", first)
+        assert replies.full  # a get in flight counts at the first estimate (64 KiB), over 1000 bytes
+        first.set_result(kv_pb2.GetResponse(found=True, value=b"v" * 600))
+        await asyncio.sleep(0)  # the gather's done callback
+        assert replies.held_bytes > 600 and not replies.full  # answered: its real size now
+        second = loop.create_future()
+        replies.start(2, "get", second)
+        assert replies.full  # at the estimate, still far above 600 bytes: read no further
+        second.cancel()
+        await asyncio.sleep(0)
+        batch = await replies.next_batch()
+        assert [r.tag for r in batch or []] == [1] and replies.held_bytes > 600  # being sent: held
+        replies.sent()
+        assert replies.held_bytes == 0 and not replies.full
         reader.set_result(None)
         assert await replies.next_batch() is None
 
@@ -184,6 +213,7 @@ def test_a_pipeline_reads_no_request_while_it_holds_its_limit(tmp_path: Path) ->
             tags = []
             while (batch := await replies.next_batch()) is not None:
                 tags += [r.tag for r in batch]
+                replies.sent()
         assert sorted(tags) == list(range(20))
         assert max(held_at_pull) == 4  # pulled with the call full, then it waited for room
 

@@ -25,11 +25,15 @@ from types import TracebackType
 from kv.client.client import Client
 from kv.tools.spark.export_client import STAGING_PREFIX
 from raftkv_proto import kv_pb2
+from raftkv_proto.request_limits import BATCH_MESSAGE_BYTES, REQUEST_OVERHEAD_BYTES
 from statemachine.commands import LMDB_MAX_KEY_BYTES, CommandLimits
 
-# The server accepts at most CommandLimits.max_ops ops and 3 MiB per write.
+# The server accepts at most CommandLimits.max_ops ops per write, and a request of at most its
+# --max-request-bytes, which is never below BATCH_MESSAGE_BYTES: a batch's request stays within
+# that (its header and each op's framing counted), so it fits on any node.
 DEFAULT_BATCH_ROWS = CommandLimits().max_ops
-MAX_BATCH_BYTES = CommandLimits().max_total_bytes
+MAX_BATCH_BYTES = BATCH_MESSAGE_BYTES - REQUEST_OVERHEAD_BYTES
+OP_FRAMING_BYTES = 16  # an Op around a KeyValue: two field tags and lengths each
 DEFAULT_IN_FLIGHT = 8
 
 
@@ -106,11 +110,12 @@ class BulkLoader:
         size = 0
         for key, value in rows:
             key = self._staged_key(key)
-            if batch and (len(batch) == self.batch_rows or size + len(key) + len(value) > MAX_BATCH_BYTES):
+            row_bytes = len(key) + len(value) + OP_FRAMING_BYTES
+            if batch and (len(batch) == self.batch_rows or size + row_bytes > MAX_BATCH_BYTES):
                 yield batch
                 batch, size = [], 0
             batch.append((key, value))
-            size += len(key) + len(value)
+            size += row_bytes
         if batch:
             yield batch
 
