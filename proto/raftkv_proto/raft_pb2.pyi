@@ -172,34 +172,38 @@ class PeerMessage(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., heartbeat_request: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., push_request: _Optional[_Union[PushRequest, _Mapping]] = ..., push_response: _Optional[_Union[PushResponse, _Mapping]] = ..., install_snapshot_request: _Optional[_Union[InstallSnapshotRequest, _Mapping]] = ..., install_snapshot_response: _Optional[_Union[InstallSnapshotResponse, _Mapping]] = ...) -> None: ...
 
 class PeerHello(_message.Message):
-    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose")
+    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose", "ack_within_ms")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_ID_FIELD_NUMBER: _ClassVar[int]
     TO_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    ACK_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     from_id: str
     to_id: str
     client_address: str
     purpose: Purpose
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ...) -> None: ...
+    ack_within_ms: int
+    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ..., ack_within_ms: _Optional[int] = ...) -> None: ...
 
 class PeerHelloReply(_message.Message):
-    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index")
+    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index", "acks")
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     refusal: str
     node_id: str
     client_address: str
     term: int
     last_log_term: int
     last_log_index: int
-    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ...) -> None: ...
+    acks: bool
+    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., acks: _Optional[bool] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

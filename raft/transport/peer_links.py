@@ -8,7 +8,15 @@ and flushes what queued meanwhile, merging it into few frames. At most `max_infl
 per peer and messages beyond that are dropped, as are the queued ones when the link fails and
 those that would overfill a connection's send buffer - Raft retransmits (heartbeats, push
 timeouts), so a drop costs latency, never safety. A failed link is dialled again after
-REOPEN_PAUSE_S, so a healed link carries traffic again within ~100 ms."""
+REOPEN_PAUSE_S, so a healed link carries traffic again within ~100 ms.
+
+The listener acknowledges what arrives on a MESSAGES connection (an empty frame, within a quarter
+of `ack_timeout_ms` of receiving it). A connection on which something we wrote has gone
+unacknowledged for `ack_timeout_ms` is closed and dialled again: its other end is gone although
+nothing in TCP says so - a proxy (docker-proxy, a Service proxy, a mesh sidecar) that keeps our
+side open and takes our bytes after the member behind it died, and never reaches the member
+again for that connection. Messages are one-way (answers come on the peer's own connection to
+us), so nothing else would show that our messages vanish."""
 from __future__ import annotations
 
 import asyncio
@@ -43,6 +51,9 @@ log = logging.getLogger(__name__)
 MAX_SENDS_PER_WRITE = 16
 # Pause before dialling a link again after it failed.
 REOPEN_PAUSE_S = 0.05
+# The listener is asked to acknowledge within ack_timeout / ACKS_PER_TIMEOUT, and the dialer checks
+# that often whether a write has gone unacknowledged for ack_timeout.
+ACKS_PER_TIMEOUT = 4
 # A connection holding this much unsent data takes no more batches until it drains (they are
 # dropped): its peer is not reading, and Raft resends what still matters once it does.
 MAX_BUFFERED_BYTES = 16 << 20
@@ -72,16 +83,20 @@ class PeerLinks:
     def __init__(self, node_id: str, cluster_id: str, client_address: str, peers: dict[str, str],
                  connect_timeout_ms: int, max_inflight: int = 64,
                  on_gone: Callable[[str], None] | None = None,
-                 learnt: Callable[[str, str], None] | None = None) -> None:
+                 learnt: Callable[[str, str], None] | None = None, ack_timeout_ms: int = 2000) -> None:
         """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
         called each time a link to `peer` fails because the connection was refused, reset or
         closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
-        is told the client address each peer advertises in its answer to our hello."""
+        is told the client address each peer advertises in its answer to our hello.
+        `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
+        long is closed and dialled again (TcpTransport: twice the election timeout)."""
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._client_address = client_address
         self._timeout_s = connect_timeout_ms / 1000
         self._max_inflight = max_inflight
+        self._ack_timeout_s = ack_timeout_ms / 1000
+        self._ack_within_ms = max(1, ack_timeout_ms // ACKS_PER_TIMEOUT)
         self.on_gone = on_gone
         self._learnt = learnt
         self._links: dict[str, PeerLink] = {}
@@ -133,6 +148,9 @@ class PeerLinks:
                 self._refused(link, str(e))
             except TimeoutError:
                 self._unreachable(link, f"no connection and answer to our hello within {self._timeout_s:g} s")
+            except _Unacknowledged:
+                self._unreachable(link, f"what we sent went unacknowledged for {self._ack_timeout_s:g} s; "
+                                        f"dialling again")
             except OSError as e:  # refused, reset, or closed by a peer that gave no reason
                 if self.on_gone is not None:
                     self.on_gone(link.peer_id)
@@ -149,16 +167,20 @@ class PeerLinks:
         try:
             async with asyncio.timeout(self._timeout_s):
                 await loop.create_connection(lambda: connection, link.host, link.port)
-                connection.write(self._hello(link, MESSAGES))
+                connection.write(self._hello(link, MESSAGES, self._ack_within_ms))
                 answer = await connection.answer
-            self._accepted(link, answer)
+            connection.acks = self._accepted(link, answer).acks
             self._reachable(link)
             while link.queue:
                 sends = [link.queue.popleft() for _ in range(min(len(link.queue), MAX_SENDS_PER_WRITE))]
                 if not connection.write(frame(encode_batch(m for queued in sends for m in queued))):
                     link.dropped += sum(len(queued) for queued in sends)
             link.connection = connection
-            await connection.closed
+            check_s = self._ack_timeout_s / ACKS_PER_TIMEOUT
+            while not (await asyncio.wait((connection.closed,), timeout=check_s if connection.acks else None))[0]:
+                since = connection.unacknowledged_since
+                if since is not None and loop.time() - since >= self._ack_timeout_s:
+                    raise _Unacknowledged()
         finally:
             link.connection = None
             connection.abort()
@@ -168,9 +190,10 @@ class PeerLinks:
             raise PeerRefused(connection.refusal)
         raise ConnectionResetError(f"connection closed: {connection.closed.result() or 'by the peer'}")
 
-    def _hello(self, link: PeerLink, purpose: int) -> bytes:
-        return frame(hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
-                     .SerializeToString())
+    def _hello(self, link: PeerLink, purpose: int, ack_within_ms: int = 0) -> bytes:
+        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
+        h.ack_within_ms = ack_within_ms
+        return frame(h.SerializeToString())
 
     def _accepted(self, link: PeerLink, answer: bytes) -> raft_pb2.PeerHelloReply:
         reply = check_reply(answer, link.peer_id, link.address)
@@ -304,14 +327,23 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
             return got[0]
 
 
+class _Unacknowledged(Exception):
+    """What we wrote on a connection went unacknowledged for the ack timeout."""
+
+
 class _Outbound(asyncio.Protocol):
-    """Our end of a MESSAGES connection. What flows back: the answer to our hello, then at most
-    one frame, a Refusal: why the peer closes the connection."""
+    """Our end of a MESSAGES connection. What flows back: the answer to our hello, then (when the
+    answer says `acks`) empty frames acknowledging what arrived, and at most one Refusal: why the
+    peer closes the connection."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, address: str, peer_id: str) -> None:
         self.answer: asyncio.Future[bytes] = loop.create_future()
         self.closed: asyncio.Future[Exception | None] = loop.create_future()
         self.refusal: str | None = None
+        self.acks = False  # the peer acknowledges what we write (its answer said so)
+        # When we first wrote something not acknowledged since (None: everything was, or acks off).
+        self.unacknowledged_since: float | None = None
+        self._loop = loop
         self._address = address
         self._peer_id = peer_id
         self._transport: asyncio.Transport | None = None
@@ -322,6 +354,7 @@ class _Outbound(asyncio.Protocol):
         configure_peer_socket(transport.get_extra_info("socket"))
 
     def data_received(self, data: bytes) -> None:
+        unreadable = False
         try:
             frames = self._reader.feed(data)
         except FrameError as e:
@@ -330,15 +363,19 @@ class _Outbound(asyncio.Protocol):
                 self.answer.set_exception(self._not_a_peer())
                 self.abort()
                 return
-            frames.append(b"")  # a reason we could not read
+            unreadable = True
         for body in frames:
             if not self.answer.done():
                 self.answer.set_result(body)
+            elif not body and self.acks:
+                self.unacknowledged_since = None
             elif self.refusal is None:
                 try:
                     self.refusal = raft_pb2.Refusal.FromString(body).reason or "no reason given"
                 except DecodeError:
                     self.refusal = "an unreadable reason"
+        if unreadable and self.refusal is None:
+            self.refusal = "an unreadable reason"
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.answer.done():
@@ -361,6 +398,8 @@ class _Outbound(asyncio.Protocol):
         if t is None or t.is_closing() or t.get_write_buffer_size() > MAX_BUFFERED_BYTES:
             return False
         t.write(data)
+        if self.acks and self.unacknowledged_since is None:
+            self.unacknowledged_since = self._loop.time()
         return True
 
     def abort(self) -> None:

@@ -6,7 +6,11 @@ stranger or a connection meant for another member gets one PeerHelloReply with t
 closed. Then, on a MESSAGES connection, each frame is a MessageBatch whose messages must all come
 from the hello's member and be addressed to this node; a batch that does not decode or does not
 pass gets one Refusal frame and the connection is closed, and the node never sees any part of
-it. On a SNAPSHOT connection the header and chunks are handed to the node as they arrive (reading
+it. When the hello asked for acknowledgements (ack_within_ms), an empty frame goes back on the
+connection within that long of each batch received (one for all received by then). A member has
+one MESSAGES connection to us at a time: when a new one from it is accepted, its older ones are
+closed (with a Refusal naming the reason), so nothing sent before a dialer dialled again is
+delivered after what it sent since. On a SNAPSHOT connection the header and chunks are handed to the node as they arrive (reading
 pauses while the node is behind), and the node's verdict goes back as one SnapshotAck.
 
 The node logs a refusal and serves on: bad bytes on its peer port never stop it."""
@@ -121,6 +125,9 @@ class _Accepted(asyncio.Protocol):
         self._on_frame: Callable[[bytes], None] = self._hello
         self._hello_timer: asyncio.TimerHandle | None = None
         self._peer = ""  # the member on the other end, once its hello is accepted
+        self.messages = False  # a MESSAGES connection, once its hello is accepted
+        self._ack_within_s = 0.0  # acknowledge what arrives within this long (0: never)
+        self._ack_timer: asyncio.TimerHandle | None = None
         # A snapshot connection: the node's receive task and the chunks read ahead of it.
         self.receiving: asyncio.Task[None] | None = None
         self._chunks: deque[bytes] = deque()
@@ -143,6 +150,8 @@ class _Accepted(asyncio.Protocol):
         self._closing = True
         if self._hello_timer is not None:
             self._hello_timer.cancel()
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
         self._end_chunks(ConnectionResetError(f"the connection from {self._peer} closed in the middle of a "
                                               f"snapshot stream"))
 
@@ -187,13 +196,25 @@ class _Accepted(asyncio.Protocol):
             listener.learnt(hello.from_id, hello.client_address)
         term, last_term, last_index = listener.disk_state()
         reply = raft_pb2.PeerHelloReply(node_id=listener.node_id, client_address=listener.client_address, term=term,
-                                        last_log_term=last_term, last_log_index=last_index).SerializeToString()
+                                        last_log_term=last_term, last_log_index=last_index)
         log.debug("accepted a %s connection from %s", PURPOSES[hello.purpose], hello.from_id)
         if hello.purpose == PROBE:  # the reply was all it asked for
-            self._close_with(reply)
+            self._close_with(reply.SerializeToString())
             return
-        self._on_frame = self._batch if hello.purpose == MESSAGES else self._snapshot_header
-        self._transport.write(frame(reply))
+        if hello.purpose == MESSAGES:
+            self._on_frame = self._batch
+            self.messages = True
+            self._ack_within_s = hello.ack_within_ms / 1000
+            if hello.ack_within_ms:
+                reply.acks = True
+            for older in [c for c in listener.connections if c is not self and c.messages and c._peer == self._peer
+                          and not c._closing]:
+                older._close_with(raft_pb2.Refusal(
+                    reason=f"a newer connection from {self._peer} took this one's place: do two members run "
+                           f"with id {self._peer!r}?").SerializeToString())
+        else:
+            self._on_frame = self._snapshot_header
+        self._transport.write(frame(reply.SerializeToString()))
 
     def _refuse_hello(self, why: str, received: bytes = b"", claimed: str = "") -> None:
         if self._closing:
@@ -252,6 +273,14 @@ class _Accepted(asyncio.Protocol):
             self._refuse_batch(str(e))
         else:
             self._listener.deliver(messages)
+            if self._ack_within_s and self._ack_timer is None and not self._closing:
+                self._ack_timer = asyncio.get_running_loop().call_later(self._ack_within_s, self._acknowledge)
+
+    def _acknowledge(self) -> None:
+        """An empty frame: everything received on this connection so far has arrived."""
+        self._ack_timer = None
+        if not self._closing and self._transport is not None:
+            self._transport.write(frame(b""))
 
     def _refuse_batch(self, why: str) -> None:
         self._log_refusal(why)

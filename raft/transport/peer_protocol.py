@@ -9,7 +9,12 @@ raft.proto. A dialer opens a connection for one purpose:
                                            <------  PeerHelloReply(refusal) and close, or
                                                     PeerHelloReply(node_id, client_address)
     MESSAGES: MessageBatch, MessageBatch, ... --->  each message from from_id to to_id, delivered
-                                           <------  (only on a bad batch) Refusal, and close
+                                           <------  (if the hello's ack_within_ms asked, and the reply
+                                                    said acks) an empty frame within ack_within_ms of
+                                                    each batch received: all up to it arrived
+                                           <------  (only on a bad batch, or when a newer MESSAGES
+                                                    connection from from_id is accepted) Refusal,
+                                                    and close
     SNAPSHOT: SnapshotHeader, SnapshotChunk ... ->  handed to the node chunk by chunk
                                            <------  SnapshotAck, and close
     PROBE: nothing more; the reply (which tells the listener's term and the end of its log) was

@@ -30,7 +30,8 @@ class TcpTransport:
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
         self._client_addresses = {config.node_id: config.advertised_client_address}
         self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
-                               config.tuning.peer_connect_timeout_ms, learnt=self._learn)
+                               config.tuning.peer_connect_timeout_ms, learnt=self._learn,
+                               ack_timeout_ms=2 * config.core.election_timeout_ms)
         self.listener: PeerListener | None = None
 
     @property

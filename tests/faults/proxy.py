@@ -15,6 +15,10 @@ Like docker-proxy, a Kubernetes Service proxy or a service-mesh sidecar, a proxy
 while the member behind it is down: it accepts each connection, fails to reach the member, and
 closes the accepted connection - with a reset (default), or with a plain FIN (`DownClose.FIN`, as
 docker-proxy and Envoy do), so the dialer's connect succeeds and the failure shows only after.
+With `DownClose.HOLD` it never closes what it accepted: a connection accepted while the member is
+down, or whose connection to the member ended (the member died), stays open on the dialer's side;
+the proxy goes on reading and acknowledging its bytes (TCP keepalives too) and drops them, and never
+reaches the member for it again, even once the member is back: a half-dead connection.
 
 A link carries node i's requests to j and j's replies to them, so blackholing (i, j) cuts what i
 sends to j and nothing of what j sends to i: a one-way partition. Partitions and heal are built
@@ -42,6 +46,9 @@ class DownClose(str, Enum):
 
     RESET = "reset"
     FIN = "fin"
+    # Keep it open, read and drop what comes on it, never reach the member for it: also when a
+    # connection's member side ends (the member died) while the dialer's side is open.
+    HOLD = "hold"
 
 
 class Mode(str, Enum):
@@ -114,6 +121,7 @@ class Link:
     resets: int = 0
     down_close: DownClose = DownClose.RESET
     closed_while_down: int = 0  # connections accepted, then closed because the member was down
+    held: int = 0  # connections kept open, their bytes dropped, because the member was down or died
 
     @property
     def address(self) -> str:
@@ -150,19 +158,52 @@ class Link:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
             self._member_down(conn)
+            if self.down_close is DownClose.HOLD:
+                await self._hold(conn, reader)
             return
         conn.upstream = up_writer
         if conn not in self.connections:  # reset while connecting
             _reset(up_writer)
             return
-        await asyncio.gather(self._pump(conn, reader, up_writer), self._pump(conn, up_reader, writer),
-                             return_exceptions=True)
+        to_member = asyncio.create_task(self._pump(conn, reader, up_writer))
+        # Held, the dialer's side must not see the member's side end.
+        from_member = asyncio.create_task(self._pump(conn, up_reader, writer,
+                                                     pass_eof=self.down_close is not DownClose.HOLD))
+        try:
+            await asyncio.wait([to_member, from_member], return_when=asyncio.FIRST_COMPLETED)
+            if (self.down_close is DownClose.HOLD and from_member.done() and not to_member.done()
+                    and conn in self.connections):
+                # The member's side ended first (it died): keep the dialer's side, drop its bytes.
+                to_member.cancel()
+                await asyncio.gather(to_member, return_exceptions=True)
+                _reset(up_writer)
+                await self._hold(conn, reader)
+                return
+            await asyncio.gather(to_member, from_member, return_exceptions=True)
+        finally:
+            for task in (to_member, from_member):
+                task.cancel()
+        if conn in self.connections:
+            self.connections.discard(conn)
+            conn.reset()
+
+    async def _hold(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
+        """Read and drop what the dialer sends, until it closes or a fault resets the connection."""
+        self.held += 1
+        conn.upstream = None
+        try:
+            while conn in self.connections and await reader.read(CHUNK_BYTES):
+                pass
+        except OSError:
+            pass
         if conn in self.connections:
             self.connections.discard(conn)
             conn.reset()
 
     def _member_down(self, conn: _Connection) -> None:
         """The member did not take our connection: close the one we accepted for it."""
+        if self.down_close is DownClose.HOLD:
+            return
         self.closed_while_down += 1
         if self.down_close is DownClose.FIN:
             self.connections.discard(conn)
@@ -170,12 +211,13 @@ class Link:
         else:
             self._drop(conn)
 
-    async def _pump(self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    pass_eof: bool = True) -> None:
         """Copy one direction chunk by chunk, applying the link's fault to each chunk. Delayed
         chunks go through a queue drained by one task, so they stay in order."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-        sender = asyncio.create_task(self._send(queue, writer))
+        sender = asyncio.create_task(self._send(queue, writer, pass_eof))
         last_due = 0.0
         try:
             while conn in self.connections:
@@ -196,7 +238,8 @@ class Link:
             queue.put_nowait(None)
             await sender
 
-    async def _send(self, queue: asyncio.Queue[tuple[float, bytes] | None], writer: asyncio.StreamWriter) -> None:
+    async def _send(self, queue: asyncio.Queue[tuple[float, bytes] | None], writer: asyncio.StreamWriter,
+                    pass_eof: bool) -> None:
         loop = asyncio.get_running_loop()
         try:
             while (item := await queue.get()) is not None:
@@ -205,7 +248,7 @@ class Link:
                     await asyncio.sleep(due - loop.time())
                 writer.write(data)
                 await writer.drain()
-            if writer.can_write_eof():
+            if pass_eof and writer.can_write_eof():
                 writer.write_eof()  # pass a half-close on
         except (OSError, RuntimeError):
             pass  # the connection was reset under us

@@ -166,7 +166,7 @@ def test_partition_cuts_every_link_between_groups_both_ways() -> None:
         net.close()
 
 
-@pytest.mark.parametrize("down_close", list(DownClose))
+@pytest.mark.parametrize("down_close", [DownClose.RESET, DownClose.FIN])
 def test_a_proxy_accepts_while_its_member_is_down_then_closes(down_close: DownClose) -> None:
     """Nothing listens behind the link: connect succeeds, then the connection ends (a FIN reads as
     end of stream, a reset as an error)."""
@@ -184,4 +184,43 @@ def test_a_proxy_accepts_while_its_member_is_down_then_closes(down_close: DownCl
                     echo(sock)
         assert net.links[("a", "b")].closed_while_down == 1
     finally:
+        net.close()
+
+
+def test_a_holding_proxy_keeps_the_dialer_side_open_after_its_member_died_and_drops_its_bytes() -> None:
+    """DownClose.HOLD: the member's end of a proxied connection closes (it died); the dialer's
+    end stays open, takes bytes and returns none, and is never connected to the member again, even
+    once something listens there. A connection accepted while nothing listens is held too."""
+    member = socket.create_server(("127.0.0.1", 0))
+    port = member.getsockname()[1]
+    net = ProxyNetwork({m: f"127.0.0.1:{port}" for m in "ab"}, down_close=DownClose.HOLD).start()
+    try:
+        with connect(net) as sock:
+            accepted, _ = member.accept()
+            sock.sendall(b"before")
+            accepted.settimeout(2)
+            assert accepted.recv(64) == b"before"
+            accepted.close()  # the member dies
+            member.close()
+            time.sleep(SHORT_S)
+            for _ in range(3):
+                sock.sendall(b"into the void" * 1000)
+                with pytest.raises(socket.timeout):
+                    sock.recv(64)
+            with connect(net) as while_down:  # nothing listens: accepted, held
+                while_down.sendall(b"hello")
+                with pytest.raises(socket.timeout):
+                    while_down.recv(64)
+                link = net.links[("a", "b")]
+                deadline = time.monotonic() + 2
+                while link.held < 2 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert link.held == 2 and link.closed_while_down == 0
+                member = socket.create_server(("127.0.0.1", port))  # the member is back
+                member.settimeout(SHORT_S)
+                sock.sendall(b"after")
+                with pytest.raises(socket.timeout):
+                    member.accept()  # the held connection never reaches it
+    finally:
+        member.close()
         net.close()

@@ -353,7 +353,25 @@ def test_leader_churn_through_proxies_that_accept_while_the_member_is_down(scena
     """Every link's proxy keeps listening while its member is dead, accepts each connection and
     closes it with a FIN (as docker-proxy and Envoy do): the dialer's connect succeeds and only the
     end of the connection says the member is gone. Kill each new leader, at most two down."""
-    run = scenario(5, down_close=DownClose.FIN)
+    run = leader_churn_through_proxies(scenario(5, down_close=DownClose.FIN))
+    closed = sum(link.closed_while_down for link in run.cluster.network.links.values())
+    assert closed > 0, f"{run.tag()} no proxy accepted a connection for a dead member: the fault did not happen"
+    run.finish()
+
+
+def test_leader_churn_through_proxies_that_hold_connections_to_a_dead_member(scenario: MakeScenario) -> None:
+    """Every link's proxy keeps the dialer's side of a connection open when its member dies (and
+    holds what it accepts while the member is down): it reads and drops the dialer's bytes and
+    never reaches the member for that connection again, even once the member is back. A member
+    writing into such a connection hears nothing wrong from TCP. Kill each new leader, at most two
+    down."""
+    run = leader_churn_through_proxies(scenario(5, down_close=DownClose.HOLD))
+    held = sum(link.held for link in run.cluster.network.links.values())
+    assert held > 0, f"{run.tag()} no proxy held a connection of a dead member: the fault did not happen"
+    run.finish()
+
+
+def leader_churn_through_proxies(run: Scenario) -> Scenario:
     cluster = run.cluster
     run.load(clients=4)
     run.run_for(0.5)
@@ -370,6 +388,4 @@ def test_leader_churn_through_proxies_that_accept_while_the_member_is_down(scena
         cluster.wait_for_leader(among=cluster.running_ids(), not_in_term=term, timeout=CHURN_LIVENESS_S)
         run.wait_progress(killed_at, timeout_s=CHURN_LIVENESS_S)
         print(f"{run.tag()} {leader} killed: leader and a write after {(now_ns() - killed_at) / 1e9:.2f} s")
-    closed = sum(link.closed_while_down for link in cluster.network.links.values())
-    assert closed > 0, f"{run.tag()} no proxy accepted a connection for a dead member: the fault did not happen"
-    run.finish()
+    return run

@@ -29,6 +29,7 @@ from raft.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raft.core.config import CoreConfig
 from raft.core.types import Entry, EntryType, SnapshotMeta
 from raft.node.config import NodeConfig
 from raft.node.ports import SnapshotInfo
@@ -186,10 +187,11 @@ class Node:
     """A TcpTransport for `node_id` over a Recorder, its peer listener on a free port."""
 
     def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
-                 advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0)) -> None:
+                 advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0),
+                 core: CoreConfig | None = None) -> None:
         peers = {**peers, node_id: f"127.0.0.1:{port}"}
         self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
-                                 f"client-of-{node_id}.example:7001", peers=peers)
+                                 f"client-of-{node_id}.example:7001", peers=peers, core=core or CoreConfig())
         self.disk = disk  # what it answers a probe: (term, last log term, last log index)
         self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk)
         self.inbound = Recorder()
@@ -501,6 +503,101 @@ def test_a_member_behind_a_proxy_that_accepts_while_it_is_down_is_reported_gone_
                 n1.transport.send([heartbeat(7)])
                 await until(lambda: n2.inbound.delivered, n2.inbound.changed)
                 assert [m.seq for m in n2.inbound.delivered] == [7]  # type: ignore[attr-defined]
+
+    _run(main)
+
+
+class HoldingProxy:
+    """In front of a member: passes bytes both ways until the member's end of a connection ends;
+    then keeps the dialer's end open, reads and drops what comes on it and never reaches the member
+    for it again (as some proxies do when the member behind them dies)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.accepted = 0
+        self.held = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def to_member() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+
+        forward = asyncio.create_task(to_member())
+        self.tasks.add(forward)
+        try:
+            while data := await up_reader.read(65536):  # the member's side, until it ends
+                writer.write(data)
+        except OSError:
+            pass
+        forward.cancel()
+        await asyncio.gather(forward, return_exceptions=True)
+        self.held += 1
+        try:
+            while await reader.read(65536):  # held: taken and dropped
+                pass
+        except OSError:
+            pass
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        if self.server is not None:
+            self.server.close()
+
+
+def test_a_link_whose_peer_went_silent_is_dialled_again_and_reaches_the_member_behind_a_fresh_connection(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """n1 reaches n2 through a proxy. n2 dies; the proxy keeps n1's connection open and takes its
+    bytes (TCP sees nothing wrong) and n2, back, never hears of them - nor sends n1 anything. What n1
+    writes goes unacknowledged, so after twice the election timeout n1 closes the connection and
+    dials again; the proxy gives the fresh connection to n2, and a message sent then reaches it."""
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_links")
+    core = CoreConfig(election_timeout_ms=250, heartbeat_interval_ms=50, lease_ms=200)
+    ack_timeout_s = 2 * core.election_timeout_ms / 1000
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            port = n2.port
+            proxy = HoldingProxy(port)
+            proxy_port = await proxy.start()
+            try:
+                async with Node("n1", {"n2": f"127.0.0.1:{proxy_port}"}, core=core) as n1:
+                    n1.transport.send([heartbeat(1)])
+                    await until(lambda: n2.inbound.delivered, n2.inbound.changed)
+                    first = n1.link("n2").connection
+                    await n2.transport.close()  # n2 dies; the proxy holds n1's connection
+                    async with Node("n2", {"n1": "127.0.0.1:1"}, port=port) as again:
+                        # Held for as long as it is acknowledged (n2's listener acknowledged
+                        # heartbeat 1 on the old connection): nothing says the connection is gone.
+                        sent_at = loop.time()
+                        seq = 1
+                        while not again.inbound.delivered:
+                            seq += 1
+                            n1.transport.send([heartbeat(seq)])  # as Raft resends, every 50 ms
+                            await asyncio.sleep(0.05)
+                            assert loop.time() - sent_at < 4 * ack_timeout_s, "never dialled again"
+                        took = loop.time() - sent_at
+                        print(f"\nreached n2 again {took:.2f} s after the first message it missed")
+                        assert proxy.held == 1 and proxy.accepted == 2
+                        assert n1.link("n2").connection is not first
+                        assert n1.inbound.gone == []  # the proxy hid n2's death; only the silence told
+                        assert took >= ack_timeout_s * 0.9
+                        assert any("acknowledged" in r.getMessage() for r in caplog.records)
+                        # Only what was sent on the fresh connection arrived, in order.
+                        seqs = [m.seq for m in again.inbound.delivered]  # type: ignore[attr-defined]
+                        assert seqs == sorted(seqs) and seqs[0] > 2
+            finally:
+                await proxy.close()
 
     _run(main)
 
