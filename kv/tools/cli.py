@@ -43,18 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scan(commands, client_options)
     _add_status(commands, client_options)
     _add_cluster(commands)
-    _add_snapshot(commands, client_options)
+    _add_snapshot(commands)
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
     _add_bench(commands)
     return parser
 
 
-def _client_options() -> argparse.ArgumentParser:
-    """--endpoints / --timeout, shared by every command that talks to a cluster."""
+# How long a command that talks to a cluster tries, retries included, unless --timeout says.
+# (etcdctl's --command-timeout is 5 s; a snapshot streams the whole state.)
+COMMAND_TIMEOUT_S = 5.0
+SNAPSHOT_SAVE_TIMEOUT_S = 600.0
+
+
+def _client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentParser:
+    """--endpoints / --timeout, for the commands that talk to a cluster. A parent parser's options
+    are shared by every command built from it (set_defaults on one would change them all), so a
+    command with another default timeout gets a parent of its own."""
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
                          help="comma-separated addresses of cluster members; the client finds the leader")
-    options.add_argument("--timeout", type=positive_float, default=5.0, metavar="SECONDS",
+    options.add_argument("--timeout", type=positive_float, default=timeout, metavar="SECONDS",
                          help="give up (and exit 1) after this long, retries included")
     return options
 
@@ -124,18 +132,18 @@ def _add_cluster(commands: Any) -> None:
     up.set_defaults(run=_run_cluster_up, command_parser=up)
 
 
-def _add_snapshot(commands: Any, client_options: argparse.ArgumentParser) -> None:
+def _add_snapshot(commands: Any) -> None:
     snap = commands.add_parser("snapshot", formatter_class=Formatter, help="save, inspect and restore snapshots",
                                description="Back up a cluster to a snapshot file, check one, or seed a new "
                                            "cluster from one.")
     actions = snap.add_subparsers(dest="action", metavar="ACTION", required=True)
-    save = actions.add_parser("save", parents=[client_options], formatter_class=Formatter,
+    save = actions.add_parser("save", parents=[_client_options(SNAPSHOT_SAVE_TIMEOUT_S)], formatter_class=Formatter,
                               help="stream a consistent snapshot from the leader to FILE",
                               description="Ask the leader for a snapshot holding every write acknowledged "
                                           "before this command (confirmed by a ReadIndex round), stream it to "
                                           "FILE and verify its size and sha256.")
     save.add_argument("file", type=Path, metavar="FILE")
-    save.set_defaults(run=_run_snapshot_save, command_parser=save, timeout=600.0)
+    save.set_defaults(run=_run_snapshot_save, command_parser=save)
     inspect = actions.add_parser("inspect", formatter_class=Formatter,
                                  help="print a snapshot's manifest and key count, verify its checksum",
                                  description="Exit code 1 when the file does not verify.")

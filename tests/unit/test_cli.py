@@ -225,6 +225,14 @@ def test_unreachable_cluster_is_one_line_on_stderr_and_exit_1(capsys):
             assert err.startswith(f"raftkv {argv[0]}: error: UNAVAILABLE"), err
 
 
+@pytest.mark.parametrize("command", [["put", "k", "v"], ["get", "k"], ["delete", "k"], ["scan"], ["status"]])
+def test_data_commands_give_up_after_5_seconds_by_default_snapshot_save_after_600(command):
+    # argparse shares a parent parser's option objects between the commands built from it: a
+    # default set on one command must not become every command's.
+    assert parse(*command).timeout == 5.0
+    assert parse("snapshot", "save", "backup.snap").timeout == 600.0
+
+
 def test_python_dash_m_kv_is_the_cli():
     result = subprocess.run([sys.executable, "-m", "kv", "get", "k", "--endpoints", free_address(), "--timeout", "0.2"],
                             capture_output=True, text=True, env=child_env(), cwd="/", timeout=30)
