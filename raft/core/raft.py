@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from raft.core.apply_cursor import ApplyCursor
 from raft.core.config import CoreConfig
 from raft.core.dispatcher import Outgoing
 from raft.core.entry_handler import EntryHandler
@@ -96,9 +97,7 @@ class RaftCore:
         # The _leader_contact whose silence peer_unreachable has already acted on.
         self._gone_reported_for: int | None = None
         self._commit = applied_index
-        self._applied = applied_index
-        self._apply_handed = applied_index  # committed entries handed to the driver up to here
-        self._apply_held = False  # the state machine is out of space: hand nothing out until resumed
+        self._apply = ApplyCursor(applied_index)
         self._handler = EntryHandler(self.log, config)
         self._reads = ReadIndexTracker()
         self._votes: dict[str, bool] = {}
@@ -141,11 +140,11 @@ class RaftCore:
 
     @property
     def applied_index(self) -> int:
-        return self._applied
+        return self._apply.applied
 
     def status(self) -> CoreStatus:
         peers = dict(self._lead.quorum.match) if self._lead is not None else {}
-        return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._applied,
+        return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._apply.applied,
                           self.log.last_index(), self.log.before_begin()[0], peers)
 
     def replicating_floor(self) -> int | None:
@@ -235,22 +234,20 @@ class RaftCore:
             self._rejoin_floor = floor
 
     def applied_to(self, index: int) -> None:
-        self._applied = max(self._applied, index)
+        self._apply.applied_to(index)
 
     def apply_stopped(self, applied_index: int, hold: bool = False) -> None:
         """The state machine applied only through `applied_index` of what was handed out (it ends
         a batch at a state check marker, or its disk is full): the rest is handed out again, in the
         next Ready or, with `hold`, after resume_apply(). The entries stay committed; nothing else
         waits on them (a leader goes on replicating, and refusing new writes is the driver's)."""
-        self._applied = max(self._applied, applied_index)
-        self._apply_handed = self._applied
-        self._apply_held = hold
+        self._apply.stopped(applied_index, hold)
 
     def resume_apply(self) -> None:
-        self._apply_held = False
+        self._apply.resume()
 
     def _entries_to_apply(self) -> bool:
-        return not self._installing and not self._apply_held and self._commit > self._apply_handed
+        return not self._installing and self._apply.has_more(self._commit)
 
     def step(self, msg: Message) -> None:
         if msg.dst != self.id or msg.src not in self.members or msg.src == self.id:
@@ -295,7 +292,7 @@ class RaftCore:
             or self._entries_to_apply()
             or self._failed_proposals or self._failed_reads or self._snapshot_sends
             or (self._lead is not None and (self._lead.log_grew or self._reads.wants_round()))
-            or self._reads.has_ready(self._applied)
+            or self._reads.has_ready(self._apply.applied)
         )
 
     def ready_is_light(self) -> bool:
@@ -329,10 +326,9 @@ class RaftCore:
         rd.leader_messages, self._leader_messages = self._leader_messages, []
         rd.messages, self._messages = self._messages, []
         if self._entries_to_apply():
-            hi = min(self._commit, self._apply_handed + self.config.max_apply_batch)
-            rd.committed_entries = self.log.entries(self._apply_handed + 1, hi + 1)
-            self._apply_handed = hi
-        rd.reads = self._reads.take_ready(self._applied)
+            first, last = self._apply.take(self._commit, self.config.max_apply_batch)
+            rd.committed_entries = self.log.entries(first, last + 1)
+        rd.reads = self._reads.take_ready(self._apply.applied)
         rd.failed_reads, self._failed_reads = self._failed_reads, []
         rd.failed_proposals, self._failed_proposals = self._failed_proposals, []
         rd.snapshot_sends, self._snapshot_sends = self._snapshot_sends, []
@@ -349,8 +345,7 @@ class RaftCore:
             self._installing = False
             idx = rd.snapshot.index
             self._commit = max(self._commit, idx)
-            self._applied = max(self._applied, idx)
-            self._apply_handed = max(self._apply_handed, idx)
+            self._apply.installed(idx)
             self._handler.matched_through(idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
