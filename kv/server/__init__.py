@@ -1,4 +1,4 @@
 """A node as a gRPC server: the stores and the Raft driver composed (server.py), the client API
-(kv_service.py), exports for Spark (export_service.py), the gRPC servers sharing one port
-(server_group.py), and the state machine and snapshots as the driver sees them
-(replaceable_state.py, node_snapshots.py)."""
+(kv_service.py, with a Pipeline call's reader, replies and budgets in pipeline_call.py), exports
+for Spark (export_service.py), the gRPC servers sharing one port (server_group.py), and the state
+machine and snapshots as the driver sees them (replaceable_state.py, node_snapshots.py)."""

@@ -1,7 +1,8 @@
 """The client API on a node: `KVHandler` does the work on protobuf requests (validate, propose or
 wait on the read barrier, read the state machine) and raises kv.errors; `KVServicer` is its gRPC
 face, turning those errors into statuses. The embedded API calls KVHandler directly, so a local
-caller gets the same semantics without a gRPC hop."""
+caller gets the same semantics without a gRPC hop. One Pipeline call's mechanics (its reader,
+its replies and their budgets) are in pipeline_call.py."""
 from __future__ import annotations
 
 import asyncio
@@ -32,6 +33,7 @@ from statemachine.commands import (
     validate_value,
 )
 from statemachine.errors import CorruptStateError, InvalidCommandError
+from kv.server.pipeline_call import PipelineCall, refusal
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from snapshot.file_format import read_manifest
@@ -51,26 +53,6 @@ MAX_SCAN_LIMIT = 10_000
 SCAN_PAGE_BYTES = 4 << 20
 
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
-
-
-# Requests one Pipeline call may hold (in flight, or answered and not yet sent), and bytes of
-# answered replies it may hold (waiting, or in the message being sent). Past either the call reads
-# no further requests until its client takes replies: gRPC's flow control then holds the client's
-# writes, so a client that sends without reading cannot grow the node's memory without bound
-# (4,096 gets of 1 MiB values would be 4 GiB). A get in flight counts at the call's get reply
-# estimate, since its reply is not known yet, so a burst of large gets stops the reading before it
-# lands. The count is far above what one process's clients keep in flight (one per thread); the
-# bytes, above what a reading client leaves waiting.
-MAX_PIPELINE_HELD = 4096
-MAX_PIPELINE_HELD_BYTES = 8 << 20
-# Replies one PipelineReply message carries at most, by bytes (its first reply always goes).
-PIPELINE_MESSAGE_BYTES = 4 << 20
-# What a reply costs besides its value: tag, index, framing (an estimate: exact sizes would cost a
-# serialization per reply).
-_REPLY_OVERHEAD_BYTES = 32
-# A call's first estimate of a get reply, before any has come back: 128 gets in flight fill the
-# byte budget, plenty for a client's threads, and few enough that large values cannot flood it.
-_FIRST_GET_ESTIMATE_BYTES = 64 << 10
 
 TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
 
@@ -315,139 +297,6 @@ async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T
         raise  # unreachable: abort raises
 
 
-class _ReplyGather:
-    """A Pipeline call's requests in flight and their replies, gathered into batches for the
-    call to send. A request is its handler's reply future and a done callback: no task each.
-    A batch taken by `next_batch` stays held until the call says it is `sent`: while the client
-    does not read, gRPC's send does not finish, and those replies are still in memory."""
-
-    def __init__(self, limit: int, byte_limit: int = MAX_PIPELINE_HELD_BYTES) -> None:
-        self._limit = limit
-        self._byte_limit = byte_limit
-        self._ready: list[tuple[kv_pb2.TaggedReply, int]] = []  # (reply, its estimated bytes)
-        self._ready_bytes = 0
-        self._sending = 0  # replies in the message being sent, and their bytes
-        self._sending_bytes = 0
-        self._changed = asyncio.Event()
-        self._taken = asyncio.Event()  # set when sent replies leave (room for more)
-        self._running: set[asyncio.Future[Any]] = set()
-        self._running_gets = 0
-        # A get reply's expected size: up at once to a larger reply, down slowly to smaller ones.
-        self._get_estimate = _FIRST_GET_ESTIMATE_BYTES
-        self._failure: BaseException | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    def read_with(self, reader: asyncio.Task[None]) -> None:
-        """`reader` starts the requests; once it is done and they are answered, the call ends."""
-        self._reader = reader
-        reader.add_done_callback(self._wake)
-
-    @property
-    def held(self) -> int:
-        """Requests the call holds: running, answered and not yet sent, or being sent."""
-        return len(self._running) + len(self._ready) + self._sending
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes of the replies the call holds, answered or expected (an estimate: values plus a
-        little, and the recent get reply size for each get in flight)."""
-        return self._ready_bytes + self._sending_bytes + self._running_gets * self._get_estimate
-
-    @property
-    def full(self) -> bool:
-        return self.held >= self._limit or self.held_bytes >= self._byte_limit
-
-    async def room(self) -> None:
-        """Return once the call is not full (at once when it is not)."""
-        while self.full:
-            self._taken.clear()
-            await self._taken.wait()
-
-    def answered(self, tag: int, reply: kv_pb2.StreamReply) -> None:
-        """A reply known at once (a refusal)."""
-        self._add(kv_pb2.TaggedReply(tag=tag, reply=reply), len(reply.error.message) + _REPLY_OVERHEAD_BYTES)
-        self._wake()
-
-    def start(self, tag: int, kind: str, pending: asyncio.Future[Any]) -> None:
-        """`pending`: the handler's future of the `kind` ("put", "get", "delete") reply."""
-        self._running.add(pending)
-        if kind == "get":
-            self._running_gets += 1
-        pending.add_done_callback(functools.partial(self._finish, tag, kind))
-
-    def _finish(self, tag: int, kind: str, done: asyncio.Future[Any]) -> None:
-        self._running.discard(done)
-        if kind == "get":
-            self._running_gets -= 1
-        if done.cancelled():  # cancel_all: the call is over
-            return
-        try:
-            reply = stream_reply_of(kind, done)
-        except Exception as e:  # noqa: BLE001 - not a refusal (those are replies): fail the call
-            self._failure = e
-        else:
-            size = _REPLY_OVERHEAD_BYTES + len(reply.get.value) + len(reply.error.message)
-            if kind == "get":
-                self._get_estimate = max(size, self._get_estimate + (size - self._get_estimate) // 8)
-            self._add(kv_pb2.TaggedReply(tag=tag, reply=reply), size)
-        self._wake()
-
-    def _add(self, reply: kv_pb2.TaggedReply, size: int) -> None:
-        self._ready.append((reply, size))
-        self._ready_bytes += size
-
-    def _wake(self, *_: object) -> None:
-        self._changed.set()
-
-    async def next_batch(self) -> list[kv_pb2.TaggedReply] | None:
-        """Replies ready now, up to PIPELINE_MESSAGE_BYTES of them (at least one), waiting for
-        one if none is; None once the reader is done (the client ended its requests, or reading
-        failed) and nothing is left in flight. Call `sent` once the batch is sent."""
-        assert self._reader is not None, "read_with() first"
-        while not self._ready:
-            if self._failure is not None:
-                raise self._failure
-            if self._reader.done() and not self._running:
-                return None
-            self._changed.clear()
-            await self._changed.wait()
-        count, size = 0, 0
-        for _, reply_size in self._ready:
-            if count and size + reply_size > PIPELINE_MESSAGE_BYTES:
-                break
-            count += 1
-            size += reply_size
-        batch = [reply for reply, _ in self._ready[:count]]
-        del self._ready[:count]
-        self._ready_bytes -= size
-        self._sending, self._sending_bytes = count, size
-        return batch
-
-    def sent(self) -> None:
-        """The last batch is sent (gRPC took it): its replies are no longer held."""
-        self._sending = self._sending_bytes = 0
-        self._taken.set()
-
-    def cancel_all(self) -> None:
-        for pending in list(self._running):
-            pending.cancel()
-
-
-def stream_reply_of(kind: str, done: asyncio.Future[Any]) -> kv_pb2.StreamReply:
-    """The StreamReply for a finished handler future: its `kind` reply, or the refusal it
-    failed with. Any other failure is raised."""
-    error = done.exception()
-    if error is None:
-        return kv_pb2.StreamReply(**{kind: done.result()})
-    if isinstance(error, errors.RaftKVError):
-        return refusal(error)
-    raise error
-
-
-def refusal(error: errors.RaftKVError) -> kv_pb2.StreamReply:
-    return kv_pb2.StreamReply(error=errors.stream_error(error))
-
-
 class KVServicer(kv_pb2_grpc.KVServicer):
     """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata."""
 
@@ -457,7 +306,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         # Pipeline call, by handler task.
         self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
-        self._pipelines: set[_ReplyGather] = set()  # every open Pipeline call's, for status
+        self._pipelines: set[PipelineCall] = set()  # every open Pipeline call, for status
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
         return await serve_call(self._handler.put(request, context.time_remaining()), context)
@@ -503,39 +352,24 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def Pipeline(self, requests: AsyncIterator[kv_pb2.PipelineRequest],
                        context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.PipelineReply]:
         """Tagged requests, all in flight at once; each reply goes back with its tag as soon as it
-        is ready, together with every other reply ready by then. `end_streams` ends the call with
-        UNAVAILABLE: its client retries what was in flight (writes keep their client id and seq)."""
+        is ready, together with every other reply ready by then (pipeline_call.py). `end_streams`
+        ends the call with UNAVAILABLE: its client retries what was in flight (writes keep their
+        client id and seq)."""
         if self._ending:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         task = asyncio.current_task()
         assert task is not None
-        replies = _ReplyGather(MAX_PIPELINE_HELD, MAX_PIPELINE_HELD_BYTES)
-        reader = asyncio.create_task(self._pipeline_requests(requests, replies))
-        replies.read_with(reader)
+        call = PipelineCall(requests, self._begin)
         self._stoppable_calls[task] = context
-        self._pipelines.add(replies)
+        self._pipelines.add(call)
         try:
-            while (out := await replies.next_batch()) is not None:
-                yield kv_pb2.PipelineReply(replies=out)
-                replies.sent()
-            await reader  # raises what ended the reading (an abort for a malformed message)
+            while (message := await call.next_message()) is not None:
+                yield message
+                call.sent()
         finally:
-            self._pipelines.discard(replies)
+            self._pipelines.discard(call)
             self._stoppable_calls.pop(task, None)
-            reader.cancel()
-            replies.cancel_all()
-
-    async def _pipeline_requests(self, requests: AsyncIterator[kv_pb2.PipelineRequest], replies: _ReplyGather) -> None:
-        async for batch in requests:
-            for tagged in batch.requests:
-                if replies.full:
-                    await replies.room()
-                try:
-                    kind, pending = self._begin(tagged.request)
-                except errors.RaftKVError as e:
-                    replies.answered(tagged.tag, refusal(e))
-                    continue
-                replies.start(tagged.tag, kind, pending)
+            call.close()
 
     async def end_streams(self) -> None:
         """On shutdown: end every stream now waiting for its next request, and every pipeline,

@@ -35,7 +35,8 @@ from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES
 Service = tuple[Callable[[Any, Any], None], Any]
 
 # Largest message a node sends a client: a scan page and a pipeline's batch of replies stay well
-# within it (kv/server/kv_service.py), as do export batches and snapshot chunks.
+# within it (kv/server/kv_service.py, kv/server/pipeline_call.py), as do export batches and
+# snapshot chunks.
 MAX_SEND_BYTES = 64 << 20
 
 # Options for the node's grpc.aio servers: accept the clients' keepalive pings (without these a

@@ -1,5 +1,6 @@
-"""kv/server/kv_service.py on a real single node: a request starts in a `begin_*` call and finishes through
-callbacks on the node's future (no task each), with the client API's errors and timeouts."""
+"""kv/server/kv_service.py and pipeline_call.py on a real single node: a request starts in a
+`begin_*` call and finishes through callbacks on the node's future (no task each), with the
+client API's errors and timeouts."""
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +11,10 @@ import grpc
 import pytest
 
 from kv import errors
-from kv.server import kv_service as service
+from kv.server import pipeline_call
 from kv.server.server import start_server
-from kv.server.kv_service import KVHandler, KVServicer, _ReplyGather, begin_node_call
+from kv.server.kv_service import KVHandler, KVServicer, begin_node_call
+from kv.server.pipeline_call import _ReplyGather, read_requests
 from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.config import NodeConfig, StorageConfig
@@ -165,7 +167,7 @@ def test_a_pipeline_holds_at_most_its_reply_bytes_and_counts_gets_in_flight_at_a
 def test_a_pipeline_past_its_limit_answers_every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With room for 4 held requests, a client sending 60 in one message gets all 60 answered,
     each with its tag: the call reads on as the replies it holds are sent."""
-    monkeypatch.setattr(service, "MAX_PIPELINE_HELD", 4)
+    monkeypatch.setattr(pipeline_call, "MAX_PIPELINE_HELD", 4)
 
     async def main() -> None:
         port = free_port()
@@ -209,7 +211,7 @@ def test_a_pipeline_reads_no_request_while_it_holds_its_limit(tmp_path: Path) ->
                     stale = kv_pb2.StreamRequest(get=kv_pb2.GetRequest(key=b"k", consistency=kv_pb2.STALE))
                     yield kv_pb2.PipelineRequest(requests=[kv_pb2.TaggedRequest(tag=tag, request=stale)])
 
-            replies.read_with(asyncio.create_task(servicer._pipeline_requests(requests(), replies)))
+            replies.read_with(asyncio.create_task(read_requests(requests(), replies, servicer._begin)))
             tags = []
             while (batch := await replies.next_batch()) is not None:
                 tags += [r.tag for r in batch]
