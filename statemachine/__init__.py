@@ -11,7 +11,8 @@ from statemachine.commands import (
     validate_value,
 )
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
-from statemachine.kv_state import ApplyOutcome, KVStateMachine, SessionStats
+from statemachine.client_sessions import SessionStats
+from statemachine.kv_state import ApplyOutcome, KVStateMachine
 
 __all__ = [
     "ApplyOrderError", "ApplyOutcome", "CommandLimits", "InvalidCommandError", "KVStateMachine", "SessionStats", "StateFullError",

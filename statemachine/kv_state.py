@@ -3,10 +3,8 @@
 One LMDB environment (a directory) holds five named databases:
 
 - ``data``            user key -> value, stored with a checksum (statemachine/value_checksum.py)
-- ``sessions``        session id (its registration index) -> (highest seq applied, index of the
-                      entry that last used it, secret)
-- ``session_results`` (session id, seq) -> the CommandResult recorded for that write
-- ``session_expiry``  (last-used index, session id) -> b"", the order in which sessions go stale
+- ``sessions``, ``session_results``, ``session_expiry``: the client sessions that apply each
+                      write exactly once (statemachine/client_sessions.py: rules, key layouts)
 - ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
 
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
@@ -33,24 +31,6 @@ Durability and crash consistency (LMDB's documentation of MDB_NOSYNC / MDB_NOMET
 
 In both modes `sync()` forces everything to disk; the snapshot/compaction code must call it (or
 take a snapshot) before the log is compacted past `applied_index`.
-
-Client sessions (the Raft thesis, 6.3): a client registers (KV.RegisterClient), the leader
-appends a registration entry carrying a random secret it chose, and the session's id is that
-entry's index; the client id a write carries is ``commands.session_id(index, secret)``. A write
-whose client id names no live session - never registered, expired, or with another secret - is
-answered `unknown_session` and changes nothing, so no client can write under an id it was not
-issued.
-
-At most once: a command whose header (client_id, seq) was already applied returns the recorded
-result and changes nothing. Per session the results of the last `session_window` sequence numbers
-are kept, so a client may have up to that many writes in flight and they may commit in any order;
-a seq at or below ``highest_seq - session_window`` can no longer be checked and is answered
-"expired" without being applied.
-
-Expiry: a session unused for more than `session_ttl_entries` log entries is forgotten, and a
-registration that makes more than `max_sessions` sessions forgets the least recently used one
-(smallest last-used index). Every rule depends only on the log (indexes and sequence numbers,
-never wall time), so every replica keeps and drops the same sessions.
 """
 from __future__ import annotations
 
@@ -69,7 +49,16 @@ import lmdb
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command, parse_session_id
+from statemachine.client_sessions import (
+    MAX_SESSIONS,
+    SESSION_DB_NAMES,
+    ClientSessions,
+    SessionLimits,
+    SessionStats,
+    SessionTables,
+    Verdict,
+)
+from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 from statemachine.value_checksum import seal, unseal
@@ -79,16 +68,12 @@ log = logging.getLogger(__name__)
 # 2: values stored with a checksum; session tables keyed by registration index.
 FORMAT_VERSION = 2
 
-# The named databases (module docstring), in the order __init__ unpacks them.
-_DB_NAMES = (b"data", b"sessions", b"session_results", b"session_expiry", b"meta")
+# The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
+_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta")
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
 _U16 = struct.Struct(">H")
-_SESSION = struct.Struct(">QQ")  # (highest seq applied, last-used index), then the secret
-# Client sessions kept at most (module docstring). Not a setting: every replica must apply the
-# same rule.
-MAX_SESSIONS = 100_000
 _APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
 
 
@@ -120,19 +105,6 @@ class ApplyOutcome:
         return self.error is None and not self.expired and not self.unknown_session
 
 
-@dataclass(frozen=True, slots=True)
-class SessionStats:
-    clients: int
-    results: int
-
-
-@dataclass(slots=True)
-class _Session:
-    max_seq: int
-    last_used: int
-    secret: bytes
-
-
 class KVStateMachine:
     """The replicated key-value state on LMDB. `apply` is called by one thread (the driver); the
     read methods may be called from any number of threads at the same time."""
@@ -148,8 +120,7 @@ class KVStateMachine:
         max_sessions: int = MAX_SESSIONS,
         max_readers: int = 1024,
     ) -> None:
-        if session_window < 1 or session_ttl_entries < 1 or max_sessions < 1:
-            raise ValueError("session_window, session_ttl_entries and max_sessions must be at least 1")
+        self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.session_window = session_window
@@ -161,7 +132,8 @@ class KVStateMachine:
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
         self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
-        self._data, self._sessions, self._results, self._expiry, self._meta = self._dbs.values()
+        self._data, sessions, results, expiry, self._meta = self._dbs.values()
+        self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
@@ -230,7 +202,7 @@ class KVStateMachine:
                     if outcome is not None and outcome.state_check:
                         break
                 last = entries[len(outcomes) - 1]
-                batch.drop_stale_sessions(last.index)
+                batch.sessions.drop_stale(last.index)
                 txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
         except lmdb.MapFullError as exc:
             raise StateFullError(
@@ -303,8 +275,7 @@ class KVStateMachine:
     def session_stats(self) -> SessionStats:
         """How many client sessions and recorded results are kept (for status and tests)."""
         with self._env.begin() as txn:
-            return SessionStats(clients=int(txn.stat(self._sessions)["entries"]),
-                                results=int(txn.stat(self._results)["entries"]))
+            return self._session_tables.stats(txn)
 
     def state_hash(self) -> str:
         """ReadView.state_hash of the current state."""
@@ -417,14 +388,9 @@ class _Batch:
 
     def __init__(self, machine: KVStateMachine, txn: lmdb.Transaction) -> None:
         self.txn = txn
-        self.window = machine.session_window
-        self.ttl = machine.session_ttl_entries
-        self.max_sessions = machine.max_sessions
         self.data_db = machine._data
         self.data = txn.cursor(db=machine._data)
-        self.sessions_db = machine._sessions
-        self.results_db = machine._results
-        self.expiry_db = machine._expiry
+        self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         if entry.type != EntryType.NORMAL:
@@ -439,35 +405,23 @@ class _Batch:
         if command.check_state:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
         if command.HasField("registration"):
-            self._register(entry.index, command.registration.secret)
+            self.sessions.register(entry.index, command.registration.secret)
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
         if not command.header.client_id:
             return ApplyOutcome(entry.index, self._apply_ops(command.ops))
         return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, command.ops)
 
     def _apply_tracked(self, index: int, client_id: str, seq: int, ops: Sequence[kv_pb2.Op]) -> ApplyOutcome:
-        parsed = parse_session_id(client_id)
-        session = None if parsed is None else self._load_session(parsed[0], index)
-        if parsed is None or session is None or session.secret != parsed[1]:
-            # Not a live session of this id's holder: the write is refused, and a guessed id
-            # does not keep someone else's session alive either.
-            return ApplyOutcome(index, kv_pb2.CommandResult(), unknown_session=True)
-        sid = parsed[0]
-        if seq + self.window <= session.max_seq:
-            self._save_session(sid, session, _Session(session.max_seq, index, session.secret))
-            return ApplyOutcome(index, kv_pb2.CommandResult(), expired=True)
-        result_key = _result_key(sid, seq)
-        recorded = self.txn.get(result_key, db=self.results_db)
-        if recorded is not None:
-            self._save_session(sid, session, _Session(session.max_seq, index, session.secret))
-            return ApplyOutcome(index, kv_pb2.CommandResult.FromString(recorded), duplicate=True)
-        result = self._apply_ops(ops)
-        self.txn.put(result_key, result.SerializeToString(), db=self.results_db)
-        max_seq = max(seq, session.max_seq)
-        self._save_session(sid, session, _Session(max_seq, index, session.secret))
-        if max_seq > session.max_seq:
-            self._forget_results(sid, below=max_seq - self.window + 1)
-        return ApplyOutcome(index, result)
+        check = self.sessions.check(client_id, seq, index)
+        if check.verdict is Verdict.APPLY:
+            result = self._apply_ops(ops)
+            self.sessions.record(check, result)
+            return ApplyOutcome(index, result)
+        if check.verdict is Verdict.DUPLICATE:
+            assert check.recorded is not None
+            return ApplyOutcome(index, check.recorded, duplicate=True)
+        return ApplyOutcome(index, kv_pb2.CommandResult(), expired=check.verdict is Verdict.EXPIRED,
+                            unknown_session=check.verdict is Verdict.UNKNOWN_SESSION)
 
     def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
         existed: list[bool] = []
@@ -521,72 +475,6 @@ class _Batch:
         for new_key, record in landing_inside:
             self.txn.put(new_key, record, db=self.data_db)
         return moved
-
-    # ---- sessions ----------------------------------------------------------------------------
-
-    def _register(self, index: int, secret: bytes) -> None:
-        """Open the session registered by the entry at `index`; past `max_sessions`, forget the
-        least recently used ones."""
-        self._save_session(index, None, _Session(0, index, secret))
-        extra = int(self.txn.stat(self.sessions_db)["entries"]) - self.max_sessions
-        if extra > 0:
-            cursor = self.txn.cursor(db=self.expiry_db)
-            oldest = [key for key, _ in zip(cursor.iternext(values=False), range(extra))]
-            for key in oldest:
-                self._drop_session(_U64.unpack(key[8:])[0], _U64.unpack(key[:8])[0])
-
-    def _load_session(self, sid: int, index: int) -> _Session | None:
-        """Session `sid` as seen by the entry at `index`; None if there is none, or if it went
-        unused for more than the TTL (then it is dropped here, as on every replica)."""
-        raw = self.txn.get(_U64.pack(sid), db=self.sessions_db)
-        if raw is None:
-            return None
-        session = _Session(*_SESSION.unpack_from(raw), raw[_SESSION.size:])
-        if index - session.last_used > self.ttl:
-            self._drop_session(sid, session.last_used)
-            return None
-        return session
-
-    def _save_session(self, sid: int, old: _Session | None, new: _Session) -> None:
-        key = _U64.pack(sid)
-        if old is not None:
-            self.txn.delete(_U64.pack(old.last_used) + key, db=self.expiry_db)
-        self.txn.put(_U64.pack(new.last_used) + key, b"", db=self.expiry_db)
-        self.txn.put(key, _SESSION.pack(new.max_seq, new.last_used) + new.secret, db=self.sessions_db)
-
-    def _forget_results(self, sid: int, below: int | None = None) -> None:
-        """Delete the session's recorded results with seq < `below` (all of them if None)."""
-        prefix = _U64.pack(sid)
-        cursor = self.txn.cursor(db=self.results_db)
-        found = cursor.set_range(prefix)
-        while found:
-            key = cursor.key()
-            if not key.startswith(prefix) or (below is not None and _U64.unpack(key[len(prefix):])[0] >= below):
-                break
-            found = cursor.delete()
-
-    def _drop_session(self, sid: int, last_used: int) -> None:
-        self._forget_results(sid)
-        self.txn.delete(_U64.pack(last_used) + _U64.pack(sid), db=self.expiry_db)
-        self.txn.delete(_U64.pack(sid), db=self.sessions_db)
-
-    def drop_stale_sessions(self, last_index: int) -> None:
-        """Physically drop the sessions no entry after `last_index` can see any more. Which sessions
-        are visible is decided per entry in `_load_session`; this only reclaims space, so it may run
-        once per batch without making replicas with different batch sizes diverge."""
-        cursor = self.txn.cursor(db=self.expiry_db)
-        stale: list[tuple[int, int]] = []
-        for key in cursor.iternext(values=False):
-            last_used = _U64.unpack(key[:8])[0]
-            if last_index - last_used <= self.ttl:
-                break
-            stale.append((_U64.unpack(key[8:])[0], last_used))
-        for sid, last_used in stale:
-            self._drop_session(sid, last_used)
-
-
-def _result_key(sid: int, seq: int) -> bytes:
-    return _U64.pack(sid) + _U64.pack(seq)
 
 
 def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
