@@ -123,9 +123,6 @@ class KVStateMachine:
         self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.session_window = session_window
-        self.session_ttl_entries = session_ttl_entries
-        self.max_sessions = max_sessions
         # See the module docstring for why these flags (crash consistency without per-commit fsync).
         self._env = lmdb.open(
             str(self.path), map_size=map_size, subdir=True, max_dbs=len(_DB_NAMES), max_readers=max_readers,
