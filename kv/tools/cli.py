@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +25,7 @@ from raft.log import LogStoreError
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
+DISTRIBUTION = "raftkv"  # [project] name in pyproject.toml
 # Exit codes: 1 for a failed request or an absent key (argparse exits 2 for a bad command line).
 EXIT_FAILED = 1
 
@@ -34,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
                "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
+    parser.add_argument("--version", action="version", version=f"raftkv {package_version()}",
+                        help="print raftkv's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_serve_parser(commands)
     client_options = _client_options()
@@ -47,6 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
     _add_bench(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version; from a source checkout that was never installed
+    (PYTHONPATH=...), the version its pyproject.toml declares, so --version still says something
+    true."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown (not installed)"
 
 
 # How long a command that talks to a cluster tries, retries included, unless --timeout says.

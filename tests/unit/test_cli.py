@@ -253,3 +253,17 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")
+
+
+def test_version_prints_the_installed_distributions_version(capsys, monkeypatch):
+    import importlib.metadata
+    import tomllib
+    expected = tomllib.loads((Path(cli.__file__).parents[2] / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"raftkv {expected}\n"
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert cli.package_version() == expected  # read from the source tree's pyproject.toml
