@@ -19,7 +19,8 @@ from kv.client.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC 
 from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
-from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_float, positive_int
+from kv.tools.arguments import (LOG_LEVELS, Formatter, default_endpoints, endpoints_help, port, positive_float,
+                                positive_int)
 from kv.tools.serve_command import add_serve_parser
 from raft.log import LogStoreError
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
@@ -80,8 +81,8 @@ def _client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentPars
     are shared by every command built from it (set_defaults on one would change them all), so a
     command with another default timeout gets a parent of its own."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
-                         help="comma-separated addresses of cluster members; the client finds the leader")
+    options.add_argument("--endpoints", default=default_endpoints(DEFAULT_ENDPOINTS), metavar="HOST:PORT,...",
+                         help=endpoints_help(DEFAULT_ENDPOINTS))
     options.add_argument("--timeout", type=positive_float, default=timeout, metavar="SECONDS",
                          help="give up (and exit 1) after this long, retries included")
     return options

@@ -267,3 +267,21 @@ def test_version_prints_the_installed_distributions_version(capsys, monkeypatch)
         raise importlib.metadata.PackageNotFoundError(name)
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     assert cli.package_version() == expected  # read from the source tree's pyproject.toml
+
+
+def test_raftkv_endpoints_in_the_environment_is_the_default_and_the_flag_wins(start_node, capsys,  # noqa: F811
+                                                                             monkeypatch):
+    node = start_node()
+    monkeypatch.setenv("RAFTKV_ENDPOINTS", node.address)
+    for command in (["put", "k", "v"], ["get", "k"], ["delete", "k"], ["scan"], ["status"],
+                    ["snapshot", "save", "x.snap"], ["export", "--out", "d"], ["import", "--parquet", "d"]):
+        assert parse(*command).endpoints == node.address, command
+    assert run(capsys, "put", "k", "v", "--timeout", "2")[0] == 0
+    assert run(capsys, "get", "k", "--timeout", "2")[:2] == (0, "v\n")
+    code, _, err = run(capsys, "get", "k", "--endpoints", free_address(), "--timeout", "0.2")
+    assert code == 1 and "UNAVAILABLE" in err  # the flag wins over the environment
+    monkeypatch.setenv("RAFTKV_ENDPOINTS", "")
+    assert parse("get", "k").endpoints == "127.0.0.1:7001"  # empty: as if unset
+    with pytest.raises(SystemExit):
+        cli.main(["get", "--help"])
+    assert "RAFTKV_ENDPOINTS" in capsys.readouterr().out
