@@ -5,8 +5,10 @@ import argparse
 import importlib.metadata
 import json
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -15,7 +17,7 @@ from kv.tools.grpc_io import prefer_polling_io_manager
 # Before the imports below pull in grpc: gRPC reads its I/O manager choice when first imported.
 POLLING_IO_CHOSEN = prefer_polling_io_manager()
 
-from kv.client.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC runtime choice)
+from kv.client.client import CONSISTENCY, Client, parse_endpoints  # noqa: E402  (after the gRPC runtime choice)
 from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_delete(commands, client_options)
     _add_scan(commands, client_options)
     _add_status(commands, client_options)
+    _add_endpoint(commands, client_options)
     _add_cluster(commands)
     _add_snapshot(commands)
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
@@ -127,11 +130,32 @@ def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
 def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
     status = commands.add_parser("status", parents=[client_options], formatter_class=Formatter,
                                  help="show each member's role and indexes",
-                                 description="Ask every endpoint for its status; exit 1 when none answers.")
+                                 description="Ask every endpoint for its status and print what answered; an "
+                                             "endpoint that did not answer shows its error, and the exit code "
+                                             "is then 1.")
     status.add_argument("--json", action="store_true",
                         help="print a JSON list with one object per endpoint (id, role, term, leader, "
                              "commit_index, applied_index, snapshot_index, peers on the leader)")
     status.set_defaults(run=_run_status, command_parser=status)
+
+
+def _add_endpoint(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    endpoint = commands.add_parser("endpoint", formatter_class=Formatter, help="check each endpoint",
+                                   description="Check the cluster members named by --endpoints one by one.")
+    actions = endpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
+    health = actions.add_parser(
+        "health", parents=[client_options], formatter_class=Formatter,
+        help="check that each endpoint serves linearizable reads",
+        description="For each endpoint, in parallel: a linearizable read through it (a quorum must\n"
+                    "answer), then its status, which must know a leader and raise no alarm (corrupt\n"
+                    "state, full disk, rejoining after lost data). One line per endpoint, as etcdctl:\n"
+                    "  ADDRESS is healthy: took X ms\n"
+                    "  ADDRESS is unhealthy: REASON\n"
+                    "Exit code 1 when any endpoint is unhealthy.")
+    health.add_argument("--json", action="store_true",
+                        help="print a JSON list with one object per endpoint: endpoint, health (true or "
+                             "false), took_ms, and error when unhealthy")
+    health.set_defaults(run=_run_endpoint_health, command_parser=health)
 
 
 def _add_cluster(commands: Any) -> None:
@@ -262,7 +286,53 @@ def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     with _client(args) as client:
         statuses = client.status()
     print(json.dumps(statuses, indent=2) if args.json else format_status_table(statuses))
-    return EXIT_FAILED if all("error" in s for s in statuses) else 0
+    # An operator (or a script) asking for every member's status wants to know that one is missing.
+    return EXIT_FAILED if any("error" in s for s in statuses) else 0
+
+
+# etcdctl reads the key "health" for its check; a read, so it changes nothing.
+HEALTH_KEY = b"health"
+
+
+def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    addresses = parse_endpoints(args.endpoints)
+    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+        reports = list(pool.map(lambda address: check_health(address, args.timeout), addresses))
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    for report in reports if not args.json else ():
+        verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
+        print(f"{report['endpoint']} is {verdict}")
+    return 0 if all(report["health"] for report in reports) else EXIT_FAILED
+
+
+def check_health(address: str, timeout: float) -> dict[str, Any]:
+    """One endpoint's health: {"endpoint", "health", "took_ms"} and "error" when unhealthy."""
+    began = time.monotonic()
+    with Client([address], timeout=timeout) as client:
+        error = _health_problem(client)
+    report: dict[str, Any] = {"endpoint": address, "health": error is None,
+                              "took_ms": round((time.monotonic() - began) * 1000, 3)}
+    if error is not None:
+        report["error"] = error
+    return report
+
+
+def _health_problem(client: Client) -> str | None:
+    """Why the client's one endpoint is unhealthy, or None. The read goes first: it proves a quorum
+    answers through this endpoint, and its error names its kind (UNAVAILABLE, TIMEOUT, ...)."""
+    try:
+        client.get(HEALTH_KEY, consistency="linearizable")
+    except RaftKVError as error:
+        return _describe(error)
+    (status,) = client.status()
+    if "error" in status:
+        return f"status: {status['error']}"
+    for alarm, reason in (("corrupt", "corrupt state: {}"), ("disk_full", "disk full (writes are refused)"),
+                          ("rejoining", "rejoining after losing its data (still catching up)")):
+        if status.get(alarm):
+            return reason.format(status[alarm])
+    return None if status.get("leader") else "no leader known"
 
 
 STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")

@@ -15,7 +15,8 @@ from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_comma
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
 
-COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["cluster"], ["cluster", "up"]]
+COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["endpoint"], ["endpoint", "health"],
+            ["cluster"], ["cluster", "up"]]
 
 
 def parse(*argv: str):
@@ -205,12 +206,14 @@ def test_status_table_and_json(start_node, capsys):  # noqa: F811
     endpoints = ["--endpoints", f"{node.address},{down}", "--timeout", "0.5"]
     code, out, _ = run(capsys, "status", *endpoints)
     header, up_row, down_row = out.splitlines()
-    assert code == 0
+    assert code == 1  # what it could reach is printed, and the exit code says one was missing
     assert header.split() == ["ADDRESS", "ID", "ROLE", "TERM", "LEADER", "COMMIT_INDEX", "APPLIED_INDEX", "SNAPSHOT_INDEX"]
     assert up_row.split()[:5] == [node.address, "n9", "leader", "3", "n9"]
     assert down_row.startswith(down) and "error:" in down_row
+    assert run(capsys, "status", "--endpoints", node.address)[0] == 0
     code, out, _ = run(capsys, "status", "--json", *endpoints)
     statuses = json.loads(out)
+    assert code == 1
     assert statuses[0]["id"] == "n9" and statuses[0]["peers"] == {"n9": 0}
     assert statuses[1]["address"] == down and "error" in statuses[1]
 

