@@ -92,10 +92,19 @@ def _client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentPars
 
 
 def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    put = commands.add_parser("put", parents=[client_options], formatter_class=Formatter,
-                              help="write a value", description="Write VALUE under KEY; prints the raft index.")
+    put = commands.add_parser(
+        "put", parents=[client_options], formatter_class=Formatter, help="write a value",
+        description="Write VALUE under KEY; prints the raft index. The value can also come from stdin\n"
+                    "(VALUE '-') or from a file (--value-file), as bytes, unchanged: binary data and\n"
+                    "trailing newlines are kept. To write a literal '-', put it in a file and use\n"
+                    "--value-file.",
+        epilog="examples:\n  raftkv put user/1 alice\n  gzip -c report.txt | raftkv put reports/1 -\n"
+               "  raftkv put config/app --value-file app.yaml")
     put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
-    put.add_argument("value", metavar="VALUE", help="the value (UTF-8)")
+    put.add_argument("value", metavar="VALUE", nargs="?", default=None,
+                     help="the value (UTF-8); '-' reads it from stdin")
+    put.add_argument("--value-file", type=Path, default=None, metavar="PATH",
+                     help="read the value from this file instead of VALUE")
     put.set_defaults(run=_run_put, command_parser=put)
 
 
@@ -248,10 +257,28 @@ def _write_line(data: bytes, out: TextIO) -> None:
 
 
 def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    value = _put_value(args, parser)
     with _client(args) as client:
-        index = client.put(args.key, args.value)
+        index = client.put(args.key, value)
     print(f"OK index={index}")
     return 0
+
+
+STDIN_VALUE = "-"
+
+
+def _put_value(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | bytes:
+    """VALUE as given, or the bytes of stdin ('-') or of --value-file, undecoded: a value may be
+    binary, and a trailing newline is part of it."""
+    if args.value is not None and args.value_file is not None:
+        parser.error("give VALUE or --value-file, not both")
+    if args.value_file is not None:
+        return args.value_file.read_bytes()  # OSError: one error line, exit 1 (main)
+    if args.value is None:
+        parser.error("the following arguments are required: VALUE (or '-' for stdin, or --value-file PATH)")
+    if args.value == STDIN_VALUE:
+        return sys.stdin.buffer.read()
+    return args.value
 
 
 def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -81,3 +81,39 @@ def test_status_exits_1_when_an_endpoint_is_unreachable_but_prints_the_others(no
     assert code == 1
     assert up_row.startswith(node) and "leader" in up_row
     assert down_row.startswith(down) and "error:" in down_row
+
+
+def test_put_reads_a_1_mb_binary_value_from_stdin_or_a_file(node: str, tmp_path: Path, capsys):
+    value = (bytes(range(256)) * 3907)[:999_996] + b"\n\x00\r\n"  # 1 MB (1,000,000 bytes) of every byte
+    assert len(value) == 1_000_000
+    put = subprocess.run([sys.executable, "-m", "kv", "put", "big/stdin", "-", "--endpoints", node],
+                         input=value, capture_output=True, env=child_env(), timeout=60)
+    assert put.returncode == 0, put.stderr
+    assert put.stdout.startswith(b"OK index=")
+    (tmp_path / "value").write_bytes(value[::-1])
+    assert run(capsys, "put", "big/file", "--value-file", str(tmp_path / "value"), "--endpoints", node)[0] == 0
+    (tmp_path / "dash").write_bytes(b"-")
+    assert run(capsys, "put", "dash", "--value-file", str(tmp_path / "dash"), "--endpoints", node)[0] == 0
+    with Client(node, timeout=10.0) as client:
+        assert client.get("big/stdin") == value
+        assert client.get("big/file") == value[::-1]
+        assert client.get("dash") == b"-"
+    got = subprocess.run([sys.executable, "-m", "kv", "get", "big/stdin", "--endpoints", node],
+                         capture_output=True, env=child_env(), timeout=60)
+    assert got.stdout == value + b"\n"  # get prints the bytes as they are
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["put", "k", "v", "--value-file", "f"], "give VALUE or --value-file, not both"),
+    (["put", "k", "-", "--value-file", "f"], "give VALUE or --value-file, not both"),
+    (["put", "k"], "required"),
+])
+def test_put_needs_exactly_one_value(argv: list[str], message: str, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_put_value_file_that_cannot_be_read_is_one_error_line(tmp_path: Path, capsys):
+    code, _, err = run(capsys, "put", "k", "--value-file", str(tmp_path / "absent"), "--endpoints", unreachable())
+    assert code == 1 and err.startswith("raftkv put: error:") and "absent" in err
