@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.metadata
+import itertools
 import json
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,15 +19,16 @@ from kv.tools.grpc_io import prefer_polling_io_manager
 # Before the imports below pull in grpc: gRPC reads its I/O manager choice when first imported.
 POLLING_IO_CHOSEN = prefer_polling_io_manager()
 
-from kv.client.client import CONSISTENCY, Client, parse_endpoints  # noqa: E402  (after the gRPC runtime choice)
+from kv.client.client import CONSISTENCY, Client, parse_endpoints, to_bytes  # noqa: E402  (after the gRPC runtime choice)
 from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
-from kv.tools.arguments import (LOG_LEVELS, Formatter, default_endpoints, endpoints_help, port, positive_float,
-                                positive_int)
+from kv.tools.arguments import (LOG_LEVELS, Formatter, default_endpoints, endpoints_help, non_negative_int, port,
+                                positive_float, positive_int)
 from kv.tools.serve_command import add_serve_parser
 from raft.log import LogStoreError
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
+from raftkv_proto.key_ranges import prefix_end
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
 DISTRIBUTION = "raftkv"  # [project] name in pyproject.toml
@@ -105,6 +108,7 @@ def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
                      help="the value (UTF-8); '-' reads it from stdin")
     put.add_argument("--value-file", type=Path, default=None, metavar="PATH",
                      help="read the value from this file instead of VALUE")
+    _add_json(put, '{"key": KEY, "index": N}')
     put.set_defaults(run=_run_put, command_parser=put)
 
 
@@ -113,6 +117,7 @@ def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
                               help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
     get.add_argument("key", metavar="KEY", help="the key")
     _add_consistency(get)
+    _add_json(get, '{"key": KEY, "value": VALUE or null, "found": true or false}')
     get.set_defaults(run=_run_get, command_parser=get)
 
 
@@ -120,19 +125,26 @@ def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
     delete = commands.add_parser("delete", parents=[client_options], formatter_class=Formatter,
                                  help="delete a key", description="Delete KEY; prints whether it existed.")
     delete.add_argument("key", metavar="KEY", help="the key")
+    _add_json(delete, '{"key": KEY, "deleted": true or false}')
     delete.set_defaults(run=_run_delete, command_parser=delete)
 
 
 def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    scan = commands.add_parser("scan", parents=[client_options], formatter_class=Formatter,
-                               help="list keys in order",
-                               description="Print KEY<TAB>VALUE lines in key order: keys starting with "
-                                           "--prefix, or in [--start, --end).")
+    scan = commands.add_parser(
+        "scan", parents=[client_options], formatter_class=Formatter, help="list keys in order",
+        description="Print KEY<TAB>VALUE lines in key order: keys starting with --prefix, or in\n"
+                    "[--start, --end). Keys and values are escaped as in a Python bytes literal\n"
+                    "(\\t, \\n, \\r, \\\\, \\xNN for other unprintable bytes and invalid UTF-8),\n"
+                    "so a line is always one pair; printable UTF-8 is kept as it is. When --limit\n"
+                    "cuts the listing short, stderr says so.")
     scan.add_argument("--prefix", default=None, help="only keys starting with this")
     scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
     scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
-    scan.add_argument("--limit", type=positive_int, default=100, help="at most this many pairs")
+    scan.add_argument("--limit", type=non_negative_int, default=100, metavar="N",
+                      help="at most N pairs; 0: all of them, fetched a page at a time")
     _add_consistency(scan)
+    _add_json(scan, '{"kvs": [{"key": KEY, "value": VALUE}, ...], "count": N, "more": true when --limit '
+                    'cut it short}')
     scan.set_defaults(run=_run_scan, command_parser=scan)
 
 
@@ -238,6 +250,11 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return run(args, parser)
 
 
+def _add_json(parser: argparse.ArgumentParser, shape: str) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help=f"print JSON, keys and values in base64 (as etcdctl): {shape}")
+
+
 def _add_consistency(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consistency", choices=tuple(CONSISTENCY), default="linearizable",
                         help="linearizable: confirmed by a quorum; lease: the leader's lease; stale: any node's local state")
@@ -256,11 +273,15 @@ def _write_line(data: bytes, out: TextIO) -> None:
     out.buffer.flush()
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
 def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     value = _put_value(args, parser)
     with _client(args) as client:
         index = client.put(args.key, value)
-    print(f"OK index={index}")
+    print(json.dumps({"key": _b64(to_bytes(args.key)), "index": index}) if args.json else f"OK index={index}")
     return 0
 
 
@@ -284,17 +305,24 @@ def _put_value(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
 def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with _client(args) as client:
         value = client.get(args.key, consistency=args.consistency)
+    if args.json:
+        print(json.dumps({"key": _b64(to_bytes(args.key)), "value": None if value is None else _b64(value),
+                          "found": value is not None}))
     if value is None:
         print(f"not found: {args.key}", file=sys.stderr)
         return EXIT_FAILED
-    _write_line(value, sys.stdout)
+    if not args.json:
+        _write_line(value, sys.stdout)
     return 0
 
 
 def _run_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with _client(args) as client:
         existed = client.delete(args.key)
-    print("deleted" if existed else "not found (nothing to delete)")
+    if args.json:
+        print(json.dumps({"key": _b64(to_bytes(args.key)), "deleted": existed}))
+    else:
+        print("deleted" if existed else "not found (nothing to delete)")
     return 0
 
 
@@ -302,11 +330,79 @@ def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.prefix is not None and (args.start is not None or args.end is not None):
         parser.error("give either --prefix or --start/--end, not both")
     with _client(args) as client:
-        items = client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit,
-                            consistency=args.consistency)
-    for key, value in items:
-        _write_line(key + b"\t" + value, sys.stdout)
+        if args.limit:
+            page = _scan_page(client, args)
+            pairs: Iterable[Pair] = page[:args.limit]
+            more = len(page) > args.limit
+        else:
+            pairs, more = itertools.chain.from_iterable(_scan_pages(client, args)), False
+        shown = _print_scan_json(pairs, more) if args.json else _print_scan_lines(pairs)
+    if more:
+        print(f"raftkv scan: {shown} keys shown, more exist; --limit 0 shows all", file=sys.stderr)
     return 0
+
+
+Pair = tuple[bytes, bytes]
+# --limit 0 lists everything in pages of this many pairs, printed as they come (each page is
+# consistent on its own, as every page of a scan is).
+SCAN_ALL_PAGE = 1000
+
+
+def _scan_page(client: Client, args: argparse.Namespace) -> list[Pair]:
+    """Up to --limit pairs and one more: the extra one tells that the limit cut the listing short."""
+    return client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit + 1,
+                       consistency=args.consistency)
+
+
+def _scan_pages(client: Client, args: argparse.Namespace) -> Iterator[list[Pair]]:
+    """Every pair in the range, a page at a time, so that listing a large store holds one page."""
+    if args.prefix is not None:
+        start, end = to_bytes(args.prefix), prefix_end(to_bytes(args.prefix))  # b"": to the last key
+    else:
+        start, end = to_bytes(args.start or b""), to_bytes(args.end or b"")
+    while True:
+        page = client.scan(start=start, end=end or None, limit=SCAN_ALL_PAGE, consistency=args.consistency)
+        yield page
+        if len(page) < SCAN_ALL_PAGE:
+            return
+        start = page[-1][0] + b"\x00"  # the smallest key after the last one listed
+
+
+def _print_scan_lines(pairs: Iterable[Pair]) -> int:
+    """KEY<TAB>VALUE lines, escaped; returns how many."""
+    shown = 0
+    for key, value in pairs:
+        _write_line(escape(key) + b"\t" + escape(value), sys.stdout)
+        shown += 1
+    return shown
+
+
+def _print_scan_json(pairs: Iterable[Pair], more: bool) -> int:
+    kvs = [{"key": _b64(key), "value": _b64(value)} for key, value in pairs]
+    print(json.dumps({"kvs": kvs, "count": len(kvs), "more": more}))
+    return len(kvs)
+
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape(data: bytes) -> bytes:
+    """`data` as the body of a Python bytes literal would spell it, except that printable UTF-8
+    stays as it is: a tab, newline or binary byte in a key or value cannot break scan's lines, and
+    codecs.escape_decode gives the bytes back."""
+    if data.isascii() and data.decode("ascii").isprintable() and b"\\" not in data:
+        return data  # the common case, untouched
+    return "".join(_escape_char(c) for c in data.decode("utf-8", "surrogateescape")).encode("utf-8")
+
+
+def _escape_char(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if "\udc80" <= char <= "\udcff":  # a byte that is not UTF-8, as surrogateescape keeps it
+        return f"\\x{ord(char) - 0xdc00:02x}"
+    if char.isprintable():
+        return char
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8"))
 
 
 def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

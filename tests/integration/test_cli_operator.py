@@ -117,3 +117,69 @@ def test_put_needs_exactly_one_value(argv: list[str], message: str, capsys):
 def test_put_value_file_that_cannot_be_read_is_one_error_line(tmp_path: Path, capsys):
     code, _, err = run(capsys, "put", "k", "--value-file", str(tmp_path / "absent"), "--endpoints", unreachable())
     assert code == 1 and err.startswith("raftkv put: error:") and "absent" in err
+
+
+@pytest.fixture(scope="module")
+def hundred_and_five_keys(node: str) -> list[bytes]:
+    keys = [f"many/{i:03}".encode() for i in range(105)]
+    with Client(node, timeout=10.0) as client:
+        client.batch({key: b"v" for key in keys})
+    return keys
+
+
+def test_scan_says_on_stderr_when_it_stopped_at_its_limit_and_limit_0_is_all(node: str, hundred_and_five_keys,
+                                                                            capsys):
+    endpoints = ("--endpoints", node)
+    code, out, err = run(capsys, "scan", "--prefix", "many/", *endpoints)
+    assert code == 0 and len(out.splitlines()) == 100
+    assert err == "raftkv scan: 100 keys shown, more exist; --limit 0 shows all\n"
+    code, out, err = run(capsys, "scan", "--prefix", "many/", "--limit", "0", *endpoints)
+    assert (code, err) == (0, "")
+    assert [line.split("\t")[0].encode() for line in out.splitlines()] == hundred_and_five_keys
+    assert run(capsys, "scan", "--prefix", "many/", "--limit", "105", *endpoints)[2] == ""  # exactly all of them
+    assert "104 keys shown, more exist" in run(capsys, "scan", "--prefix", "many/", "--limit", "104", *endpoints)[2]
+    code, out, _ = run(capsys, "scan", "--start", "many/100", "--end", "many/103", "--limit", "0", *endpoints)
+    assert out == "many/100\tv\nmany/101\tv\nmany/102\tv\n"
+
+
+ODD_PAIRS = {b"esc/a\tb": b"line1\nline2\\", "esc/café".encode(): b"\r", b"esc/\xff\x00": b"\x01 \x7f"}
+
+
+def test_scan_escapes_tabs_newlines_backslashes_and_binary_in_its_plain_output(node: str, capfd):
+    import codecs
+    with Client(node, timeout=10.0) as client:
+        client.batch(ODD_PAIRS)
+    assert cli.main(["scan", "--prefix", "esc/", "--endpoints", node]) == 0
+    out = capfd.readouterr().out.encode()
+    assert out == (b"esc/a\\tb\tline1\\nline2\\\\\n"
+                   + "esc/café".encode() + b"\t\\r\n"  # printable UTF-8 stays as it is
+                   + b"esc/\\xff\\x00\t\\x01 \\x7f\n")
+    # Each field decodes back to its bytes as a Python bytes literal's body does.
+    decoded = dict(tuple(codecs.escape_decode(field)[0] for field in line.split(b"\t")) for line in out.splitlines())
+    assert decoded == ODD_PAIRS
+
+
+def test_put_get_delete_scan_json_print_base64_keys_and_values(node: str, capsys):
+    import base64
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    endpoints = ("--endpoints", node)
+    code, out, _ = run(capsys, "put", "json/1", "one", "--json", *endpoints)
+    put = json.loads(out)
+    assert code == 0 and put["key"] == b64(b"json/1") and put["index"] > 0
+    assert json.loads(run(capsys, "get", "json/1", "--json", *endpoints)[1]) == {
+        "key": b64(b"json/1"), "value": b64(b"one"), "found": True}
+    with Client(node, timeout=10.0) as client:
+        client.put(b"json/\xff\t", b"\n\x00")
+    code, out, err = run(capsys, "scan", "--prefix", "json/", "--limit", "1", "--json", *endpoints)
+    assert code == 0 and "more exist" in err
+    assert json.loads(out) == {"kvs": [{"key": b64(b"json/1"), "value": b64(b"one")}], "count": 1, "more": True}
+    assert json.loads(run(capsys, "scan", "--prefix", "json/", "--json", *endpoints)[1])["kvs"][1] == {
+        "key": b64(b"json/\xff\t"), "value": b64(b"\n\x00")}
+    assert json.loads(run(capsys, "delete", "json/1", "--json", *endpoints)[1]) == {
+        "key": b64(b"json/1"), "deleted": True}
+    code, out, _ = run(capsys, "get", "json/1", "--json", *endpoints)
+    assert code == 1 and json.loads(out) == {"key": b64(b"json/1"), "value": None, "found": False}
+    assert json.loads(run(capsys, "delete", "json/1", "--json", *endpoints)[1])["deleted"] is False

@@ -171,7 +171,7 @@ def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys
     (["serve", "--frobnicate"], "unrecognized arguments"),
     (["get", "k", "--consistency", "eventual"], "invalid choice"),
     (["put", "k"], "required"),
-    (["scan", "--limit", "0"], "at least 1"),
+    (["scan", "--limit", "-1"], "at least 0"),
     (["get", "k", "--timeout", "-1"], "must be positive"),
     (["cluster", "up", "--base-port", "70000"], "not a port"),
     (["scan", "--prefix", "a", "--start", "b"], "either --prefix or --start/--end"),
@@ -288,3 +288,14 @@ def test_raftkv_endpoints_in_the_environment_is_the_default_and_the_flag_wins(st
     with pytest.raises(SystemExit):
         cli.main(["get", "--help"])
     assert "RAFTKV_ENDPOINTS" in capsys.readouterr().out
+
+
+def test_scan_limit_0_lists_every_page(start_node, capsys, monkeypatch):  # noqa: F811
+    node = start_node()
+    endpoints = ["--endpoints", node.address, "--timeout", "2"]
+    for key in ("a", "p/1", "p/2", "p/3", "p/4", "p/5", "q"):
+        assert run(capsys, "put", key, "v", *endpoints)[0] == 0
+    monkeypatch.setattr(cli, "SCAN_ALL_PAGE", 2)  # so that five keys take three pages
+    code, out, err = run(capsys, "scan", "--prefix", "p/", "--limit", "0", *endpoints)
+    assert (code, err) == (0, "") and out == "".join(f"p/{i}\tv\n" for i in range(1, 6))
+    assert run(capsys, "scan", "--limit", "0", *endpoints)[1].count("\n") == 7
