@@ -17,7 +17,7 @@ import pytest
 from kv import Client
 from kv.tools import cli
 from kv.tools.cluster_up import child_env
-from tests.integration.cluster import free_ports, wait_until
+from tests.integration.cluster import Cluster, free_ports, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,28 @@ def test_endpoint_health_of_a_healthy_member_and_an_unreachable_one(node: str, c
     assert first["endpoint"] == node and first["health"] is True and first["took_ms"] >= 0
     assert "error" not in first
     assert second["endpoint"] == down and second["health"] is False and "UNAVAILABLE" in second["error"]
+
+
+def test_endpoint_health_of_a_three_member_cluster_with_one_member_killed(tmp_path: Path, capsys):
+    cluster = Cluster(tmp_path).start()
+    try:
+        leader = cluster.wait_for_leader()
+        endpoints = ("--endpoints", ",".join(cluster.endpoints), "--timeout", "2")
+        code, out, _ = run(capsys, "endpoint", "health", *endpoints)
+        assert code == 0 and out.count(" is healthy: took ") == 3, out
+        follower = next(n for n in cluster.nodes if n != leader)
+        cluster.kill(follower)
+        code, out, _ = run(capsys, "endpoint", "health", *endpoints)
+        lines = dict(line.split(" is ", 1) for line in out.splitlines())
+        assert code == 1
+        assert lines[cluster.nodes[follower].address].startswith("unhealthy: ")
+        assert all(verdict.startswith("healthy: ") for address, verdict in lines.items()
+                   if address != cluster.nodes[follower].address), out  # two of three are still a quorum
+    except BaseException:
+        print(cluster.log_tails())
+        raise
+    finally:
+        cluster.close()
 
 
 def test_status_exits_1_when_an_endpoint_is_unreachable_but_prints_the_others(node: str, capsys):

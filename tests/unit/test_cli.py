@@ -299,3 +299,16 @@ def test_scan_limit_0_lists_every_page(start_node, capsys, monkeypatch):  # noqa
     code, out, err = run(capsys, "scan", "--prefix", "p/", "--limit", "0", *endpoints)
     assert (code, err) == (0, "") and out == "".join(f"p/{i}\tv\n" for i in range(1, 6))
     assert run(capsys, "scan", "--limit", "0", *endpoints)[1].count("\n") == 7
+
+
+@pytest.mark.parametrize("fields, reason", [({"disk_full": True}, "unhealthy: disk full"),
+                                            ({"corrupt": "checksum"}, "unhealthy: corrupt state: checksum"),
+                                            ({"rejoining": True}, "unhealthy: rejoining"),
+                                            ({"leader": ""}, "unhealthy: no leader known")])
+def test_endpoint_health_reports_an_alarm_or_no_leader(start_node, capsys, fields, reason):  # noqa: F811
+    from raftkv_proto import kv_pb2
+    node = start_node()
+    status = {"id": "n1", "role": "follower", "term": 3, "leader": "n1", **fields}
+    node.kv.script["Status"] = lambda request, context: kv_pb2.StatusResponse(**status)
+    code, out, _ = run(capsys, "endpoint", "health", "--endpoints", node.address, "--timeout", "2")
+    assert code == 1 and out.startswith(f"{node.address} is {reason}"), out
