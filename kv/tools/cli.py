@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
-               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
+               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
+               "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
+               "  raftkv endpoint health              exit 1 when a member is unhealthy")
     parser.add_argument("--version", action="version", version=f"raftkv {package_version()}",
                         help="print raftkv's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -161,7 +163,7 @@ def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
 
 
 def _add_endpoint(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    endpoint = commands.add_parser("endpoint", formatter_class=Formatter, help="check each endpoint",
+    endpoint = commands.add_parser("endpoint", formatter_class=Formatter, help="check the health of each endpoint",
                                    description="Check the cluster members named by --endpoints one by one.")
     actions = endpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
     health = actions.add_parser(
