@@ -3,11 +3,27 @@ argument types."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable
 from typing import Any
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# The default of every client command's --endpoints when set and not empty, as etcdctl's
+# ETCDCTL_ENDPOINTS; the flag wins over it.
+ENDPOINTS_VARIABLE = "RAFTKV_ENDPOINTS"
+ENDPOINTS_HELP = "comma-separated addresses of cluster members; the client finds the leader"
+
+
+def default_endpoints(fallback: str | None) -> str | None:
+    """$RAFTKV_ENDPOINTS, else `fallback`. Called when a parser is built (each main() call), so
+    the environment of the run counts."""
+    return os.environ.get(ENDPOINTS_VARIABLE) or fallback
+
+
+def endpoints_help(fallback: str) -> str:
+    return f"{ENDPOINTS_HELP} (default: ${ENDPOINTS_VARIABLE} when set, else {fallback})"
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import importlib.metadata
+import itertools
 import json
 import sys
-from collections.abc import Callable, Sequence
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -13,16 +19,19 @@ from kv.tools.grpc_io import prefer_polling_io_manager
 # Before the imports below pull in grpc: gRPC reads its I/O manager choice when first imported.
 POLLING_IO_CHOSEN = prefer_polling_io_manager()
 
-from kv.client.client import CONSISTENCY, Client  # noqa: E402  (after the gRPC runtime choice)
+from kv.client.client import CONSISTENCY, Client, parse_endpoints, to_bytes  # noqa: E402  (after the gRPC runtime choice)
 from kv.errors import RaftKVError
 from kv.tools.spark import cli as spark_cli
 from snapshot.errors import SnapshotError
-from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_float, positive_int
+from kv.tools.arguments import (LOG_LEVELS, Formatter, default_endpoints, endpoints_help, non_negative_int, port,
+                                positive_float, positive_int)
 from kv.tools.serve_command import add_serve_parser
 from raft.log import LogStoreError
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
+from raftkv_proto.key_ranges import prefix_end
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
+DISTRIBUTION = "raftkv"  # [project] name in pyproject.toml
 # Exit codes: 1 for a failed request or an absent key (argparse exits 2 for a bad command line).
 EXIT_FAILED = 1
 
@@ -33,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
-               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002")
+               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
+               "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
+               "  raftkv endpoint health              exit 1 when a member is unhealthy")
+    parser.add_argument("--version", action="version", version=f"raftkv {package_version()}",
+                        help="print raftkv's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_serve_parser(commands)
     client_options = _client_options()
@@ -42,11 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_delete(commands, client_options)
     _add_scan(commands, client_options)
     _add_status(commands, client_options)
+    _add_endpoint(commands, client_options)
     _add_cluster(commands)
     _add_snapshot(commands)
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)
     _add_bench(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version; from a source checkout that was never installed
+    (PYTHONPATH=...), the version its pyproject.toml declares, so --version still says something
+    true."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown (not installed)"
 
 
 # How long a command that talks to a cluster tries, retries included, unless --timeout says.
@@ -60,18 +89,28 @@ def _client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentPars
     are shared by every command built from it (set_defaults on one would change them all), so a
     command with another default timeout gets a parent of its own."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--endpoints", default=DEFAULT_ENDPOINTS, metavar="HOST:PORT,...",
-                         help="comma-separated addresses of cluster members; the client finds the leader")
+    options.add_argument("--endpoints", default=default_endpoints(DEFAULT_ENDPOINTS), metavar="HOST:PORT,...",
+                         help=endpoints_help(DEFAULT_ENDPOINTS))
     options.add_argument("--timeout", type=positive_float, default=timeout, metavar="SECONDS",
                          help="give up (and exit 1) after this long, retries included")
     return options
 
 
 def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    put = commands.add_parser("put", parents=[client_options], formatter_class=Formatter,
-                              help="write a value", description="Write VALUE under KEY; prints the raft index.")
+    put = commands.add_parser(
+        "put", parents=[client_options], formatter_class=Formatter, help="write a value",
+        description="Write VALUE under KEY; prints the raft index. The value can also come from stdin\n"
+                    "(VALUE '-') or from a file (--value-file), as bytes, unchanged: binary data and\n"
+                    "trailing newlines are kept. To write a literal '-', put it in a file and use\n"
+                    "--value-file.",
+        epilog="examples:\n  raftkv put user/1 alice\n  gzip -c report.txt | raftkv put reports/1 -\n"
+               "  raftkv put config/app --value-file app.yaml")
     put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
-    put.add_argument("value", metavar="VALUE", help="the value (UTF-8)")
+    put.add_argument("value", metavar="VALUE", nargs="?", default=None,
+                     help="the value (UTF-8); '-' reads it from stdin")
+    put.add_argument("--value-file", type=Path, default=None, metavar="PATH",
+                     help="read the value from this file instead of VALUE")
+    _add_json(put, '{"key": KEY, "index": N}')
     put.set_defaults(run=_run_put, command_parser=put)
 
 
@@ -80,6 +119,7 @@ def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
                               help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
     get.add_argument("key", metavar="KEY", help="the key")
     _add_consistency(get)
+    _add_json(get, '{"key": KEY, "value": VALUE or null, "found": true or false}')
     get.set_defaults(run=_run_get, command_parser=get)
 
 
@@ -87,30 +127,58 @@ def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
     delete = commands.add_parser("delete", parents=[client_options], formatter_class=Formatter,
                                  help="delete a key", description="Delete KEY; prints whether it existed.")
     delete.add_argument("key", metavar="KEY", help="the key")
+    _add_json(delete, '{"key": KEY, "deleted": true or false}')
     delete.set_defaults(run=_run_delete, command_parser=delete)
 
 
 def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
-    scan = commands.add_parser("scan", parents=[client_options], formatter_class=Formatter,
-                               help="list keys in order",
-                               description="Print KEY<TAB>VALUE lines in key order: keys starting with "
-                                           "--prefix, or in [--start, --end).")
+    scan = commands.add_parser(
+        "scan", parents=[client_options], formatter_class=Formatter, help="list keys in order",
+        description="Print KEY<TAB>VALUE lines in key order: keys starting with --prefix, or in\n"
+                    "[--start, --end). Keys and values are escaped as in a Python bytes literal\n"
+                    "(\\t, \\n, \\r, \\\\, \\xNN for other unprintable bytes and invalid UTF-8),\n"
+                    "so a line is always one pair; printable UTF-8 is kept as it is. When --limit\n"
+                    "cuts the listing short, stderr says so.")
     scan.add_argument("--prefix", default=None, help="only keys starting with this")
     scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
     scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
-    scan.add_argument("--limit", type=positive_int, default=100, help="at most this many pairs")
+    scan.add_argument("--limit", type=non_negative_int, default=100, metavar="N",
+                      help="at most N pairs; 0: all of them, fetched a page at a time")
     _add_consistency(scan)
+    _add_json(scan, '{"kvs": [{"key": KEY, "value": VALUE}, ...], "count": N, "more": true when --limit '
+                    'cut it short}')
     scan.set_defaults(run=_run_scan, command_parser=scan)
 
 
 def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
     status = commands.add_parser("status", parents=[client_options], formatter_class=Formatter,
                                  help="show each member's role and indexes",
-                                 description="Ask every endpoint for its status; exit 1 when none answers.")
+                                 description="Ask every endpoint for its status and print what answered; an "
+                                             "endpoint that did not answer shows its error, and the exit code "
+                                             "is then 1.")
     status.add_argument("--json", action="store_true",
                         help="print a JSON list with one object per endpoint (id, role, term, leader, "
                              "commit_index, applied_index, snapshot_index, peers on the leader)")
     status.set_defaults(run=_run_status, command_parser=status)
+
+
+def _add_endpoint(commands: Any, client_options: argparse.ArgumentParser) -> None:
+    endpoint = commands.add_parser("endpoint", formatter_class=Formatter, help="check the health of each endpoint",
+                                   description="Check the cluster members named by --endpoints one by one.")
+    actions = endpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
+    health = actions.add_parser(
+        "health", parents=[client_options], formatter_class=Formatter,
+        help="check that each endpoint serves linearizable reads",
+        description="For each endpoint, in parallel: a linearizable read through it (a quorum must\n"
+                    "answer), then its status, which must know a leader and raise no alarm (corrupt\n"
+                    "state, full disk, rejoining after lost data). One line per endpoint, as etcdctl:\n"
+                    "  ADDRESS is healthy: took X ms\n"
+                    "  ADDRESS is unhealthy: REASON\n"
+                    "Exit code 1 when any endpoint is unhealthy.")
+    health.add_argument("--json", action="store_true",
+                        help="print a JSON list with one object per endpoint: endpoint, health (true or "
+                             "false), took_ms, and error when unhealthy")
+    health.set_defaults(run=_run_endpoint_health, command_parser=health)
 
 
 def _add_cluster(commands: Any) -> None:
@@ -184,6 +252,11 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return run(args, parser)
 
 
+def _add_json(parser: argparse.ArgumentParser, shape: str) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help=f"print JSON, keys and values in base64 (as etcdctl): {shape}")
+
+
 def _add_consistency(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consistency", choices=tuple(CONSISTENCY), default="linearizable",
                         help="linearizable: confirmed by a quorum; lease: the leader's lease; stale: any node's local state")
@@ -202,27 +275,56 @@ def _write_line(data: bytes, out: TextIO) -> None:
     out.buffer.flush()
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
 def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    value = _put_value(args, parser)
     with _client(args) as client:
-        index = client.put(args.key, args.value)
-    print(f"OK index={index}")
+        index = client.put(args.key, value)
+    print(json.dumps({"key": _b64(to_bytes(args.key)), "index": index}) if args.json else f"OK index={index}")
     return 0
+
+
+STDIN_VALUE = "-"
+
+
+def _put_value(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | bytes:
+    """VALUE as given, or the bytes of stdin ('-') or of --value-file, undecoded: a value may be
+    binary, and a trailing newline is part of it."""
+    if args.value is not None and args.value_file is not None:
+        parser.error("give VALUE or --value-file, not both")
+    if args.value_file is not None:
+        return args.value_file.read_bytes()  # OSError: one error line, exit 1 (main)
+    if args.value is None:
+        parser.error("the following arguments are required: VALUE (or '-' for stdin, or --value-file PATH)")
+    if args.value == STDIN_VALUE:
+        return sys.stdin.buffer.read()
+    return args.value
 
 
 def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with _client(args) as client:
         value = client.get(args.key, consistency=args.consistency)
+    if args.json:
+        print(json.dumps({"key": _b64(to_bytes(args.key)), "value": None if value is None else _b64(value),
+                          "found": value is not None}))
     if value is None:
         print(f"not found: {args.key}", file=sys.stderr)
         return EXIT_FAILED
-    _write_line(value, sys.stdout)
+    if not args.json:
+        _write_line(value, sys.stdout)
     return 0
 
 
 def _run_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with _client(args) as client:
         existed = client.delete(args.key)
-    print("deleted" if existed else "not found (nothing to delete)")
+    if args.json:
+        print(json.dumps({"key": _b64(to_bytes(args.key)), "deleted": existed}))
+    else:
+        print("deleted" if existed else "not found (nothing to delete)")
     return 0
 
 
@@ -230,18 +332,132 @@ def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.prefix is not None and (args.start is not None or args.end is not None):
         parser.error("give either --prefix or --start/--end, not both")
     with _client(args) as client:
-        items = client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit,
-                            consistency=args.consistency)
-    for key, value in items:
-        _write_line(key + b"\t" + value, sys.stdout)
+        if args.limit:
+            page = _scan_page(client, args)
+            pairs: Iterable[Pair] = page[:args.limit]
+            more = len(page) > args.limit
+        else:
+            pairs, more = itertools.chain.from_iterable(_scan_pages(client, args)), False
+        shown = _print_scan_json(pairs, more) if args.json else _print_scan_lines(pairs)
+    if more:
+        print(f"raftkv scan: {shown} keys shown, more exist; --limit 0 shows all", file=sys.stderr)
     return 0
+
+
+Pair = tuple[bytes, bytes]
+# --limit 0 lists everything in pages of this many pairs, printed as they come (each page is
+# consistent on its own, as every page of a scan is).
+SCAN_ALL_PAGE = 1000
+
+
+def _scan_page(client: Client, args: argparse.Namespace) -> list[Pair]:
+    """Up to --limit pairs and one more: the extra one tells that the limit cut the listing short."""
+    return client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit + 1,
+                       consistency=args.consistency)
+
+
+def _scan_pages(client: Client, args: argparse.Namespace) -> Iterator[list[Pair]]:
+    """Every pair in the range, a page at a time, so that listing a large store holds one page."""
+    if args.prefix is not None:
+        start, end = to_bytes(args.prefix), prefix_end(to_bytes(args.prefix))  # b"": to the last key
+    else:
+        start, end = to_bytes(args.start or b""), to_bytes(args.end or b"")
+    while True:
+        page = client.scan(start=start, end=end or None, limit=SCAN_ALL_PAGE, consistency=args.consistency)
+        yield page
+        if len(page) < SCAN_ALL_PAGE:
+            return
+        start = page[-1][0] + b"\x00"  # the smallest key after the last one listed
+
+
+def _print_scan_lines(pairs: Iterable[Pair]) -> int:
+    """KEY<TAB>VALUE lines, escaped; returns how many."""
+    shown = 0
+    for key, value in pairs:
+        _write_line(escape(key) + b"\t" + escape(value), sys.stdout)
+        shown += 1
+    return shown
+
+
+def _print_scan_json(pairs: Iterable[Pair], more: bool) -> int:
+    kvs = [{"key": _b64(key), "value": _b64(value)} for key, value in pairs]
+    print(json.dumps({"kvs": kvs, "count": len(kvs), "more": more}))
+    return len(kvs)
+
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape(data: bytes) -> bytes:
+    """`data` as the body of a Python bytes literal would spell it, except that printable UTF-8
+    stays as it is: a tab, newline or binary byte in a key or value cannot break scan's lines, and
+    codecs.escape_decode gives the bytes back."""
+    if data.isascii() and data.decode("ascii").isprintable() and b"\\" not in data:
+        return data  # the common case, untouched
+    return "".join(_escape_char(c) for c in data.decode("utf-8", "surrogateescape")).encode("utf-8")
+
+
+def _escape_char(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if "\udc80" <= char <= "\udcff":  # a byte that is not UTF-8, as surrogateescape keeps it
+        return f"\\x{ord(char) - 0xdc00:02x}"
+    if char.isprintable():
+        return char
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8"))
 
 
 def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with _client(args) as client:
         statuses = client.status()
     print(json.dumps(statuses, indent=2) if args.json else format_status_table(statuses))
-    return EXIT_FAILED if all("error" in s for s in statuses) else 0
+    # An operator (or a script) asking for every member's status wants to know that one is missing.
+    return EXIT_FAILED if any("error" in s for s in statuses) else 0
+
+
+# etcdctl reads the key "health" for its check; a read, so it changes nothing.
+HEALTH_KEY = b"health"
+
+
+def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    addresses = parse_endpoints(args.endpoints)
+    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+        reports = list(pool.map(lambda address: check_health(address, args.timeout), addresses))
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    for report in reports if not args.json else ():
+        verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
+        print(f"{report['endpoint']} is {verdict}")
+    return 0 if all(report["health"] for report in reports) else EXIT_FAILED
+
+
+def check_health(address: str, timeout: float) -> dict[str, Any]:
+    """One endpoint's health: {"endpoint", "health", "took_ms"} and "error" when unhealthy."""
+    began = time.monotonic()
+    with Client([address], timeout=timeout) as client:
+        error = _health_problem(client)
+    report: dict[str, Any] = {"endpoint": address, "health": error is None,
+                              "took_ms": round((time.monotonic() - began) * 1000, 3)}
+    if error is not None:
+        report["error"] = error
+    return report
+
+
+def _health_problem(client: Client) -> str | None:
+    """Why the client's one endpoint is unhealthy, or None. The read goes first: it proves a quorum
+    answers through this endpoint, and its error names its kind (UNAVAILABLE, TIMEOUT, ...)."""
+    try:
+        client.get(HEALTH_KEY, consistency="linearizable")
+    except RaftKVError as error:
+        return _describe(error)
+    (status,) = client.status()
+    if "error" in status:
+        return f"status: {status['error']}"
+    for alarm, reason in (("corrupt", "corrupt state: {}"), ("disk_full", "disk full (writes are refused)"),
+                          ("rejoining", "rejoining after losing its data (still catching up)")):
+        if status.get(alarm):
+            return reason.format(status[alarm])
+    return None if status.get("leader") else "no leader known"
 
 
 STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")

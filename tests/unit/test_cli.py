@@ -15,7 +15,8 @@ from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_comma
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
 
-COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["cluster"], ["cluster", "up"]]
+COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["endpoint"], ["endpoint", "health"],
+            ["cluster"], ["cluster", "up"]]
 
 
 def parse(*argv: str):
@@ -170,7 +171,7 @@ def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys
     (["serve", "--frobnicate"], "unrecognized arguments"),
     (["get", "k", "--consistency", "eventual"], "invalid choice"),
     (["put", "k"], "required"),
-    (["scan", "--limit", "0"], "at least 1"),
+    (["scan", "--limit", "-1"], "at least 0"),
     (["get", "k", "--timeout", "-1"], "must be positive"),
     (["cluster", "up", "--base-port", "70000"], "not a port"),
     (["scan", "--prefix", "a", "--start", "b"], "either --prefix or --start/--end"),
@@ -205,12 +206,14 @@ def test_status_table_and_json(start_node, capsys):  # noqa: F811
     endpoints = ["--endpoints", f"{node.address},{down}", "--timeout", "0.5"]
     code, out, _ = run(capsys, "status", *endpoints)
     header, up_row, down_row = out.splitlines()
-    assert code == 0
+    assert code == 1  # what it could reach is printed, and the exit code says one was missing
     assert header.split() == ["ADDRESS", "ID", "ROLE", "TERM", "LEADER", "COMMIT_INDEX", "APPLIED_INDEX", "SNAPSHOT_INDEX"]
     assert up_row.split()[:5] == [node.address, "n9", "leader", "3", "n9"]
     assert down_row.startswith(down) and "error:" in down_row
+    assert run(capsys, "status", "--endpoints", node.address)[0] == 0
     code, out, _ = run(capsys, "status", "--json", *endpoints)
     statuses = json.loads(out)
+    assert code == 1
     assert statuses[0]["id"] == "n9" and statuses[0]["peers"] == {"n9": 0}
     assert statuses[1]["address"] == down and "error" in statuses[1]
 
@@ -253,3 +256,59 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")
+
+
+def test_version_prints_the_installed_distributions_version(capsys, monkeypatch):
+    import importlib.metadata
+    import tomllib
+    expected = tomllib.loads((Path(cli.__file__).parents[2] / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"raftkv {expected}\n"
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert cli.package_version() == expected  # read from the source tree's pyproject.toml
+
+
+def test_raftkv_endpoints_in_the_environment_is_the_default_and_the_flag_wins(start_node, capsys,  # noqa: F811
+                                                                             monkeypatch):
+    node = start_node()
+    monkeypatch.setenv("RAFTKV_ENDPOINTS", node.address)
+    for command in (["put", "k", "v"], ["get", "k"], ["delete", "k"], ["scan"], ["status"],
+                    ["snapshot", "save", "x.snap"], ["export", "--out", "d"], ["import", "--parquet", "d"]):
+        assert parse(*command).endpoints == node.address, command
+    assert run(capsys, "put", "k", "v", "--timeout", "2")[0] == 0
+    assert run(capsys, "get", "k", "--timeout", "2")[:2] == (0, "v\n")
+    code, _, err = run(capsys, "get", "k", "--endpoints", free_address(), "--timeout", "0.2")
+    assert code == 1 and "UNAVAILABLE" in err  # the flag wins over the environment
+    monkeypatch.setenv("RAFTKV_ENDPOINTS", "")
+    assert parse("get", "k").endpoints == "127.0.0.1:7001"  # empty: as if unset
+    with pytest.raises(SystemExit):
+        cli.main(["get", "--help"])
+    assert "RAFTKV_ENDPOINTS" in capsys.readouterr().out
+
+
+def test_scan_limit_0_lists_every_page(start_node, capsys, monkeypatch):  # noqa: F811
+    node = start_node()
+    endpoints = ["--endpoints", node.address, "--timeout", "2"]
+    for key in ("a", "p/1", "p/2", "p/3", "p/4", "p/5", "q"):
+        assert run(capsys, "put", key, "v", *endpoints)[0] == 0
+    monkeypatch.setattr(cli, "SCAN_ALL_PAGE", 2)  # so that five keys take three pages
+    code, out, err = run(capsys, "scan", "--prefix", "p/", "--limit", "0", *endpoints)
+    assert (code, err) == (0, "") and out == "".join(f"p/{i}\tv\n" for i in range(1, 6))
+    assert run(capsys, "scan", "--limit", "0", *endpoints)[1].count("\n") == 7
+
+
+@pytest.mark.parametrize("fields, reason", [({"disk_full": True}, "unhealthy: disk full"),
+                                            ({"corrupt": "checksum"}, "unhealthy: corrupt state: checksum"),
+                                            ({"rejoining": True}, "unhealthy: rejoining"),
+                                            ({"leader": ""}, "unhealthy: no leader known")])
+def test_endpoint_health_reports_an_alarm_or_no_leader(start_node, capsys, fields, reason):  # noqa: F811
+    from raftkv_proto import kv_pb2
+    node = start_node()
+    status = {"id": "n1", "role": "follower", "term": 3, "leader": "n1", **fields}
+    node.kv.script["Status"] = lambda request, context: kv_pb2.StatusResponse(**status)
+    code, out, _ = run(capsys, "endpoint", "health", "--endpoints", node.address, "--timeout", "2")
+    assert code == 1 and out.startswith(f"{node.address} is {reason}"), out

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from kv.tools.arguments import default_endpoints, endpoints_help
 from raft.node.config import DEFAULT_LISTEN
 
 EXIT_FAILED = 1
@@ -30,8 +31,8 @@ def add_parsers(commands: Any) -> None:
 
 
 def _endpoint_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument("--endpoints", default=None if required else DEFAULT_LISTEN, metavar="HOST:PORT,...",
-                        help="comma-separated addresses of cluster members; the client finds the leader")
+    parser.add_argument("--endpoints", default=default_endpoints(None if required else DEFAULT_LISTEN),
+                        metavar="HOST:PORT,...", help=endpoints_help(DEFAULT_LISTEN))
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="per request, retries included")
 
