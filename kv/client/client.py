@@ -126,9 +126,16 @@ class _Attempts:
     free_hops: int = 0
     follow_now: bool = False
     sent: int = 0
+    # What each endpoint tried last answered, for the error of a call that runs out of time.
+    answers: dict[str, str] = field(default_factory=dict)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
+
+    def summary(self, endpoints: Sequence[str]) -> str:
+        """What happened at each endpoint: "A: refused the connection; B: not the leader ..." """
+        return "; ".join(f"{e}: {self.answers.get(e, 'not tried')}" for e in [*endpoints, *sorted(
+            set(self.answers) - set(endpoints))])
 
 
 class Client:
@@ -382,7 +389,14 @@ class Client:
             sleep=time.sleep,
             reraise=True,
         )
-        return retrying(attempt)
+        try:
+            return retrying(attempt)
+        except RaftKVError as error:
+            if error.retryable and attempts.answers:
+                # The last node's error alone blames that node; say what every endpoint answered.
+                error.args = (f"no node served the request within {self.timeout:g}s "
+                              f"({attempts.summary(self.endpoints)})",)
+            raise
 
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
                  attempts: _Attempts) -> Any:
@@ -391,6 +405,7 @@ class Client:
         try:
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:
+            attempts.answers[target] = _answer_of(error)
             self._reroute(attempts, error)
             raise
         with self._lock:
@@ -440,6 +455,19 @@ class Client:
                 # Later calls should not start at a node that just failed (it may hang on each).
                 if self._preferred == failed:
                     self._preferred = attempts.target
+
+
+def _answer_of(error: RaftKVError) -> str:
+    """One endpoint's failure in a few words."""
+    if isinstance(error, NotLeaderError):
+        return f"not the leader (leader: {error.leader_id} at {error.leader_address})" if error.leader_address \
+            else "not the leader, and knows no leader"
+    text = str(error)
+    if isinstance(error, UnavailableError) and ("failed to connect" in text.lower() or "refused" in text.lower()):
+        return "no connection (refused or timed out: is the member running?)"
+    if isinstance(error, KVTimeoutError):
+        return "no answer in time"
+    return f"{error.kind}: {text}"
 
 
 @dataclass(slots=True)

@@ -205,3 +205,24 @@ def test_put_get_delete_scan_json_print_base64_keys_and_values(node: str, capsys
     code, out, _ = run(capsys, "get", "json/1", "--json", *endpoints)
     assert code == 1 and json.loads(out) == {"key": b64(b"json/1"), "value": None, "found": False}
     assert json.loads(run(capsys, "delete", "json/1", "--json", *endpoints)[1])["deleted"] is False
+
+
+def test_a_write_without_quorum_says_what_each_endpoint_answered(tmp_path: Path, capsys):
+    cluster = Cluster(tmp_path).start()
+    try:
+        leader = cluster.wait_for_leader()
+        survivor = next(n for n in cluster.nodes if n != leader)
+        for node_id in cluster.nodes:
+            if node_id != survivor:
+                cluster.kill(node_id)
+        code, _, err = run(capsys, "put", "k", "v", "--endpoints", ",".join(cluster.endpoints), "--timeout", "3")
+        assert code == 1
+        assert "no node served the request within 3s" in err, err
+        for node_id, node in cluster.nodes.items():
+            expected = "not the leader, and knows no leader" if node_id == survivor else "no connection"
+            assert f"{node.address}: {expected}" in err, err
+    except BaseException:
+        print(cluster.log_tails())
+        raise
+    finally:
+        cluster.close()
