@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="raftkv: a replicated key-value store on Raft (DLedger style), LMDB and gRPC.",
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
+               "  raftkv cluster restart n1           start its member n1 again after it died\n"
                "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
                "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
                "  raftkv endpoint health              exit 1 when a member is unhealthy")
@@ -185,10 +186,20 @@ def _add_cluster(commands: Any) -> None:
     cluster = commands.add_parser("cluster", formatter_class=Formatter, help="run a local cluster",
                                   description="Run a local cluster of raftkv nodes for trying raftkv out.")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
-    up = actions.add_parser("up", formatter_class=Formatter, help="start a local cluster and wait for Ctrl-C",
-                            description="Start N `raftkv serve` processes on 127.0.0.1 (n1 takes clients on "
-                                        "--base-port and peers on --base-peer-port, n2 on the next ports, ...), "
-                                        "print their endpoints, stop them all on Ctrl-C.")
+    up = actions.add_parser(
+        "up", formatter_class=Formatter, help="start a local cluster and wait for Ctrl-C",
+        description="Start N `raftkv serve` processes on 127.0.0.1 (n1 takes clients on --base-port and peers\n"
+                    "on --base-peer-port, n2 on the next ports, ...), print their endpoints, and watch them.\n"
+                    "A member that dies (kill -9 the leader to try failover) is reported once on stderr with\n"
+                    "its log and the command that starts it again, `raftkv cluster restart ID`; the others\n"
+                    "keep running. Ctrl-C or SIGTERM stops every member, those started again by\n"
+                    "`cluster restart` too, and exits 0. It exits 1 when it cannot start or when no member\n"
+                    "is left running. DATA_DIR/cluster.json names the members' commands and pids while it\n"
+                    "runs.",
+        epilog="example, failover:\n  raftkv cluster up --nodes 3\n"
+               "  (in another terminal) raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
+               "  kill -9 <the leader's pid>          cluster up reports it; the others elect a new leader\n"
+               "  raftkv cluster restart <its id>     it starts again and catches up")
     up.add_argument("--nodes", type=positive_int, default=3, help="how many members")
     up.add_argument("--base-port", type=port, default=7001, help="n1's client port; the others follow")
     up.add_argument("--base-peer-port", type=port, default=None,
@@ -198,6 +209,17 @@ def _add_cluster(commands: Any) -> None:
     up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
     up.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the members' logging verbosity")
     up.set_defaults(run=_run_cluster_up, command_parser=up)
+    restart = actions.add_parser(
+        "restart", formatter_class=Formatter, help="start a member of a running `cluster up` again",
+        description="Start member ID of the `raftkv cluster up` running with --data-dir again, with the\n"
+                    "command it was first started with, detached, appending to its log. It catches up\n"
+                    "from the others. Refused while that member runs (its data directory is held) and\n"
+                    "when no `cluster up` runs there. `cluster up` reports the new pid and stops the\n"
+                    "member on Ctrl-C with the others.")
+    restart.add_argument("node_id", metavar="ID", help="the member, as `cluster up` named it (n1, n2, ...)")
+    restart.add_argument("--data-dir", type=Path, default="./raftkv-cluster",
+                         help="the --data-dir that `cluster up` was given")
+    restart.set_defaults(run=_run_cluster_restart, command_parser=restart)
 
 
 def _add_snapshot(commands: Any) -> None:
@@ -522,7 +544,21 @@ def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         cluster_up.local_specs(args.nodes, args.base_port, args.data_dir, extra, args.base_peer_port)
     except ValueError as bad:
         parser.error(str(bad))  # exits 2 with the usage line
-    return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port)
+    try:
+        return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port)
+    except cluster_up.ClusterError as error:
+        print(f"raftkv cluster up: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run_cluster_restart(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kv.tools import cluster_up
+
+    try:
+        return cluster_up.restart(args.node_id, args.data_dir)
+    except cluster_up.ClusterError as error:
+        print(f"raftkv cluster restart: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 # ---- entry point ---------------------------------------------------------------------------

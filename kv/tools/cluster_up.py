@@ -1,5 +1,11 @@
 """`raftkv cluster up`: a local cluster of `python -m kv serve` processes on 127.0.0.1, for trying
-raftkv out. The integration tests build on the same NodeSpec / serve_command."""
+raftkv out, and `raftkv cluster restart`, which starts one of its members again. The integration
+tests build on the same NodeSpec / serve_command.
+
+`cluster up` supervises: a member that dies is reported once on stderr and the others keep
+serving (killing the leader is how one tries failover). `cluster restart` starts the member again,
+detached, from the state file `cluster up` keeps in its directory (cluster_state.py); `cluster up`
+takes the new process's pid from that file, reports it, and stops it with the others."""
 from __future__ import annotations
 
 import os
@@ -15,10 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from kv.tools.cluster_state import (
+    ClusterState,
+    MemberRecord,
+    data_dir_holder,
+    holds_data_dir,
+    pid_running,
+    read_state,
+    remove_state,
+    state_lock,
+    write_state,
+)
+
 # The directory holding the kv package: a child process must import the same code as its parent,
 # installed or not.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 10.0
+SUPERVISE_POLL_S = 0.5  # how often `cluster up` looks at its members
+RESTART_WAIT_S = 30.0  # how long `cluster restart` waits for the member to take its data directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,36 +182,194 @@ class LocalCluster:
         self._logs.clear()
 
 
+class ClusterError(Exception):
+    """`cluster up` cannot start, or `cluster restart` cannot restart: one line for the user."""
+
+
 def run(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (), out: IO[str] = sys.stdout,
-        base_peer_port: int | None = None) -> int:
-    """Start the cluster, print how to reach it, wait for Ctrl-C (or a member dying), stop all."""
+        base_peer_port: int | None = None, err: IO[str] = sys.stderr) -> int:
+    """Start the cluster, print how to reach it, supervise it until Ctrl-C or SIGTERM (exit 0) or
+    until no member is left running (exit 1); stop every member, restarted ones included."""
     if nodes < 1:
         raise ValueError("--nodes must be at least 1")
-    specs = local_specs(nodes, base_port, data_dir.resolve(), extra_args, base_peer_port)
+    cluster_dir = data_dir.resolve()
+    specs = local_specs(nodes, base_port, cluster_dir, extra_args, base_peer_port)
+    _refuse_a_second_supervisor(cluster_dir)
     _stop_on_signals()
-    cluster = LocalCluster(specs, data_dir.resolve())
+    cluster = LocalCluster(specs, cluster_dir)
     try:
         cluster.start()
-        endpoints = ",".join(spec.listen for spec in cluster.specs)
-        for spec in cluster.specs:
-            pid = cluster.processes[spec.node_id].pid
-            print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}  pid {pid}  data {spec.data_dir}  "
-                  f"log {cluster.log_path(spec.node_id)}", file=out)
-        print(f"endpoints: {endpoints}", file=out)
-        print(f"try: raftkv status --endpoints {endpoints}    (Ctrl-C stops the cluster)", file=out, flush=True)
-        while not (dead := cluster.exited()):
-            time.sleep(0.5)  # polling children: nothing to await across processes without a helper
-        for name, code in dead.items():
-            print(f"{name} exited with code {code}; see {cluster.log_path(name)}", file=sys.stderr)
-        return 1
+        write_state(cluster_dir, _initial_state(cluster))
+        _print_members(cluster, out)
+        return _supervise(cluster, cluster_dir, out, err)
     except KeyboardInterrupt:
-        print("stopping", file=out)
+        print("stopping", file=out, flush=True)
         return 0
     finally:
         # A second Ctrl-C must not cut the shutdown short and leave members running.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop_all(cluster, cluster_dir)
+
+
+def _refuse_a_second_supervisor(cluster_dir: Path) -> None:
+    """Two `cluster up` on one directory would overwrite each other's state file (the second's
+    members would be refused their data directories anyway)."""
+    state = read_state(cluster_dir)
+    if state is not None and state.supervisor_pid != os.getpid() and pid_running(state.supervisor_pid):
+        raise ClusterError(f"a cluster is already running in {cluster_dir} (`raftkv cluster up`, pid "
+                           f"{state.supervisor_pid}): stop it, or give another --data-dir")
+
+
+def _initial_state(cluster: LocalCluster) -> ClusterState:
+    members = {spec.node_id: MemberRecord(serve_command(spec), cluster.processes[spec.node_id].pid,
+                                          str(cluster.log_path(spec.node_id)), str(spec.data_dir))
+               for spec in cluster.specs}
+    return ClusterState(os.getpid(), child_env()["PYTHONPATH"], members)
+
+
+def _print_members(cluster: LocalCluster, out: IO[str]) -> None:
+    endpoints = ",".join(spec.listen for spec in cluster.specs)
+    for spec in cluster.specs:
+        pid = cluster.processes[spec.node_id].pid
+        print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}  pid {pid}  data {spec.data_dir}  "
+              f"log {cluster.log_path(spec.node_id)}", file=out)
+    print(f"endpoints: {endpoints}", file=out)
+    print(f"try: raftkv status --endpoints {endpoints}    (Ctrl-C stops the cluster)", file=out, flush=True)
+
+
+@dataclass
+class Member:
+    """A member as the supervisor sees it: its latest pid (its child's, or the process
+    `cluster restart` started), and whether its death has been reported."""
+
+    node_id: str
+    pid: int
+    child: subprocess.Popen[bytes] | None
+    down: bool = False
+
+    def running(self) -> bool:
+        if self.child is not None and self.child.pid == self.pid:
+            return self.child.poll() is None
+        return pid_running(self.pid)
+
+    def how_it_ended(self) -> str:
+        code = self.child.returncode if self.child is not None and self.child.pid == self.pid else None
+        if code is None:
+            return "exited"  # not our child: its exit status went to its own parent
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+
+def _supervise(cluster: LocalCluster, cluster_dir: Path, out: IO[str], err: IO[str]) -> int:
+    """Report each death once and each restart; return 1 when no member is left running."""
+    members = {name: Member(name, p.pid, p) for name, p in cluster.processes.items()}
+    while True:
+        state = read_state(cluster_dir)
+        for member in members.values():
+            _notice_restart(member, state, out)
+            if not member.down and not member.running():
+                member.down = True
+                _report_death(member, cluster, cluster_dir, err)
+        if all(member.down for member in members.values()):
+            print("raftkv cluster up: no member is left running; stopping", file=err, flush=True)
+            return 1
+        time.sleep(SUPERVISE_POLL_S)  # processes we did not start give no event to wait on
+
+
+def _notice_restart(member: Member, state: ClusterState | None, out: IO[str]) -> None:
+    record = state.members.get(member.node_id) if state is not None else None
+    if record is not None and record.pid != member.pid:
+        member.pid, member.down = record.pid, False
+        print(f"{member.node_id} restarted: pid {record.pid}", file=out, flush=True)
+
+
+def _report_death(member: Member, cluster: LocalCluster, cluster_dir: Path, err: IO[str]) -> None:
+    print(f"raftkv cluster up: {member.node_id} (pid {member.pid}) {member.how_it_ended()}; the other members keep "
+          f"running. Its log: {cluster.log_path(member.node_id)}. Start it again with: "
+          f"raftkv cluster restart {member.node_id} --data-dir {cluster_dir}", file=err, flush=True)
+
+
+def _stop_all(cluster: LocalCluster, cluster_dir: Path) -> None:
+    """Stop our children and the members `cluster restart` started, in parallel, under the state
+    lock (so that no restart slips in), then remove the state file."""
+    with state_lock(cluster_dir):
+        restarted = _restarted_pids(cluster, read_state(cluster_dir))
+        for pid in restarted:
+            _signal(pid, signal.SIGTERM)
         cluster.stop()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for pid in restarted:
+            while pid_running(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)  # not our child: nothing to wait on but its pid
+            if pid_running(pid):
+                _signal(pid, signal.SIGKILL)
+        remove_state(cluster_dir)
+
+
+def _restarted_pids(cluster: LocalCluster, state: ClusterState | None) -> list[int]:
+    """The pids of running members that `cluster restart` started. A pid counts only while it
+    holds its member's data directory, so that a reused pid is never signalled."""
+    if state is None or state.supervisor_pid != os.getpid():
+        return []  # no file yet, or one left by an earlier `cluster up` that did not stop cleanly
+    children = {p.pid for p in cluster.processes.values()}
+    return [record.pid for record in state.members.values()
+            if record.pid not in children and pid_running(record.pid)
+            and holds_data_dir(record.pid, Path(record.data_dir)) and data_dir_holder(Path(record.data_dir))]
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    try:
+        os.kill(pid, signum)
+        if signum == signal.SIGTERM:
+            os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOPped) member must run to exit
+    except ProcessLookupError:
+        pass
+
+
+def restart(node_id: str, data_dir: Path, out: IO[str] = sys.stdout) -> int:
+    """Start member `node_id` of the `cluster up` running in `data_dir` again, detached, with the
+    command it was first started with, appending to the same log. Refused while `cluster up` is
+    not running (nothing would stop the member) or while the member's data directory is held."""
+    cluster_dir = data_dir.resolve()
+    with state_lock(cluster_dir):
+        state = read_state(cluster_dir)
+        if state is None or not pid_running(state.supervisor_pid):
+            raise ClusterError(f"no `raftkv cluster up` is running with --data-dir {cluster_dir}")
+        record = state.members.get(node_id)
+        if record is None:
+            raise ClusterError(f"no member {node_id!r} in {cluster_dir}; its members are {', '.join(state.members)}")
+        holder = data_dir_holder(Path(record.data_dir))
+        if holder is not None:
+            raise ClusterError(f"{node_id} is running: its data directory {record.data_dir} is held by {holder}")
+        process = _start_detached(record, state.pythonpath)
+        _wait_started(node_id, process, record)
+        write_state(cluster_dir, state.with_pid(node_id, process.pid))
+    print(f"{node_id} restarted: pid {process.pid}, log {record.log}", file=out, flush=True)
+    return 0
+
+
+def _start_detached(record: MemberRecord, pythonpath: str) -> subprocess.Popen[bytes]:
+    env = {**child_env(), "PYTHONPATH": pythonpath}
+    with open(record.log, "ab") as log:
+        # Its own session: it outlives this command, and the terminal's Ctrl-C does not reach it.
+        return subprocess.Popen(record.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+
+
+def _wait_started(node_id: str, process: subprocess.Popen[bytes], record: MemberRecord) -> None:
+    """Until the member holds its data directory (it started; it catches up on its own), or exits."""
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while not holds_data_dir(process.pid, Path(record.data_dir)):
+        if process.poll() is not None:
+            raise ClusterError(f"{node_id} exited with code {process.returncode} as it started; see {record.log}")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise ClusterError(f"{node_id} did not take its data directory within {RESTART_WAIT_S:.0f} s; "
+                               f"see {record.log}")
+        time.sleep(0.05)  # the serve process gives no event to wait on
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -77,3 +77,64 @@ def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: s
 def member_pids(lines: list[str]) -> list[int]:
     """The pids `cluster up` printed, from lines like "n1  127.0.0.1:7001  pid 123  data ..."."""
     return [int(m.group(1)) for line in lines if (m := re.search(r"\bpid (\d+)", line))]
+
+
+def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings_it_back(tmp_path: Path):
+    base = consecutive_free_ports(3)
+    data_dir = tmp_path / "c"
+    stderr_path = tmp_path / "cluster-up.stderr"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kv", "cluster", "up", "--nodes", "3", "--base-port", str(base), "--no-fsync",
+             "--data-dir", str(data_dir)],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=child_env(), cwd=tmp_path)
+    lines: list[str] = []
+    restarted_pid: int | None = None
+    try:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("endpoints:"):
+                break
+        addresses = {f"n{i + 1}": f"127.0.0.1:{base + i}" for i in range(3)}
+        pids = dict(zip(addresses, member_pids(lines)))
+        with Client(",".join(addresses.values()), timeout=15.0) as client:
+            leader = wait_until("a leader", lambda: next((s["id"] for s in client.status() if s.get("role") == "leader"), None))
+
+        os.kill(pids[leader], signal.SIGKILL)
+        others = [address for name, address in addresses.items() if name != leader]
+        with Client(",".join(others), timeout=15.0) as client:
+            wait_until("a new leader among the others",
+                       lambda: any(s.get("role") == "leader" for s in client.status()))
+            index = client.put("after", "failover")
+        report = wait_until("cluster up to report the death",
+                            lambda: leader in (text := stderr_path.read_text()) and "SIGKILL" in text and text)
+        assert str(data_dir / f"{leader}.log") in report and f"raftkv cluster restart {leader}" in report
+        assert process.poll() is None  # cluster up still runs
+
+        restart = subprocess.run([sys.executable, "-m", "kv", "cluster", "restart", leader, "--data-dir", str(data_dir)],
+                                 capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60, check=False)
+        assert restart.returncode == 0, restart.stderr
+        restarted_pid = int(re.search(r"\bpid (\d+)", restart.stdout).group(1))  # type: ignore[union-attr]
+        with Client(addresses[leader], timeout=5.0) as client:
+            wait_until(f"{leader} to catch up to index {index}",
+                       lambda: client.status()[0].get("applied_index", -1) >= index, timeout=60)
+        again = subprocess.run([sys.executable, "-m", "kv", "cluster", "restart", leader, "--data-dir", str(data_dir)],
+                               capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60, check=False)
+        assert again.returncode == 1 and f"process {restarted_pid}" in again.stderr  # it runs: refused
+
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        with Client(",".join(addresses.values()), timeout=0.5) as client:
+            assert all("error" in s for s in client.status())  # every member stopped, the restarted one too
+        assert not (data_dir / "cluster.json").exists()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid in [*member_pids(lines), *([restarted_pid] if restarted_pid else [])]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

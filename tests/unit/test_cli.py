@@ -16,7 +16,7 @@ from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
 
 COMMANDS = [["serve"], ["put"], ["get"], ["delete"], ["scan"], ["status"], ["endpoint"], ["endpoint", "health"],
-            ["cluster"], ["cluster", "up"]]
+            ["cluster"], ["cluster", "up"], ["cluster", "restart"]]
 
 
 def parse(*argv: str):
