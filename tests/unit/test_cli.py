@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kv.tools import cli
+from kv.tools import cli, data_commands
 from kv.tools.serve_command import node_config
 from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
 from raft.node.config import NodeConfig
@@ -295,7 +295,7 @@ def test_scan_limit_0_lists_every_page(start_node, capsys, monkeypatch):  # noqa
     endpoints = ["--endpoints", node.address, "--timeout", "2"]
     for key in ("a", "p/1", "p/2", "p/3", "p/4", "p/5", "q"):
         assert run(capsys, "put", key, "v", *endpoints)[0] == 0
-    monkeypatch.setattr(cli, "SCAN_ALL_PAGE", 2)  # so that five keys take three pages
+    monkeypatch.setattr(data_commands, "SCAN_ALL_PAGE", 2)  # so that five keys take three pages
     code, out, err = run(capsys, "scan", "--prefix", "p/", "--limit", "0", *endpoints)
     assert (code, err) == (0, "") and out == "".join(f"p/{i}\tv\n" for i in range(1, 6))
     assert run(capsys, "scan", "--limit", "0", *endpoints)[1].count("\n") == 7
