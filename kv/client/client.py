@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
+from tenacity import Retrying, retry_if_exception
 
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError, UnknownSessionError, from_rpc_error
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
+from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
 from kv.client.status import status_dict
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
@@ -58,22 +59,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
 )
-
-# Backoff between attempts: random exponential from ~15 ms, capped so the client notices a new
-# leader soon after an election.
-BACKOFF_BASE_S = 0.015
-BACKOFF_MAX_S = 0.5
-# While no node knows a leader (an election is under way) the cap is lower: an election is over
-# in well under a second and the cluster is idle meanwhile, so waiting up to BACKOFF_MAX_S after
-# it would only add to the failover time (W7, 10 trials: p50 1.64 -> 1.48 s).
-ELECTION_BACKOFF_MAX_S = 0.1
-# Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
-# hiding the more useful error of the attempt before.
-MIN_ATTEMPT_S = 0.01
-# Consecutive "not leader" hints followed without backoff, so two nodes pointing at each other
-# during a leader change do not spin.
-MAX_FREE_HOPS = 3
-
 
 def to_bytes(value: KeyLike, what: str = "key") -> bytes:
     """Keys and values travel as bytes; str is UTF-8 encoded."""
@@ -115,27 +100,6 @@ class _Session:
         """The cluster no longer knows `client_id`: the next write registers a new session."""
         if self.client_id == client_id:
             self.client_id = None
-
-
-@dataclass(slots=True)
-class _Attempts:
-    """Where one call goes next, how long it has left, and how many attempts were sent."""
-
-    deadline: float
-    target: str
-    free_hops: int = 0
-    follow_now: bool = False
-    sent: int = 0
-    # What each endpoint tried last answered, for the error of a call that runs out of time.
-    answers: dict[str, str] = field(default_factory=dict)
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def summary(self, endpoints: Sequence[str]) -> str:
-        """What happened at each endpoint: "A: refused the connection; B: not the leader ..." """
-        return "; ".join(f"{e}: {self.answers.get(e, 'not tried')}" for e in [*endpoints, *sorted(
-            set(self.answers) - set(endpoints))])
 
 
 class Client:
@@ -319,7 +283,7 @@ class Client:
             header = request.header
             header.client_id = session.client_id
             header.seq = next(session.seq)
-            attempts = _Attempts(deadline=deadline, target=self._preferred)
+            attempts = Attempts(deadline=deadline, target=self._preferred)
             try:
                 return self._call(method, request, stream_field, attempts)
             except UnknownSessionError as error:
@@ -336,7 +300,7 @@ class Client:
     def _register(self, deadline: float) -> str:
         """A new client session's id, issued by the cluster."""
         request = kv_pb2.RegisterClientRequest(name=self.client_id)
-        attempts = _Attempts(deadline=deadline, target=self._preferred)
+        attempts = Attempts(deadline=deadline, target=self._preferred)
         return self._call(lambda stub: stub.RegisterClient, request, attempts=attempts).client_id
 
     def _stub(self, address: str) -> kv_pb2_grpc.KVStub:
@@ -360,12 +324,12 @@ class Client:
         return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
 
     def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "",
-              attempts: _Attempts | None = None) -> Any:
+              attempts: Attempts | None = None) -> Any:
         """Send `request` until one node serves it or the timeout runs out. The request object is
         the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
         name in a kv_pb2.StreamRequest) it goes on a request stream when one is free."""
         if attempts is None:
-            attempts = _Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+            attempts = Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
         try:
             return self._attempt(method, request, stream_field, attempts)
         except RaftKVError as error:
@@ -383,7 +347,7 @@ class Client:
 
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
-            wait=_Wait(attempts),
+            wait=Wait(attempts),
             # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
             stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
             sleep=time.sleep,
@@ -399,13 +363,13 @@ class Client:
             raise
 
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
-                 attempts: _Attempts) -> Any:
+                 attempts: Attempts) -> Any:
         target = attempts.target
         attempts.sent += 1
         try:
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:
-            attempts.answers[target] = _answer_of(error)
+            attempts.answers[target] = answer_of(error)
             self._reroute(attempts, error)
             raise
         with self._lock:
@@ -438,7 +402,7 @@ class Client:
         except grpc.RpcError as rpc_error:
             raise from_rpc_error(rpc_error) from None
 
-    def _reroute(self, attempts: _Attempts, error: RaftKVError) -> None:
+    def _reroute(self, attempts: Attempts, error: RaftKVError) -> None:
         """Pick the next target after `error` from attempts.target."""
         hint = error.leader_address if isinstance(error, NotLeaderError) else None
         if hint and hint != attempts.target:
@@ -455,39 +419,6 @@ class Client:
                 # Later calls should not start at a node that just failed (it may hang on each).
                 if self._preferred == failed:
                     self._preferred = attempts.target
-
-
-def _answer_of(error: RaftKVError) -> str:
-    """One endpoint's failure in a few words."""
-    if isinstance(error, NotLeaderError):
-        return f"not the leader (leader: {error.leader_id} at {error.leader_address})" if error.leader_address \
-            else "not the leader, and knows no leader"
-    text = str(error)
-    if isinstance(error, UnavailableError) and ("failed to connect" in text.lower() or "refused" in text.lower()):
-        return "no connection (refused or timed out: is the member running?)"
-    if isinstance(error, KVTimeoutError):
-        return "no answer in time"
-    return f"{error.kind}: {text}"
-
-
-@dataclass(slots=True)
-class _Wait:
-    """tenacity wait: no pause to follow a fresh leader hint, else random exponential backoff,
-    never past the point where one last attempt still fits before the deadline."""
-
-    attempts: _Attempts
-    backoff: wait_random_exponential = field(
-        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
-
-    def __call__(self, state: RetryCallState) -> float:
-        if self.attempts.follow_now:
-            return 0.0
-        pause = self.backoff(state)
-        error = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(error, NotLeaderError) and error.leader_address is None:
-            pause = min(pause, ELECTION_BACKOFF_MAX_S)
-        # Keep the last attempt: sleep at most until just before the deadline.
-        return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
 
 
 MAX_PAGE_LIMIT = 2**32 - 1

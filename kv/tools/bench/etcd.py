@@ -16,7 +16,8 @@ from kv.tools.bench import stopping
 from kv.tools.bench.processes import Child, MemberProcesses, Registry
 from kv.tools.cluster_up import free_ports
 from kv.tools.bench.systems import LINEARIZABLE, STALE
-from kv.client.client import BACKOFF_BASE_S, BACKOFF_MAX_S, CHANNEL_OPTIONS
+from kv.client.client import CHANNEL_OPTIONS
+from kv.client.retries import BACKOFF_BASE_S, BACKOFF_MAX_S
 from raftkv_proto import etcd_kv_pb2 as pb
 from raftkv_proto import etcd_kv_pb2_grpc as pb_grpc
 

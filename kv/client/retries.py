@@ -1,0 +1,83 @@
+"""How one client call is retried: where its next attempt goes (a leader hint, else the next
+endpoint), how long it waits before it (tenacity's random exponential backoff, shorter while an
+election is under way, never past the deadline), and what each endpoint answered, for the error of
+a call that runs out of time."""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tenacity import RetryCallState, wait_random_exponential
+
+from kv.errors import NotLeaderError, RaftKVError, UnavailableError
+from kv.errors import TimeoutError as KVTimeoutError
+
+# Backoff between attempts: random exponential from ~15 ms, capped so the client notices a new
+# leader soon after an election.
+BACKOFF_BASE_S = 0.015
+BACKOFF_MAX_S = 0.5
+# While no node knows a leader (an election is under way) the cap is lower: an election is over
+# in well under a second and the cluster is idle meanwhile, so waiting up to BACKOFF_MAX_S after
+# it would only add to the failover time (W7, 10 trials: p50 1.64 -> 1.48 s).
+ELECTION_BACKOFF_MAX_S = 0.1
+# Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
+# hiding the more useful error of the attempt before.
+MIN_ATTEMPT_S = 0.01
+# Consecutive "not leader" hints followed without backoff, so two nodes pointing at each other
+# during a leader change do not spin.
+MAX_FREE_HOPS = 3
+
+
+@dataclass(slots=True)
+class Attempts:
+    """Where one call goes next, how long it has left, and how many attempts were sent."""
+
+    deadline: float
+    target: str
+    free_hops: int = 0
+    follow_now: bool = False
+    sent: int = 0
+    # What each endpoint tried last answered, for the error of a call that runs out of time.
+    answers: dict[str, str] = field(default_factory=dict)
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def summary(self, endpoints: Sequence[str]) -> str:
+        """What happened at each endpoint: "A: refused the connection; B: not the leader ..." """
+        return "; ".join(f"{e}: {self.answers.get(e, 'not tried')}" for e in [*endpoints, *sorted(
+            set(self.answers) - set(endpoints))])
+
+
+def answer_of(error: RaftKVError) -> str:
+    """One endpoint's failure in a few words."""
+    if isinstance(error, NotLeaderError):
+        return f"not the leader (leader: {error.leader_id} at {error.leader_address})" if error.leader_address \
+            else "not the leader, and knows no leader"
+    text = str(error)
+    if isinstance(error, UnavailableError) and ("failed to connect" in text.lower() or "refused" in text.lower()):
+        return "no connection (refused or timed out: is the member running?)"
+    if isinstance(error, KVTimeoutError):
+        return "no answer in time"
+    return f"{error.kind}: {text}"
+
+
+@dataclass(slots=True)
+class Wait:
+    """tenacity wait: no pause to follow a fresh leader hint, else random exponential backoff,
+    never past the point where one last attempt still fits before the deadline."""
+
+    attempts: Attempts
+    backoff: wait_random_exponential = field(
+        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
+
+    def __call__(self, state: RetryCallState) -> float:
+        if self.attempts.follow_now:
+            return 0.0
+        pause = self.backoff(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, NotLeaderError) and error.leader_address is None:
+            pause = min(pause, ELECTION_BACKOFF_MAX_S)
+        # Keep the last attempt: sleep at most until just before the deadline.
+        return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
