@@ -60,7 +60,7 @@ def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[s
         try:
             manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
             _create_log(data_dir, manifest)
-            resolve_cluster_id(data_dir, new_id, peers)
+            resolve_cluster_id(data_dir, new_id, list(peers))
             fsync_path(data_dir)
         except BaseException:
             _undo(data_dir)

@@ -89,7 +89,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
         fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes))
-        cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.peers)
+        cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.members,
+                                        config.initial_cluster_token)
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
                                   keep=config.storage.snapshots_kept)
         reconcile_state_and_log(log_store, fsm, snapshots)

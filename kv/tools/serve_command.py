@@ -22,6 +22,7 @@ from kv.tools.arguments import (
     positive_int,
 )
 from raft.core.config import CoreConfig
+from raft.node.cluster_id import DEFAULT_CLUSTER_TOKEN
 from raft.node.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -129,7 +130,13 @@ def add_serve_parser(commands: Any) -> None:
                        help="where to take the other members' connections (default: this member's address "
                             "in --peers)")
     _add(serve, "--cluster-id", default=None,
-                       help="peers refuse messages from another cluster (default: derived from the member list)")
+                       help="this cluster's id: peers refuse messages carrying another; fixed on the first start "
+                            "and kept in --data-dir, after which a different one is refused (default: derived "
+                            "from the member ids in --peers and --initial-cluster-token, not their addresses)")
+    _add(serve, "--initial-cluster-token", default=DEFAULT_CLUSTER_TOKEN, metavar="TOKEN",
+                       help="as etcd's flag: read on the first start only, when no --cluster-id is given, to "
+                            "derive the cluster id; give clusters with the same member ids tokens of their own "
+                            "so they refuse each other (default: etcd-cluster)")
     _add(serve, "--snapshot-threshold", type=positive_int, default=_STORAGE.snapshot_threshold,
                        metavar="N", help="take a snapshot after this many applied entries")
     _add(serve, "--election-timeout-ms", type=positive_int, default=_CORE.election_timeout_ms,
@@ -176,7 +183,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     config = NodeConfig(
         node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
         peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
-        cluster_id=args.cluster_id, core=core,
+        cluster_id=args.cluster_id, initial_cluster_token=args.initial_cluster_token, core=core,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
                               state_max_bytes=args.state_max_bytes,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raft.core.config import CoreConfig
+from raft.node.cluster_id import DEFAULT_CLUSTER_TOKEN
 from raft.transport.address import split_address
 from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES, smallest_request_limit
 
@@ -156,10 +157,14 @@ class NodeConfig:
     # its own entry in `peers`.
     listen_peer: str | None = None
     data_dir: Path = Path(DEFAULT_DATA_DIR)
-    # Peers refuse messages carrying another cluster id. Generated on first start and kept in the
-    # data directory; set it explicitly for a multi-node cluster started from scratch (every
-    # member must agree), or leave it None and the members agree on a hash of the member list.
+    # Peers refuse messages carrying another cluster id (raft/node/cluster_id.py). Fixed on the
+    # first start and kept in the data directory: this id when given, else one derived from the
+    # member ids and initial_cluster_token (never from the addresses in peers, which may differ
+    # from member to member). Once kept, the kept id is used and a different one here is refused.
     cluster_id: str | None = None
+    # Distinguishes clusters with the same member ids (etcd's --initial-cluster-token): read only
+    # on the first start, when cluster_id is None.
+    initial_cluster_token: str = DEFAULT_CLUSTER_TOKEN
     core: CoreConfig = field(default_factory=CoreConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     limits: Limits = field(default_factory=Limits)
@@ -171,6 +176,8 @@ class NodeConfig:
             raise ValueError(f"peers must name this node ({self.node_id!r}); they name {sorted(self.peers)}")
         if self.listen_peer is not None and not self.peers:
             raise ValueError("listen_peer needs peers: a single node without peers has none to listen for")
+        if not self.initial_cluster_token:
+            raise ValueError("initial_cluster_token must not be empty")
 
     def validate_addresses(self) -> None:
         """ValueError, naming the field, unless every address is host:port and clients can be

@@ -13,7 +13,9 @@ closed (with a Refusal naming the reason), so nothing sent before a dialer diall
 delivered after what it sent since. On a SNAPSHOT connection the header and chunks are handed to the node as they arrive (reading
 pauses while the node is behind), and the node's verdict goes back as one SnapshotAck.
 
-The node logs a refusal and serves on: bad bytes on its peer port never stop it."""
+The node logs a refusal and serves on: bad bytes on its peer port never stop it. A dialer refused
+again and again for one reason is logged once, then at most once a minute with the count of
+refusals in between (raft/transport/refusal_log.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -42,14 +44,12 @@ from raft.transport.peer_protocol import (
     not_a_peer,
     parse_hello,
 )
+from raft.transport.refusal_log import RefusalLog, Say
 
 log = logging.getLogger(__name__)
 
 # A connection that has not sent its hello this long after it opened is closed.
 HELLO_TIMEOUT_S = 10.0
-# Refusals remembered (by the member the hello claims to come from, else the dialer's host) so
-# that each is logged once while the dialer keeps trying.
-MAX_REMEMBERED_REFUSALS = 1000
 # Snapshot chunks read ahead of the node: reading pauses above the first, resumes at the second.
 CHUNKS_AHEAD_HIGH = 4
 CHUNKS_AHEAD_LOW = 1
@@ -62,11 +62,13 @@ class PeerListener:
     """`deliver(messages)` takes an accepted batch's messages, in order, and must not block (the
     node steps them); `receive_snapshot` is raft.node.ports.Inbound's; `learnt(member, address)`
     is told each accepted dialer's advertised client address; `disk_state()` says the node's
-    term and the end of its log (last term, last index), for the reply to a hello."""
+    term and the end of its log (last term, last index), for the reply to a hello. `clock()`:
+    seconds on a monotonic clock, for how often refusals are logged (default: the event loop's)."""
 
     def __init__(self, node_id: str, cluster_id: str, members: Collection[str], client_address: str,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
-                 learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]]) -> None:
+                 learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]],
+                 clock: Callable[[], float] | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.members = frozenset(members)
@@ -76,7 +78,9 @@ class PeerListener:
         self.client_address = client_address
         self.disk_state = disk_state
         self.connections: set[_Accepted] = set()
-        self.refusals: dict[str, str] = {}  # source -> the refusal last logged for it
+        # Refused hellos by source: the member the hello claims to come from, else the dialer's host.
+        self.refusals = RefusalLog()
+        self.clock = clock if clock is not None else lambda: asyncio.get_running_loop().time()
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
 
@@ -191,7 +195,7 @@ class _Accepted(asyncio.Protocol):
         assert self._transport is not None and self._hello_timer is not None
         self._hello_timer.cancel()
         self._peer = hello.from_id
-        listener.refusals.pop(hello.from_id, None)
+        listener.refusals.forget(hello.from_id)
         if hello.client_address:
             listener.learnt(hello.from_id, hello.client_address)
         term, last_term, last_index = listener.disk_state()
@@ -222,13 +226,11 @@ class _Accepted(asyncio.Protocol):
         if received and why.startswith("malformed hello"):
             why = not_a_peer(received, why)
         assert self._transport is not None
-        # A misconfigured member dials again every few tens of ms: say each refusal once.
+        # A misconfigured member dials again every few tens of ms: not a line for each attempt.
         source = claimed or str((self._transport.get_extra_info("peername") or ("?",))[0])
-        if self._listener.refusals.get(source) != why:
-            if len(self._listener.refusals) >= MAX_REMEMBERED_REFUSALS:
-                self._listener.refusals.clear()
-            self._listener.refusals[source] = why
-            self._log_refusal(why)
+        say = self._listener.refusals.note(source, why, self._listener.clock())
+        if say is not None:
+            self._log_refusal(why, say)
         self._close_with(raft_pb2.PeerHelloReply(refusal=why).SerializeToString())
 
     def _bad_frame(self, received: bytes, error: FrameError) -> None:
@@ -242,10 +244,10 @@ class _Accepted(asyncio.Protocol):
             self._end_chunks(ValueError(f"malformed snapshot stream: {error}"))
             self._on_frame = self._ignore
 
-    def _log_refusal(self, why: str) -> None:
+    def _log_refusal(self, why: str, say: Say | None = None) -> None:
         assert self._transport is not None
-        log.warning("refused a peer connection from %s: %s", self._peer or self._transport.get_extra_info("peername"),
-                    why)
+        log.warning("refused a peer connection from %s: %s%s", self._peer or self._transport.get_extra_info("peername"),
+                    why, say.suffix() if say is not None else "")
 
     def _close_with(self, reply: bytes) -> None:
         """Send the last frame and close."""

@@ -3,8 +3,8 @@
 It is the integration harness's `Cluster` (processes, SIGKILL / restart / SIGSTOP, status
 polling) with one difference: node i's --peers names every other member by the proxy of link
 (i, j), in front of that member's peer port; its own entry is its real peer port. Members thus
-know each other by different addresses, so they are all given one explicit --cluster-id (the
-derived one hashes the addresses)."""
+know each other by different addresses (the cluster id does not depend on them); they are all
+given one explicit --cluster-id of the run's own, so that no other run's members are taken in."""
 from __future__ import annotations
 
 import uuid

@@ -17,7 +17,7 @@ from raft.core.config import CoreConfig
 from raft.core.types import HardState
 from raft.log import WalLogStore, open_log_store
 from raft.log.wal_records import ENTRY_FIELDS_SIZE, HEADER_SIZE, SegmentStart, segment_body
-from raft.node.cluster_id import resolve_cluster_id
+from raft.node.cluster_id import DEFAULT_CLUSTER_TOKEN, derived_cluster_id, resolve_cluster_id
 from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
 from raft.node.errors import DiskFullError, NodeStoppedError, NotLeaderError, QueueFullError
 from raft.node import ready_handler
@@ -264,13 +264,34 @@ def test_full_log_refuses_writes_and_keeps_serving_reads(tmp_path: Path) -> None
 
 
 def test_cluster_id_is_kept_and_checked(tmp_path: Path) -> None:
-    peers = {"n1": "127.0.0.1:1", "n2": "127.0.0.1:2"}
-    derived = resolve_cluster_id(tmp_path, None, peers)
-    assert derived == resolve_cluster_id(tmp_path / "other", None, dict(reversed(peers.items())))
+    members = ["n1", "n2"]
+    derived = resolve_cluster_id(tmp_path, None, members)
+    assert derived == resolve_cluster_id(tmp_path / "other", None, reversed(members))
     assert (tmp_path / "cluster_id").read_text().strip() == derived
-    assert resolve_cluster_id(tmp_path, None, {"n1": "x:1"}) == derived  # the stored one wins
+    # The stored one wins over other members, another token, and is kept as it is.
+    assert resolve_cluster_id(tmp_path, None, ["n1"], token="other") == derived
+    assert resolve_cluster_id(tmp_path, derived, members) == derived
     with pytest.raises(ValueError, match="belongs to cluster"):
-        resolve_cluster_id(tmp_path, "something-else", peers)
+        resolve_cluster_id(tmp_path, "something-else", members)
+    # An explicit id wins over the derivation on the first start.
+    assert resolve_cluster_id(tmp_path / "explicit", "c-mine", members, token="t") == "c-mine"
+
+
+def test_the_derived_cluster_id_depends_on_the_member_ids_and_token_only() -> None:
+    """Members reaching each other at different addresses derive one id (the id is made from
+    what they all agree on); another token or another member set makes another id."""
+    maps = [{"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"},
+            {"n3": "10.0.0.3:2380", "n1": "localhost:7101", "n2": "proxy.example:9000"}]
+    assert len({derived_cluster_id(peers) for peers in maps}) == 1
+    assert derived_cluster_id(maps[0]) == derived_cluster_id(["n1", "n2", "n3"], DEFAULT_CLUSTER_TOKEN)
+    assert derived_cluster_id(maps[0], "prod-a") == derived_cluster_id(maps[1], "prod-a")
+    ids = {derived_cluster_id(maps[0]), derived_cluster_id(maps[0], "prod-a"), derived_cluster_id(maps[0], "prod-b"),
+           derived_cluster_id(["n1", "n2"]), derived_cluster_id(["n1", "n2", "n3", "n4"])}
+    assert len(ids) == 5
+    # No joining of ids and token can be taken for another.
+    assert derived_cluster_id(["a,b"]) != derived_cluster_id(["a", "b"])
+    assert derived_cluster_id(["n1"], "x") != derived_cluster_id(["x"], "n1")
+    assert all(i.startswith("c-") and len(i) == 18 for i in ids)
 
 
 def test_single_node_throughput(tmp_path: Path) -> None:

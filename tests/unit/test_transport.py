@@ -38,7 +38,8 @@ from raft.transport.codec import CodecError, encode_batch, from_proto, pack_entr
 from raft.transport.frames import FrameError, FrameReader, frame
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
-from raft.transport.peer_protocol import MAX_FRAME_BYTES, MESSAGES, SNAPSHOT, hello
+from raft.transport.peer_protocol import MAX_FRAME_BYTES, MESSAGES, PROBE, SNAPSHOT, hello
+from raft.transport.refusal_log import RefusalLog, Say
 from raft.transport.tcp_transport import TcpTransport
 from kv.tools.cluster_up import free_ports
 
@@ -351,6 +352,64 @@ def test_bad_bytes_on_the_peer_port_get_a_reason_and_a_close_and_the_node_serves
                 await until(lambda: len(n2.inbound.delivered) == 2, n2.inbound.changed)
 
     _run(main)
+
+
+def test_a_dialer_refused_again_and_again_is_logged_once_a_minute_with_the_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Many bad hellos from one member: one line, then nothing until a minute has passed on the
+    listener's clock (injected: no sleeping), then one line with how many went unlogged."""
+    caplog.set_level(logging.INFO, logger="raft.transport.peer_listener")
+    now = [1000.0]
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "raft.transport.peer_listener"]
+
+    async def main() -> None:
+        listener = PeerListener("n2", CLUSTER, ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
+                                lambda member, address: None, lambda: (0, 0, 0), clock=lambda: now[0])
+        port = await listener.start("127.0.0.1", 0)
+        wrong_cluster = hello_frame(cluster="other")
+        try:
+            for _ in range(50):
+                frames, closed = await raw_exchange(port, wrong_cluster)
+                assert closed and "wrong cluster id" in raft_pb2.PeerHelloReply.FromString(frames[0]).refusal
+                now[0] += 0.5  # 25 s in all
+            assert len(lines()) == 1 and "wrong cluster id: got 'other'" in lines()[0], lines()
+            # Another reason from the same member is news: logged at once.
+            await raw_exchange(port, hello_frame(to_id="n3"))
+            assert len(lines()) == 2 and "check --peers addresses" in lines()[1]
+            now[0] += 35.0  # 60 s after the first line
+            await raw_exchange(port, wrong_cluster)
+            assert len(lines()) == 3, lines()
+            assert lines()[2].endswith("(refused 49 more times in the last 60 s)"), lines()[2]
+            # The window starts again from that line.
+            for _ in range(10):
+                await raw_exchange(port, wrong_cluster)
+            assert len(lines()) == 3
+            # Once the member is accepted, its next refusal is logged at once, with no count.
+            frames, _ = await raw_exchange(port, hello_frame(purpose=PROBE))
+            assert raft_pb2.PeerHelloReply.FromString(frames[0]).node_id == "n2"
+            await raw_exchange(port, wrong_cluster)
+            assert len(lines()) == 4 and not lines()[3].endswith("s)"), lines()
+        finally:
+            await listener.close()
+
+    _run(main)
+
+
+def test_the_refusal_log_counts_per_source_and_reason_and_stays_bounded() -> None:
+    log = RefusalLog(window_s=60.0, max_remembered=2)
+    assert log.note("n1", "why", 0.0) == Say()
+    assert [log.note("n1", "why", t) for t in (1.0, 2.0, 59.9)] == [None] * 3
+    assert log.note("n3", "why", 3.0) == Say()  # another source: its own window
+    said = log.note("n1", "why", 70.0)
+    assert said == Say(3, 70.0) and said.suffix() == " (refused 3 more times in the last 70 s)"
+    # A single refusal long after the last line says no count: nothing was left unsaid.
+    assert log.note("n1", "why", 500.0) == Say(0, 430.0) and Say(0, 430.0).suffix() == ""
+    assert Say(1, 61.0).suffix() == " (refused 1 more time in the last 61 s)"
+    # Past max_remembered sources all are forgotten: each is then news once more.
+    log.note("10.0.0.9", "malformed hello", 501.0)
+    assert log.note("n1", "why", 502.0) == Say()
 
 
 def test_a_connection_that_never_says_hello_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
