@@ -302,11 +302,11 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     def __init__(self, handler: KVHandler) -> None:
         self._handler = handler
-        # What end_streams ends at once: Stream calls waiting for their next request, and every
-        # Pipeline call, by handler task.
+        # What end_streams ends at once: Stream calls waiting for their next request, by handler
+        # task. (Pipeline calls are in _pipelines and end themselves: see end_streams.)
         self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
-        self._pipelines: set[PipelineCall] = set()  # every open Pipeline call, for status
+        self._pipelines: set[PipelineCall] = set()  # every open Pipeline call, for status and end_streams
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
         return await serve_call(self._handler.put(request, context.time_remaining()), context)
@@ -357,26 +357,34 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         client id and seq)."""
         if self._ending:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
-        task = asyncio.current_task()
-        assert task is not None
         call = PipelineCall(requests, self._begin)
-        self._stoppable_calls[task] = context
         self._pipelines.add(call)
         try:
             while (message := await call.next_message()) is not None:
                 yield message
                 call.sent()
+            if call.ended:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         finally:
             self._pipelines.discard(call)
-            self._stoppable_calls.pop(task, None)
             call.close()
 
     async def end_streams(self) -> None:
         """On shutdown: end every stream now waiting for its next request, and every pipeline,
         with UNAVAILABLE (their client retries elsewhere, as after any stop), and each other
         stream once its request is answered. Left open, they would hold the server's stop for its
-        whole grace period."""
+        whole grace period.
+
+        A pipeline is told to end, and ends itself from its own task: its status must not be sent
+        from here. Its task may be inside gRPC, sending the message it last yielded (the client can
+        have that message before the send's completion reaches the task), and a status sent from
+        another task meanwhile fails (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS): no status would go at
+        all, and the call would stay open until the server's stop cancelled it ("Cancelling all
+        calls") after its grace period. A Stream call is here only while its task waits for the
+        next request, after its last reply was sent, so it is ended from here."""
         self._ending = True
+        for call in self._pipelines:
+            call.end()
         for task, context in list(self._stoppable_calls.items()):
             try:
                 # Sends the status from this task; the handler's pending read then ends.

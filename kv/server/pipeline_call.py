@@ -64,6 +64,7 @@ class _ReplyGather:
         self._get_estimate = _FIRST_GET_ESTIMATE_BYTES
         self._failure: BaseException | None = None
         self._reader: asyncio.Task[None] | None = None
+        self.ended = False  # `end` was called: the call stops sending
 
     def read_with(self, reader: asyncio.Task[None]) -> None:
         """`reader` starts the requests; once it is done and they are answered, the call ends."""
@@ -127,12 +128,20 @@ class _ReplyGather:
     def _wake(self, *_: object) -> None:
         self._changed.set()
 
+    def end(self) -> None:
+        """No further batch: `next_batch` returns None from now on (the call ends on shutdown)."""
+        self.ended = True
+        self._wake()
+
     async def next_batch(self) -> list[kv_pb2.TaggedReply] | None:
         """Replies ready now, up to PIPELINE_MESSAGE_BYTES of them (at least one), waiting for
         one if none is; None once the reader is done (the client ended its requests, or reading
-        failed) and nothing is left in flight. Call `sent` once the batch is sent."""
+        failed) and nothing is left in flight, or once `end` is called. Call `sent` once the
+        batch is sent."""
         assert self._reader is not None, "read_with() first"
-        while not self._ready:
+        while not self._ready or self.ended:
+            if self.ended:
+                return None
             if self._failure is not None:
                 raise self._failure
             if self._reader.done() and not self._running:
@@ -194,12 +203,24 @@ class PipelineCall:
     def held_bytes(self) -> int:
         return self._replies.held_bytes
 
+    @property
+    def ended(self) -> bool:
+        """`end` was called (rather than every request answered and sent)."""
+        return self._replies.ended
+
+    def end(self) -> None:
+        """End the call (the node is shutting down): `next_message` returns None at once, or,
+        when the call's task is sending a message, once that send is done. The call's task then
+        ends the call with its status (KVServicer.Pipeline); what was in flight is dropped."""
+        self._replies.end()
+
     async def next_message(self) -> kv_pb2.PipelineReply | None:
-        """The next message to send, or None once every request is answered and sent. Call
-        `sent` once it is sent."""
+        """The next message to send, or None once every request is answered and sent, or once
+        the call is `end`ed. Call `sent` once it is sent."""
         batch = await self._replies.next_batch()
         if batch is None:
-            await self._reader  # raises what ended the reading (an abort for a malformed message)
+            if not self.ended:
+                await self._reader  # raises what ended the reading (an abort for a malformed message)
             return None
         return kv_pb2.PipelineReply(replies=batch)
 

@@ -2,13 +2,13 @@
 closed and reopened with its data intact; and its gRPC server reachable by a remote client."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import grpc
 import pytest
 
 from kv import Client, embedded, errors
+from kv.tools.cluster_up import free_ports
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.core.config import CoreConfig
 from raft.node.config import StorageConfig, Tuning
@@ -17,9 +17,9 @@ FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=25
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the kernel's ephemeral range (kv.tools.cluster_up.free_ports),
+    where no other process's connection takes it by chance before the test listens on it."""
+    return free_ports(1)[0]
 
 
 # Quick ticks and small stores: NodeConfig's layers as an embedding service passes them.

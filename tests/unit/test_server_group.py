@@ -3,6 +3,7 @@ kv.Client brings its own connection, and the port stays refused to a second proc
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from kv import Client
 from kv.server.server import start_server
 from kv.server.server_group import ServerGroup, refuse_taken_port
+from kv.tools.cluster_up import free_ports
 from raft.node.config import NodeConfig, StorageConfig
 from raft.transport.address import split_address as split_listen
 from tests.unit.test_embedded import free_port, open_node
@@ -18,15 +20,30 @@ from tests.unit.test_embedded import free_port, open_node
 _LISTEN, _ESTABLISHED = "0A", "01"
 
 
-def sockets_on_port(port: int, state: str) -> int:
-    """How many TCP sockets in this network namespace have local port `port` in `state`."""
+def sockets_on_port(port: int, state: str, anyone: bool = False) -> int:
+    """How many TCP sockets of this process have local port `port` in `state`; with `anyone`, of
+    every process in this network namespace (a socket in TIME_WAIT belongs to no process).
+
+    Other processes on the machine (other test runs) can hold sockets on the same port number, on
+    another address or as the local end of a connection: only this process's sockets say what the
+    code under test opened and closed."""
+    own = set()
+    if not anyone:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # closed meanwhile (the listing's own descriptor)
+                continue
+            if target.startswith("socket:["):
+                own.add(target[len("socket:["):-1])
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             next(f)
             for line in f:
                 fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                if (int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state
+                        and (anyone or fields[9] in own)):
                     count += 1
     return count
 
@@ -93,7 +110,7 @@ def test_connections_left_in_time_wait_do_not_block_a_restart() -> None:
         accepted.close()  # the listening side closes first: its end goes to TIME_WAIT
         client.recv(1)
         client.close()
-    assert sockets_on_port(port, "06") >= 1  # 06: TIME_WAIT
+    assert sockets_on_port(port, "06", anyone=True) >= 1  # 06: TIME_WAIT
     refuse_taken_port(f"127.0.0.1:{port}", "127.0.0.1", port)  # does not raise
 
 
@@ -125,9 +142,11 @@ def test_a_node_that_fails_to_start_frees_its_port_and_stores(tmp_path: Path) ->
     async def main() -> None:
         port = free_port()
         with socket.socket() as blocker:
-            blocker.bind(("127.0.0.1", 0))
+            # Not a port from the kernel's ephemeral range: once the blocker closes, another
+            # process's connection could take that one before the node listens on it.
+            (peer_port,) = free_ports(1)
+            blocker.bind(("127.0.0.1", peer_port))
             blocker.listen()
-            peer_port = blocker.getsockname()[1]
             peers = {"n1": f"127.0.0.1:{peer_port}", "n2": f"127.0.0.1:{free_port()}", "n3": f"127.0.0.1:{free_port()}"}
             config = NodeConfig(node_id="n1", listen=f"127.0.0.1:{port}", peers=peers, data_dir=tmp_path / "n1",
                                 storage=StorageConfig(log_max_bytes=64 << 20, state_max_bytes=64 << 20))

@@ -1,0 +1,27 @@
+"""The `slow` marker: what `python -m pytest -m "not slow"` leaves out for a quick edit-test loop
+(under 2 minutes on 2 cores; the whole suite takes about 8). Plain `python -m pytest`, what CI
+runs, still runs everything.
+
+Slow: every test that starts node processes or a Spark session (tests/integration, tests/faults,
+tests/spark) and the thousands of random schedules of the simulation. The unit tests and the
+simulation's named scenarios, checkers and pinned seeds stay in the quick tier."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+SLOW_DIRECTORIES = {"integration", "faults", "spark"}
+# (file under tests/, test function) outside those directories.
+SLOW_TESTS = {("sim/test_random_schedules.py", "test_random_schedules")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            where = item.path.relative_to(TESTS)
+        except ValueError:  # not under tests/
+            continue
+        if where.parts[0] in SLOW_DIRECTORIES or (where.as_posix(), getattr(item, "originalname", None)) in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
