@@ -216,6 +216,8 @@ class Client:
         before it is renamed into place. `progress(received, total)` is called per chunk.
         Returns the manifest as a dict."""
         destination = Path(path)
+        if not destination.parent.is_dir():  # a typo in the path should not become a new directory
+            raise FileNotFoundError(f"{destination.parent} is not a directory: create it first, or save elsewhere")
         target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
         for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
             try:
@@ -235,7 +237,6 @@ class Client:
         from snapshot.transfer import SnapshotReceiver
 
         chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S))
-        destination.parent.mkdir(parents=True, exist_ok=True)
         with SnapshotReceiver(destination.parent, source=f"snapshot from {address}") as receiver:
             first = None
             for chunk in chunks:

@@ -312,3 +312,13 @@ def test_endpoint_health_reports_an_alarm_or_no_leader(start_node, capsys, field
     node.kv.script["Status"] = lambda request, context: kv_pb2.StatusResponse(**status)
     code, out, _ = run(capsys, "endpoint", "health", "--endpoints", node.address, "--timeout", "2")
     assert code == 1 and out.startswith(f"{node.address} is {reason}"), out
+
+
+def test_snapshot_save_into_a_missing_directory_and_import_of_a_missing_file_are_one_line_errors(tmp_path, capsys):
+    missing = tmp_path / "no-such-dir"
+    code, _, err = run(capsys, "snapshot", "save", str(missing / "backup.snap"), "--endpoints", free_address(),
+                       "--timeout", "0.2")
+    assert code == 1 and "is not a directory" in err and not missing.exists(), err
+    pytest.importorskip("pyarrow")
+    code, _, err = run(capsys, "import", "--parquet", str(missing), "--endpoints", free_address(), "--timeout", "0.2")
+    assert code == 1 and "no such file or directory" in err and len(err.strip().splitlines()) == 1, err

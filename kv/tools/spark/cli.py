@@ -101,6 +101,8 @@ def run_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     from kv.tools.spark.bulk_load import BulkLoader, Throttle, discard_staged, new_stage, publish_staged
 
+    if not args.parquet.exists():
+        raise FileNotFoundError(f"{args.parquet}: no such file or directory")
     dataset = ds.dataset(args.parquet, format="parquet")
     missing = {"key", "value"} - set(dataset.schema.names)
     if missing:
