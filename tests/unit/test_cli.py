@@ -131,6 +131,12 @@ def test_help_shows_useful_defaults(capsys):
         cli.main(["get", "--help"])
     out = capsys.readouterr().out
     assert "--endpoints" in out and "--consistency" in out and "stale" in out
+    for command, defaults in ((["export"], ("(default: 4)", "(default: 30.0)")),
+                              (["import"], ("(default: 1000)", "(default: 30.0)"))):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        out = capsys.readouterr().out
+        assert all(text in out for text in defaults), out
 
 
 def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys):

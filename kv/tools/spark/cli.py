@@ -17,10 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from kv.tools.arguments import default_endpoints, endpoints_help
+from kv.tools.arguments import Formatter, default_endpoints, endpoints_help, positive_float, positive_int
 from raft.node.config import DEFAULT_LISTEN
 
-EXIT_FAILED = 1
 BAR_WIDTH = 30
 
 
@@ -33,13 +32,13 @@ def add_parsers(commands: Any) -> None:
 def _endpoint_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--endpoints", default=default_endpoints(None if required else DEFAULT_LISTEN),
                         metavar="HOST:PORT,...", help=endpoints_help(DEFAULT_LISTEN))
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
                         help="per request, retries included")
 
 
 def _add_export(commands: Any) -> None:
     export = commands.add_parser(
-        "export", help="write the store (or a snapshot file) as Parquet",
+        "export", formatter_class=Formatter, help="write the store (or a snapshot file) as Parquet",
         description="Write a consistent point in time of the store as Parquet files split by key range, "
                     "with the Raft index, term and cluster id in each file's metadata and in "
                     "DIR/_raftkv_export.json. Read it back with spark.read.parquet(DIR).")
@@ -47,7 +46,7 @@ def _add_export(commands: Any) -> None:
     export.add_argument("--snapshot", type=Path, default=None, metavar="FILE",
                         help="export this snapshot file instead of a running cluster (no cluster needed)")
     export.add_argument("--out", type=Path, required=True, metavar="DIR", help="an empty or new directory")
-    export.add_argument("--partitions", type=int, default=4, metavar="N", help="files (key ranges) to write")
+    export.add_argument("--partitions", type=positive_int, default=4, metavar="N", help="files (key ranges) to write")
     export.add_argument("--prefix", default=None, help="only keys with this prefix (live export)")
     export.add_argument("--start", default=None, help="first key of the range (live export)")
     export.add_argument("--end", default=None, help="end of the range, exclusive (live export)")
@@ -56,14 +55,14 @@ def _add_export(commands: Any) -> None:
 
 def _add_import(commands: Any) -> None:
     imp = commands.add_parser(
-        "import", help="load Parquet (key, value) into the store",
+        "import", formatter_class=Formatter, help="load Parquet (key, value) into the store",
         description="Load the key and value columns (binary or string) of Parquet files through the leader "
                     "in batches of idempotent puts. Without --atomic a failed import may leave part of the "
                     "rows written (running it again is safe); with --atomic readers see all rows or none.")
     _endpoint_options(imp)
     imp.add_argument("--parquet", type=Path, required=True, metavar="DIR", help="a Parquet file or directory")
     imp.add_argument("--atomic", action="store_true", help="stage the rows and publish them in one command")
-    imp.add_argument("--batch-rows", type=int, default=1000, metavar="N", help="puts per request (at most 1000)")
+    imp.add_argument("--batch-rows", type=positive_int, default=1000, metavar="N", help="puts per request (at most 1000)")
     imp.add_argument("--rows-per-second", type=float, default=0.0, metavar="N", help="throttle (0: none)")
     imp.add_argument("--bytes-per-second", type=float, default=0.0, metavar="N", help="throttle (0: none)")
     imp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
