@@ -68,8 +68,10 @@ def local_session() -> Any:
 
     import kv.tools.spark
 
+    # The workers run this interpreter, so they import raftkv even from a virtualenv that is not
+    # activated (Spark would otherwise start the python3 on PATH).
     spark = (SparkSession.builder.master("local[2]").appName("raftkv-bench")
-             .config("spark.ui.enabled", "false").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
     kv.tools.spark.register(spark)
     return spark
 
