@@ -6,11 +6,10 @@ its replies and their budgets) are in pipeline_call.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -138,18 +137,17 @@ class KVHandler:
 
     def _read(self, key: bytes) -> kv_pb2.GetResponse:
         index = self._node.applied_index  # read after the barrier: the value is at least this fresh
-        with self._corruption_alarm():
+        try:
             value = self._fsm.get(key)
+        except CorruptStateError as e:
+            raise self._refused_as_corrupt(e) from None
         return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
 
-    @contextlib.contextmanager
-    def _corruption_alarm(self) -> Iterator[None]:
+    def _refused_as_corrupt(self, e: CorruptStateError) -> errors.UnavailableError:
         """A value that fails its checksum is never served: the member raises its alarm and stops
-        serving, and the read is refused as UNAVAILABLE (a client goes to another member)."""
-        try:
-            yield
-        except CorruptStateError as e:
-            raise errors.UnavailableError(self._alarm.raise_(str(e))) from None
+        serving, and the read is refused as UNAVAILABLE (a client goes to another member). (A
+        try/except, not a context manager: a get is on the hot path.)"""
+        return errors.UnavailableError(self._alarm.raise_(str(e)))
 
     async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None) -> kv_pb2.ScanResponse:
         if request.prefix and (request.start or request.end):
@@ -157,12 +155,16 @@ class KVHandler:
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
-        with _INVALID_ARGUMENT, self._corruption_alarm():
-            if request.prefix:
-                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
-            else:
-                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
-                                                      SCAN_PAGE_BYTES)
+        try:
+            with _INVALID_ARGUMENT:
+                if request.prefix:
+                    items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit,
+                                                          SCAN_PAGE_BYTES)
+                else:
+                    items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
+                                                          SCAN_PAGE_BYTES)
+        except CorruptStateError as e:
+            raise self._refused_as_corrupt(e) from None
         return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
 
     def _begin_barrier(self, consistency: int, timeout: float | None, then: Callable[[int], R]) -> asyncio.Future[R]:

@@ -47,6 +47,16 @@ def guarded_command(spec: NodeSpec) -> list[str]:
     return [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command[1:]]
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL when it has not stopped within 15 s (a teardown that must not hang)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
     """Poll `probe` until it returns something truthy. Processes give no events to await, so the
     tests poll status, briefly, with a deadline and a message saying what never happened."""

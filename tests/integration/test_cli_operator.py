@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 from kv import Client
 from kv.tools import cli
 from kv.tools.cluster_up import child_env
-from tests.integration.cluster import Cluster, free_ports, wait_until
+from tests.integration.cluster import Cluster, free_ports, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,12 +35,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             wait_until("the single node to lead", lambda: client.status()[0].get("role") == "leader")
         yield address
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()
 
 

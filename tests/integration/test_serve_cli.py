@@ -19,7 +19,7 @@ from kv.tools.cluster_up import child_env
 from raft.core.types import Entry, EntryType, HardState
 from raftkv_proto import kv_pb2
 from raft.log import LOG_DIR, WalLogStore
-from tests.integration.cluster import free_ports, wait_until
+from tests.integration.cluster import free_ports, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -58,12 +58,7 @@ def test_serve_without_flags_is_a_single_node_store_in_the_cwd(tmp_path: Path):
         with Client(address, timeout=15.0) as client:
             assert client.get("hello") == b"world"
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 @pytest.mark.parametrize("sigterms", [1, 2], ids=["sigterm", "sigterm-again-while-stopping"])

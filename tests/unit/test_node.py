@@ -404,6 +404,14 @@ async def applied_through(node: RaftNode, index: int) -> None:
             await asyncio.sleep(0.01)
 
 
+async def write_64_and_see_them_everywhere(leader: Any, servers: list[Any]) -> None:
+    """64 puts through `leader`, then every server has applied them all."""
+    outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
+    for s in servers:
+        await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
+        assert s.fsm.get(b"k63") == b"v63"
+
+
 def test_a_follower_whose_state_fills_during_an_apply_goes_on_once_it_has_room(tmp_path: Path) -> None:
     """A follower's state machine refuses a large batch for space: the driver rebuilds its core
     from what is durable and applies the batch again, and the follower ends up with every entry
@@ -423,10 +431,7 @@ def test_a_follower_whose_state_fills_during_an_apply_goes_on_once_it_has_room(t
                 return real_apply(entries)
 
             follower.fsm.apply = full_once  # type: ignore[method-assign]
-            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
-            for s in servers:
-                await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
-                assert s.fsm.get(b"k63") == b"v63"
+            await write_64_and_see_them_everywhere(leader, servers)
             assert failed  # the fault did happen
         finally:
             for s in servers:
@@ -457,10 +462,7 @@ def test_a_follower_whose_state_fills_in_the_middle_of_a_sliced_apply_goes_on_fr
         try:
             leader_id = await asyncio.wait_for(servers[0].node.wait_for_leader(), WAIT_S)
             leader = next(s for s in servers if s.node.id == leader_id)
-            outcomes = await asyncio.gather(*(leader.node.propose(put_cmd(b"k%d" % i, b"v%d" % i)) for i in range(64)))
-            for s in servers:
-                await asyncio.wait_for(applied_through(s.node, outcomes[-1].index), WAIT_S)
-                assert s.fsm.get(b"k63") == b"v63"
+            await write_64_and_see_them_everywhere(leader, servers)
             assert failed  # the fault did happen
         finally:
             for s in servers:

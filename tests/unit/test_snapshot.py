@@ -229,7 +229,8 @@ def test_newest_and_prune_keep_the_newest(tmp_path: Path) -> None:
         store.prune(keep=0)
 
 
-def test_newest_skips_a_damaged_file(tmp_path: Path) -> None:
+def two_snapshots(tmp_path: Path) -> tuple[SnapshotStore, SnapshotManifest, SnapshotManifest]:
+    """A store holding a snapshot at index 100 and a newer one at 200."""
     entries = make_entries(200)
     store = SnapshotStore(tmp_path / "snapshots")
     with KVStateMachine(tmp_path / "state", map_size=MAP_SIZE) as sm:
@@ -237,6 +238,11 @@ def test_newest_skips_a_damaged_file(tmp_path: Path) -> None:
         older = store.create(sm, ["n1"], "c")
         sm.apply(entries[100:])
         newer = store.create(sm, ["n1"], "c")
+    return store, older, newer
+
+
+def test_newest_skips_a_damaged_file(tmp_path: Path) -> None:
+    store, older, newer = two_snapshots(tmp_path)
     os.truncate(store.path_for(newer), 10)
     newest = store.newest()
     assert newest is not None and newest[0] == older
@@ -247,13 +253,7 @@ def test_newest_skips_a_damaged_file(tmp_path: Path) -> None:
 
 
 def test_newest_with_verify_sets_aside_a_flipped_payload(tmp_path: Path) -> None:
-    entries = make_entries(200)
-    store = SnapshotStore(tmp_path / "snapshots")
-    with KVStateMachine(tmp_path / "state", map_size=MAP_SIZE) as sm:
-        sm.apply(entries[:100])
-        older = store.create(sm, ["n1"], "c")
-        sm.apply(entries[100:])
-        newer = store.create(sm, ["n1"], "c")
+    store, older, newer = two_snapshots(tmp_path)
     damaged = store.path_for(newer)
     flip_byte(damaged, damaged.stat().st_size - 100)
     assert store.newest() == (newer, damaged)  # only the header is read: the flip goes unseen
