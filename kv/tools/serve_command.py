@@ -29,14 +29,16 @@ from raft.node.config import (
     DEFAULT_NODE_ID,
     Limits,
     NodeConfig,
+    Security,
     StorageConfig,
+    TLSFiles,
     Tuning,
     parse_peers,
 )
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
-_CORE, _STORAGE, _LIMITS, _TUNING = CoreConfig(), StorageConfig(), Limits(), Tuning()
+_CORE, _STORAGE, _LIMITS, _TUNING, _SECURITY = CoreConfig(), StorageConfig(), Limits(), Tuning(), Security()
 
 # (flags, argparse keywords) of the machine-tuning flags.
 TUNING_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
@@ -166,11 +168,31 @@ def add_serve_parser(commands: Any) -> None:
               "one with RESOURCE_EXHAUSTED before reading it whole; a put of the largest key and "
               "--max-value-bytes value must fit, and so must a whole batch; at least 1MiB "
               "(default: 1572864, 1.5MiB)")
+    _add_security_flags(serve)
     _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
     _add(serve, "--help-tuning", action=_TuningHelp)
     for flags, keywords in TUNING_FLAGS:
         _add(serve, *flags, **{**keywords, "help": argparse.SUPPRESS})
     serve.set_defaults(run=run_serve, command_parser=serve)
+
+
+def _add_security_flags(serve: argparse.ArgumentParser) -> None:
+    """etcd's TLS flags, same names and meanings (docs/security.md)."""
+    group = serve.add_argument_group("security (etcd's flags; docs/security.md)")
+    for prefix, port in (("", "the client port (--listen)"), ("peer-", "the peer port (--listen-peer)")):
+        _add(group, f"--{prefix}cert-file", type=Path, default=None, metavar="PEM",
+             help=f"certificate of {port}: TLS on it (with --{prefix}key-file); plaintext without")
+        _add(group, f"--{prefix}key-file", type=Path, default=None, metavar="PEM", help=f"private key of --{prefix}cert-file")
+        _add(group, f"--{prefix}trusted-ca-file", type=Path, default=None, metavar="PEM",
+             help="CA whose certificates are accepted from " + (
+                 "clients (with --client-cert-auth)" if not prefix else
+                 "the other members, both when they dial this node and when this node dials them"))
+        _add(group, f"--{prefix}client-cert-auth", action="store_true",
+             help="require a certificate signed by --{0}trusted-ca-file from every {1}".format(
+                 prefix, "client" if not prefix else "member that dials this node; its certificate must name "
+                                                     "the member id (CN or a DNS SAN) its messages claim"))
+    _add(group, "--auth-token-ttl", type=non_negative_float, default=_SECURITY.auth_token_ttl_s, metavar="SECONDS",
+         help="how long a token from `raftkv auth` login stays valid, when authentication is enabled")
 
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
@@ -191,8 +213,14 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         limits=Limits(max_value_bytes=args.max_value_bytes, max_request_bytes=args.max_request_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
-                      follower_yield_entries=args.follower_yield_entries))
+                      follower_yield_entries=args.follower_yield_entries),
+        security=Security(
+            client=TLSFiles(args.cert_file, args.key_file, args.trusted_ca_file, args.client_cert_auth),
+            peer=TLSFiles(args.peer_cert_file, args.peer_key_file, args.peer_trusted_ca_file,
+                          args.peer_client_cert_auth),
+            auth_token_ttl_s=args.auth_token_ttl))
     config.validate_addresses()
+    config.security.check_files()
     return config
 
 

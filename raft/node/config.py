@@ -137,11 +137,83 @@ class Tuning:
             raise ValueError("tick_interval_ms, peer_connect_timeout_ms and snapshot_chunk_bytes must be at least 1")
 
 
+@dataclass(slots=True, frozen=True)
+class TLSFiles:
+    """The PEM files of one TLS port, as etcd's flags name them (--cert-file, --key-file,
+    --trusted-ca-file, --client-cert-auth; the peer port's carry a --peer- prefix). No cert_file:
+    the port speaks plaintext."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    # The CA that signs the certificates this port accepts from the other side (and, on the peer
+    # port, the CA that signed the other members' certificates when this node dials them).
+    trusted_ca_file: Path | None = None
+    # Require a client certificate signed by trusted_ca_file from whoever connects.
+    client_cert_auth: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("cert_file", "key_file", "trusted_ca_file"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
+
+    def check(self, prefix: str = "") -> None:
+        """ValueError, naming the field (with `prefix`: "peer_"), unless the files make sense together."""
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError(f"{prefix}cert_file and {prefix}key_file go together: give both or neither")
+        if self.client_cert_auth and self.trusted_ca_file is None:
+            raise ValueError(f"{prefix}client_cert_auth needs {prefix}trusted_ca_file: the CA whose certificates "
+                             f"it accepts")
+        if self.cert_file is None and (self.client_cert_auth or self.trusted_ca_file is not None):
+            raise ValueError(f"{prefix}client_cert_auth and {prefix}trusted_ca_file need {prefix}cert_file and "
+                             f"{prefix}key_file: TLS is off without them")
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+    def check_files(self, prefix: str = "") -> None:
+        """ValueError, naming the field, unless each file given can be read."""
+        for name in ("cert_file", "key_file", "trusted_ca_file"):
+            path = getattr(self, name)
+            if path is not None:
+                try:
+                    path.read_bytes()
+                except OSError as e:
+                    raise ValueError(f"{prefix}{name} {path}: {e.strerror or e}") from None
+
+
+@dataclass(slots=True)
+class Security:
+    """TLS on the client port (`client`) and between members (`peer`), and client authentication
+    (docs/security.md). Off by default: a node on a loopback address is reached by its own machine only;
+    `raftkv serve` warns when it listens elsewhere without TLS."""
+
+    client: TLSFiles = field(default_factory=TLSFiles)
+    peer: TLSFiles = field(default_factory=TLSFiles)
+    # How long an authentication token is valid (etcd's simple tokens: 300 s).
+    auth_token_ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        self.client.check()
+        self.peer.check("peer_")
+        if self.peer.enabled and self.peer.trusted_ca_file is None:
+            raise ValueError("peer_cert_file needs peer_trusted_ca_file: the CA that signed the other members' "
+                             "certificates, which this node checks when it dials them")
+        if self.auth_token_ttl_s <= 0:
+            raise ValueError("auth_token_ttl_s must be positive")
+
+    def check_files(self) -> None:
+        self.client.check_files()
+        self.peer.check_files("peer_")
+
+
 @dataclass(slots=True)
 class NodeConfig:
     """A node's configuration, in layers: who it is and where (the fields here), the protocol
-    (`core`, raft/core/config.py), the disk (`storage`), what it accepts (`limits`) and how it
-    uses its machine (`tuning`). Errors name the field; the command line names its flags."""
+    (`core`, raft/core/config.py), the disk (`storage`), what it accepts (`limits`), how it
+    uses its machine (`tuning`) and TLS and authentication (`security`). Errors name the field;
+    the command line names its flags."""
 
     node_id: str = DEFAULT_NODE_ID
     # Where this node binds its gRPC services for clients (KV, export).
@@ -169,6 +241,7 @@ class NodeConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
+    security: Security = field(default_factory=Security)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
