@@ -19,9 +19,9 @@ from raft.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.core.raft import CoreStatus, RaftCore
+from raft.core.raft import RaftCore
 from raft.core.ready import DroppedProposals, FailedRead, Ready, ReadState, SnapshotSend, SoftState
-from raft.core.types import Entry, EntryType, HardState, Role, SnapshotMeta
+from raft.core.types import CoreStatus, Entry, EntryType, HardState, Role, SnapshotMeta
 
 __all__ = [
     "CoreConfig", "CoreStatus", "DroppedProposals", "Entry", "EntryType", "FailedRead", "HardState",

@@ -8,12 +8,12 @@ cores under a virtual clock and a hostile network, deterministically from a seed
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from raft.core.apply_cursor import ApplyCursor
 from raft.core.config import CoreConfig
 from raft.core.dispatcher import Outgoing
+from raft.core.election import Election
 from raft.core.entry_handler import EntryHandler
 from raft.core.errors import NotLeaderError
 from raft.core.log_store import LogStore
@@ -30,26 +30,12 @@ from raft.core.messages import (
     refusal_of_stale,
 )
 from raft.core.leadership import Leadership
-from raft.core.quorum import majority
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker
 from raft.core.ready import DroppedProposals, FailedRead, Ready, SnapshotSend, SoftState
-from raft.core.types import Entry, EntryType, HardState, Role, SnapshotMeta
+from raft.core.types import CoreStatus, Entry, EntryType, HardState, Role, SnapshotMeta
 
 _NEVER = -(1 << 62)
-
-
-@dataclass(frozen=True, slots=True)
-class CoreStatus:
-    id: str
-    role: Role
-    term: int
-    leader: str | None
-    commit_index: int
-    applied_index: int
-    last_index: int
-    snapshot_index: int  # the log's before_begin index
-    peers: dict[str, int] = field(default_factory=dict)  # leader only: member -> match index
 
 
 class RaftCore:
@@ -60,16 +46,7 @@ class RaftCore:
     `members` includes this node. `log` is read, never written, by the core. `applied_index` is
     what the state machine already holds on (re)start: the core will not hand those entries out
     again. `rng` supplies the election timeout jitter, so a seeded generator makes runs repeatable.
-
-    `rejoin_floor`: this node lost its log and comes back empty (its hard state's term set above
-    any it can have voted in), and this is the most up-to-date log position (last term, last
-    index) its peers reported (raft/node/joining.py). Until it has caught up it never stands, and
-    votes only for a candidate whose log is at least that up to date: an empty log would vote for a
-    candidate that lacks entries the lost copy held, and a majority could then elect a leader
-    without them; a candidate as up to date as the best of a set of peers that meets every
-    majority holds everything committed. Caught up means: its disk holds the log up to a commit
-    index its leader told it whose entry is of the leader's own term. Such an entry commits only
-    after everything committed in earlier terms, so the node then holds all its lost copy had."""
+    `rejoin_floor`: this node lost its log and rejoins (election.py says what that means)."""
 
     def __init__(self, node_id: str, members: Sequence[str], log: LogStore, config: CoreConfig,
                  rng: random.Random, now: int, applied_index: int = 0,
@@ -80,7 +57,6 @@ class RaftCore:
         self.members = tuple(sorted(set(members)))
         self.peers = tuple(m for m in self.members if m != node_id)
         self.config = config
-        self._rng = rng
         self.now = now
         self.log = RaftLog(log)
         before_index, _ = self.log.before_begin()
@@ -94,17 +70,13 @@ class RaftCore:
         self._role = Role.FOLLOWER
         self._leader: str | None = None
         self._leader_contact = _NEVER
-        # The _leader_contact whose silence peer_unreachable has already acted on.
-        self._gone_reported_for: int | None = None
         self._commit = applied_index
         self._apply = ApplyCursor(applied_index)
         self._handler = EntryHandler(self.log, config)
         self._reads = ReadIndexTracker()
-        self._votes: dict[str, bool] = {}
-        self._election_deadline = 0
-        self._reset_election_timer()
+        self._election = Election(config, rng, len(self.members), rejoin_floor)
+        self._election.reset_timer(now)
         self._lead: Leadership | None = None  # while this node leads its term
-        self._rejoin_floor = rejoin_floor
         # Output queues, drained by ready().
         self._messages: list[Message] = []
         self._leader_messages: list[Message] = []
@@ -136,7 +108,7 @@ class RaftCore:
 
     @property
     def rejoining(self) -> bool:
-        return self._rejoin_floor is not None
+        return self._election.rejoining
 
     @property
     def applied_index(self) -> int:
@@ -172,9 +144,9 @@ class RaftCore:
         if self._lead is not None:
             self._tick_leader(self._lead)
             return
-        if self.now >= self._election_deadline:
+        if self.now >= self._election.deadline:
             if self.rejoining:
-                self._reset_election_timer()  # not a voter yet: it waits for a leader
+                self._election.reset_timer(self.now)  # not a voter yet: it waits for a leader
             else:
                 self._start_pre_vote()
         self._messages.extend(self._handler.expire_held(self.now))
@@ -199,39 +171,22 @@ class RaftCore:
         self._reads.add(ctx, self._commit if self._committed_in_term() else None)
 
     def peer_unreachable(self, peer: str) -> None:
-        """The transport lost its connection to `peer`: refused or reset, so the process is gone,
-        not merely slow. A follower whose leader that is need not wait a random [T, 2T) after the
-        leader's last message: it stands (pre-vote) as soon as a pre-vote can succeed, when no
-        follower can have heard from the leader for T, plus up to T/4 of jitter so two followers
-        seldom stand together (two at once split the vote and wait another [T, 2T)). Only a timer
-        moves, so a wrong report costs nothing: the leader's next message resets it.
-
-        The transport reports again on every failed reconnect (every 50 ms). Only the first
-        report of a silence draws the jitter: keeping the earliest of twenty draws left both
-        followers standing within a few ms of T, and one election in four split."""
-        if self._role != Role.FOLLOWER or peer != self._leader:
-            return
-        if self._gone_reported_for == self._leader_contact:
-            return
-        self._gone_reported_for = self._leader_contact
-        t = self.config.election_timeout_ms
-        soon = self._leader_contact + t + self._rng.randrange(max(1, t // 4))
-        self._election_deadline = min(self._election_deadline, soon)
+        """The transport lost its connection to `peer`: refused or reset, so the process is gone.
+        A follower whose leader that is stands sooner (Election.hasten)."""
+        if self._role == Role.FOLLOWER and peer == self._leader:
+            self._election.hasten(self._leader_contact)
 
     def join(self, term: int, floor: tuple[int, int] | None) -> None:
         """A node that started empty learnt what its cluster holds (raft/node/joining.py): it takes
         `term` (above every term its peers reported, so it cannot vote again in a term it voted in
         before losing its data); with a `floor` (the cluster has a log) it rejoins (see
-        `rejoin_floor`), else it is a founder and votes from now on."""
+        election.py), else it is a founder and votes from now on."""
         if term > self._term:
             self._term, self._voted_for, self._hard_dirty = term, None, True
-        self._rejoin_floor = floor
+        self._election.rejoin_floor = floor
 
     def refloor(self, floor: tuple[int, int] | None) -> None:
-        """(Rejoining) The rejoin floor asked again (raft/node/joining.py): None when no log
-        holds anything any more."""
-        if self._rejoin_floor is not None:
-            self._rejoin_floor = floor
+        self._election.refloor(floor)
 
     def applied_to(self, index: int) -> None:
         self._apply.applied_to(index)
@@ -349,17 +304,10 @@ class RaftCore:
             self._handler.matched_through(idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
-        if self._rejoin_floor is not None and self._caught_up():
-            self._rejoin_floor = None  # a voter again
+        self._election.check_caught_up(self.log, self._leader, self._commit, self._term)
         if self._lead is not None:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
-
-    def _caught_up(self) -> bool:
-        """(Rejoining) Its disk holds the log through a commit index of the current term."""
-        commit = self._commit
-        return (self._leader is not None and commit > 0 and commit <= self.log.persisted_index
-                and self.log.term(commit) == self._term)
 
     def _soft_state_changed(self) -> bool:
         # Field by field: has_ready runs several times per write, and building a SoftState to
@@ -378,8 +326,7 @@ class RaftCore:
     # ------------------------------------------------------------------ roles
 
     def _reset_election_timer(self) -> None:
-        t = self.config.election_timeout_ms
-        self._election_deadline = self.now + self._rng.randrange(t, 2 * t)
+        self._election.reset_timer(self.now)
 
     def _in_lease(self) -> bool:
         """Has this node heard from a live leader within the election timeout?"""
@@ -400,7 +347,7 @@ class RaftCore:
         if self._role == Role.LEADER:
             self._drop_leadership(old_term, leader)
         self._role = Role.FOLLOWER
-        self._votes = {}
+        self._election.votes = {}
         self._set_leader(leader)
         if leader is not None:
             self._leader_contact = self.now
@@ -417,9 +364,8 @@ class RaftCore:
     def _start_pre_vote(self) -> None:
         self._role = Role.PRE_CANDIDATE
         self._set_leader(None)
-        self._votes = {self.id: True}
         self._reset_election_timer()
-        if self._won(self._votes):
+        if self._election.stand(self.id):
             self._start_election()
             return
         for p in self.peers:
@@ -431,22 +377,18 @@ class RaftCore:
         self._voted_for, self._hard_dirty = self.id, True
         self._role = Role.CANDIDATE
         self._set_leader(None)
-        self._votes = {self.id: True}
         self._reset_election_timer()
-        if self._won(self._votes):
+        if self._election.stand(self.id):
             self._become_leader()
             return
         for p in self.peers:
             # Sent only after the Ready carrying our vote for ourselves is on disk.
             self._messages.append(VoteRequest(self.id, p, self._term, self.log.last_index(), self.log.last_term()))
 
-    def _won(self, votes: dict[str, bool]) -> bool:
-        return sum(votes.values()) >= majority(len(self.members))
-
     def _become_leader(self) -> None:
         self._role = Role.LEADER
         self._set_leader(self.id)
-        self._votes = {}
+        self._election.votes = {}
         # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
         self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
         self._lead = Leadership(self)
@@ -457,9 +399,7 @@ class RaftCore:
     # ------------------------------------------------------------------ election messages
 
     def _on_vote_request(self, msg: VoteRequest) -> None:
-        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
-        if self._rejoin_floor is not None:
-            up_to_date = up_to_date and (msg.last_log_term, msg.last_log_index) >= self._rejoin_floor
+        up_to_date = self._election.deserves_vote(self.log, msg.last_log_index, msg.last_log_term)
         if msg.pre_vote:
             grant = msg.term > self._term and up_to_date and not self._in_lease()
             self._messages.append(VoteResponse(self.id, msg.src, msg.term if grant else self._term,
@@ -476,14 +416,12 @@ class RaftCore:
         if msg.pre_vote:
             if self._role != Role.PRE_CANDIDATE or (msg.granted and msg.term != self._term + 1):
                 return
-            self._votes[msg.src] = msg.granted
-            if self._won(self._votes):
+            if self._election.record(msg.src, msg.granted):
                 self._start_election()
             return
         if self._role != Role.CANDIDATE or msg.term != self._term:
             return
-        self._votes[msg.src] = msg.granted
-        if self._won(self._votes):
+        if self._election.record(msg.src, msg.granted):
             self._become_leader()
 
     # ------------------------------------------------------------------ follower side

@@ -50,3 +50,16 @@ class SnapshotMeta:
     index: int
     term: int
     members: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class CoreStatus:
+    id: str
+    role: Role
+    term: int
+    leader: str | None
+    commit_index: int
+    applied_index: int
+    last_index: int
+    snapshot_index: int  # the log's before_begin index
+    peers: dict[str, int] = field(default_factory=dict)  # leader only: member -> match index
