@@ -6,6 +6,7 @@ handshakes. With config.security.peer set (--peer-cert-file ...), both halves sp
 (raft/transport/peer_tls.py)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from raft.core.messages import Message
@@ -16,6 +17,8 @@ from raft.transport.address import split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
 from raft.transport.peer_tls import dial_context, listener_context
+
+log = logging.getLogger(__name__)
 
 
 class TcpTransport:
@@ -61,6 +64,12 @@ class TcpTransport:
                                 tls=self._listener_tls)
         await listener.start(*split_address(address))
         self.listener = listener
+        tls = config.security.peer
+        if tls.enabled:
+            log.info("peer port %s: mutual TLS with certificate %s, the other members' checked against %s%s",
+                     address, tls.cert_file, tls.trusted_ca_file,
+                     "" if tls.client_cert_auth else " when they present one (no --peer-client-cert-auth: "
+                                                     "a member that presents none is taken at its word)")
 
     async def start(self, inbound: Inbound) -> None:
         self.links.on_gone = inbound.peer_unreachable
