@@ -19,13 +19,15 @@ import uvloop
 from raftkv_proto import raft_pb2
 from raft.node.config import Security, TLSFiles
 from raft.transport.frames import FrameReader
-from raft.transport.peer_tls import check_names_member, names, shown
+from raft.transport.peer_listener import PeerListener
+from raft.transport.peer_tls import check_names_member, listener_context, names, shown
 from raft.transport.peer_protocol import PeerRefused
 from kv.tools.certs import ensure_ca, issue
 from tests.unit.test_transport import (
     META,
     WAIT_S,
     Node,
+    Recorder,
     batch_frame,
     file_chunks,
     heartbeat,
@@ -302,5 +304,27 @@ def test_without_client_cert_auth_a_dialer_without_a_certificate_is_taken_at_its
                 except OSError:  # ssl.SSLError included
                     frames = []
                 assert frames == [] and n3.inbound.delivered == []
+
+    run(main)
+
+
+def test_a_tls_listener_takes_one_port_on_every_address_it_binds(run: Any, certs: Path) -> None:
+    """As the plaintext listener: "" binds every interface, "localhost" each of its addresses,
+    all on the one port that port 0 chose; a port taken is an error that names the flag."""
+    async def main() -> None:
+        for host in ("", "localhost"):
+            listener = PeerListener("n2", "c1", ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
+                                    lambda member, address: None, lambda: (0, 0, 0),
+                                    tls=listener_context(peer_tls(certs, "n2").peer))
+            port = await listener.start(host, 0)
+            try:
+                assert listener._server is not None and {s.getsockname()[1] for s in listener._server.sockets} == {port}
+                frames, _ = await tls_exchange(port, client_context(certs, "n1"), hello_frame(purpose=raft_pb2.PROBE))
+                assert raft_pb2.PeerHelloReply.FromString(frames[0]).node_id == "n2"
+                taken = Node("n3", {"n1": "127.0.0.1:1"}, port=port, security=peer_tls(certs, "n3"))
+                with pytest.raises(OSError, match=f"cannot listen for peers on 127.0.0.1:{port} \\(--listen-peer\\)"):
+                    await taken.transport.start(taken.inbound)
+            finally:
+                await listener.close()
 
     run(main)
