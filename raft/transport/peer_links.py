@@ -16,15 +16,21 @@ unacknowledged for `ack_timeout_ms` is closed and dialled again: its other end i
 nothing in TCP says so - a proxy (docker-proxy, a Service proxy, a mesh sidecar) that keeps our
 side open and takes our bytes after the member behind it died, and never reaches the member
 again for that connection. Messages are one-way (answers come on the peer's own connection to
-us), so nothing else would show that our messages vanish."""
+us), so nothing else would show that our messages vanish.
+
+With peer TLS on (`tls`, raft/transport/peer_tls.py), every connection is dialled with TLS, and
+before our hello goes out the listener's verified certificate must name the member we meant to
+reach (not the address we dialled: the member id is the identity); otherwise the link is refused
+with the reason, as a refused hello is."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
@@ -43,7 +49,9 @@ from raft.transport.peer_protocol import (
     check_reply,
     configure_peer_socket,
     hello,
+    looks_like_tls,
 )
+from raft.transport.peer_tls import check_names_member, handshake_refusal
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +91,15 @@ class PeerLinks:
     def __init__(self, node_id: str, cluster_id: str, client_address: str, peers: dict[str, str],
                  connect_timeout_ms: int, max_inflight: int = 64,
                  on_gone: Callable[[str], None] | None = None,
-                 learnt: Callable[[str, str], None] | None = None, ack_timeout_ms: int = 2000) -> None:
+                 learnt: Callable[[str, str], None] | None = None, ack_timeout_ms: int = 2000,
+                 tls: ssl.SSLContext | None = None) -> None:
         """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
         called each time a link to `peer` fails because the connection was refused, reset or
         closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
         is told the client address each peer advertises in its answer to our hello.
         `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
-        long is closed and dialled again (TcpTransport: twice the election timeout)."""
+        long is closed and dialled again (TcpTransport: twice the election timeout). `tls`:
+        peer_tls.dial_context's, to dial every peer with TLS (None: plaintext)."""
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._client_address = client_address
@@ -99,6 +109,10 @@ class PeerLinks:
         self._ack_within_ms = max(1, ack_timeout_ms // ACKS_PER_TIMEOUT)
         self.on_gone = on_gone
         self._learnt = learnt
+        self._tls = tls
+        # What create_connection / open_connection are given: nothing more for plaintext.
+        self._dial_options: dict[str, Any] = {} if tls is None else {"ssl": tls,
+                                                                      "ssl_handshake_timeout": self._timeout_s}
         self._links: dict[str, PeerLink] = {}
         for pid, address in peers.items():
             if pid != node_id:
@@ -163,10 +177,14 @@ class PeerLinks:
         """Connect and say hello, flush what queued meanwhile, then let send() write directly
         until the connection ends (always by an exception)."""
         loop = asyncio.get_running_loop()
-        connection = _Outbound(loop, link.address, link.peer_id)
+        connection = _Outbound(loop, link.address, link.peer_id, tls=self._tls is not None)
         try:
             async with asyncio.timeout(self._timeout_s):
-                await loop.create_connection(lambda: connection, link.host, link.port)
+                try:
+                    await loop.create_connection(lambda: connection, link.host, link.port, **self._dial_options)
+                except ssl.SSLError as e:
+                    raise handshake_refusal(link.peer_id, link.address, e) from None
+                self._check_identity(link, connection.peercert())
                 connection.write(self._hello(link, MESSAGES, self._ack_within_ms))
                 answer = await connection.answer
             connection.acks = self._accepted(link, answer).acks
@@ -189,6 +207,13 @@ class PeerLinks:
         if connection.refusal is not None:
             raise PeerRefused(connection.refusal)
         raise ConnectionResetError(f"connection closed: {connection.closed.result() or 'by the peer'}")
+
+    def _check_identity(self, link: PeerLink, peercert: dict[str, Any] | None) -> None:
+        """With TLS: PeerRefused unless the listener's certificate names the member we dialled."""
+        if self._tls is not None:
+            check_names_member(peercert, link.peer_id, f"the certificate of {link.address}",
+                               f": is {link.address} {link.peer_id}'s peer address, and {link.peer_id}'s "
+                               f"--peer-cert-file its own?")
 
     def _hello(self, link: PeerLink, purpose: int, ack_within_ms: int = 0) -> bytes:
         h = hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
@@ -238,7 +263,8 @@ class PeerLinks:
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
-                reader, writer = await asyncio.open_connection(link.host, link.port)
+                reader, writer = await asyncio.open_connection(link.host, link.port, **self._dial_options)
+                self._check_identity(link, writer.get_extra_info("peercert"))
                 writer.write(self._hello(link, PROBE))
                 reply = self._accepted(link, await _read_frame(reader))
         except (OSError, EOFError, TimeoutError, FrameError, PeerRefused):
@@ -262,8 +288,16 @@ class PeerLinks:
             async with asyncio.timeout(timeout_s):
                 try:
                     async with asyncio.timeout(self._timeout_s):
-                        reader, writer = await asyncio.open_connection(link.host, link.port)
+                        try:
+                            reader, writer = await asyncio.open_connection(link.host, link.port,
+                                                                           **self._dial_options)
+                        except ssl.SSLError as e:
+                            return False, str(handshake_refusal(peer_id, link.address, e))
                         configure_peer_socket(writer.get_extra_info("socket"))
+                        try:
+                            self._check_identity(link, writer.get_extra_info("peercert"))
+                        except PeerRefused as e:
+                            return False, f"no snapshot for {peer_id}: {e}"
                         writer.write(self._hello(link, SNAPSHOT))
                         answer = await _read_frame(reader)
                 except FrameError:
@@ -336,7 +370,7 @@ class _Outbound(asyncio.Protocol):
     answer says `acks`) empty frames acknowledging what arrived, and at most one Refusal: why the
     peer closes the connection."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, address: str, peer_id: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, address: str, peer_id: str, tls: bool = False) -> None:
         self.answer: asyncio.Future[bytes] = loop.create_future()
         self.closed: asyncio.Future[Exception | None] = loop.create_future()
         self.refusal: str | None = None
@@ -346,12 +380,17 @@ class _Outbound(asyncio.Protocol):
         self._loop = loop
         self._address = address
         self._peer_id = peer_id
+        self._tls = tls
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader(MAX_HELLO_BYTES)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         configure_peer_socket(transport.get_extra_info("socket"))
+
+    def peercert(self) -> dict[str, Any] | None:
+        """The listener's verified certificate (None on a plaintext connection)."""
+        return self._transport.get_extra_info("peercert") if self._transport is not None else None
 
     def data_received(self, data: bytes) -> None:
         unreadable = False
@@ -360,7 +399,7 @@ class _Outbound(asyncio.Protocol):
         except FrameError as e:
             frames = e.frames
             if not frames and not self.answer.done():
-                self.answer.set_exception(self._not_a_peer())
+                self.answer.set_exception(self._not_a_peer(data))
                 self.abort()
                 return
             unreadable = True
@@ -381,13 +420,20 @@ class _Outbound(asyncio.Protocol):
         if not self.answer.done():
             if self._reader.buffered:  # something came back, but not a frame
                 self.answer.set_exception(self._not_a_peer())
+            elif isinstance(exc, ssl.SSLError):  # TLS 1.3: the listener refuses our certificate after the handshake
+                self.answer.set_exception(handshake_refusal(self._peer_id, self._address, exc))
             else:
+                # With TLS, a listener that refuses our certificate may just close: its log says why.
+                hint = f"; does {self._peer_id} accept our certificate?" if self._tls else ""
                 self.answer.set_exception(ConnectionResetError(
-                    f"the connection closed before an answer to our hello{f' ({exc})' if exc else ''}"))
+                    f"the connection closed before an answer to our hello{f' ({exc})' if exc else ''}{hint}"))
         if not self.closed.done():
             self.closed.set_result(exc)
 
-    def _not_a_peer(self) -> PeerRefused:
+    def _not_a_peer(self, received: bytes = b"") -> PeerRefused:
+        if looks_like_tls(received):
+            return PeerRefused(f"{self._address} answers with TLS: does {self._peer_id} run with "
+                               f"--peer-cert-file and this member without?")
         return PeerRefused(f"{self._address} does not answer as a raftkv peer: is it {self._peer_id}'s peer "
                            f"address (--listen-peer), not its client one?")
 

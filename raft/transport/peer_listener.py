@@ -13,6 +13,18 @@ closed (with a Refusal naming the reason), so nothing sent before a dialer diall
 delivered after what it sent since. On a SNAPSHOT connection the header and chunks are handed to the node as they arrive (reading
 pauses while the node is behind), and the node's verdict goes back as one SnapshotAck.
 
+With peer TLS on (`tls`, raft/transport/peer_tls.py), the listener accepts each connection itself
+and hands it to the event loop's connect_accepted_socket(ssl=...), which raises when the TLS
+handshake fails: a plaintext dialer, or one whose certificate the trusted CA did not sign (or, with
+--peer-client-cert-auth, one with no certificate), is refused and logged, and no byte it sent is
+read as a frame. (create_server(ssl=...) would drop a failed handshake without a word: an SSLError
+is an OSError, which asyncio logs only in debug mode. Upgrading a plain TCP transport with
+start_tls loses the ClientHello on uvloop, which starts reading as soon as connection_made
+returns, before a task could call start_tls.) Then a hello is taken only when the verified
+certificate names the member the hello claims to come from. A dialer that presented no certificate
+(possible only without --peer-client-cert-auth) is taken under the member id it claims: its
+identity is then not bound, as in etcd without --peer-client-cert-auth.
+
 The node logs a refusal and serves on: bad bytes on its peer port never stop it. A dialer refused
 again and again for one reason is logged once, then at most once a minute with the count of
 refusals in between (raft/transport/refusal_log.py)."""
@@ -20,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import cast
@@ -44,12 +58,21 @@ from raft.transport.peer_protocol import (
     not_a_peer,
     parse_hello,
 )
-from raft.transport.refusal_log import RefusalLog, Say
+from raft.transport.peer_tls import check_names_member
+from raft.transport.refusal_log import RefusalLog
 
 log = logging.getLogger(__name__)
 
-# A connection that has not sent its hello this long after it opened is closed.
+# A connection that has not sent its hello this long after it opened (after its TLS handshake, with
+# peer TLS on) is closed; so is one whose TLS handshake has not ended this long after it opened.
 HELLO_TIMEOUT_S = 10.0
+# Connections a listening socket holds before they are accepted (asyncio's create_server default).
+BACKLOG = 100
+# Pause after accept() failed for want of file descriptors or memory, as asyncio's server does.
+ACCEPT_RETRY_S = 1.0
+# What a failed TLS handshake most often means, for the log line that reports it.
+HANDSHAKE_HINT = ("a plaintext peer? one without --peer-cert-file? a certificate not signed by "
+                  "--peer-trusted-ca-file?")
 # Snapshot chunks read ahead of the node: reading pauses above the first, resumes at the second.
 CHUNKS_AHEAD_HIGH = 4
 CHUNKS_AHEAD_LOW = 1
@@ -63,12 +86,13 @@ class PeerListener:
     node steps them); `receive_snapshot` is raft.node.ports.Inbound's; `learnt(member, address)`
     is told each accepted dialer's advertised client address; `disk_state()` says the node's
     term and the end of its log (last term, last index), for the reply to a hello. `clock()`:
-    seconds on a monotonic clock, for how often refusals are logged (default: the event loop's)."""
+    seconds on a monotonic clock, for how often refusals are logged (default: the event loop's).
+    `tls`: peer_tls.listener_context's, to take only TLS connections (None: plaintext)."""
 
     def __init__(self, node_id: str, cluster_id: str, members: Collection[str], client_address: str,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
                  learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]],
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.members = frozenset(members)
@@ -77,45 +101,139 @@ class PeerListener:
         self.learnt = learnt
         self.client_address = client_address
         self.disk_state = disk_state
+        self.tls = tls
         self.connections: set[_Accepted] = set()
+        # With TLS: the connections whose handshake is under way.
+        self.handshakes: set[asyncio.Task[None]] = set()
         # Refused hellos by source: the member the hello claims to come from, else the dialer's host.
         self.refusals = RefusalLog()
         self.clock = clock if clock is not None else lambda: asyncio.get_running_loop().time()
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.AbstractServer | _TLSServer | None = None
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host (as written: "[::1]", "" for every interface) and port (0: any free
         port); return the port bound. OSError (with the address) when it cannot be bound."""
-        loop = asyncio.get_running_loop()
         bind_host = socket_host(host)
         try:
-            server = await loop.create_server(lambda: _Accepted(self), bind_host, port)
+            server = await (self._serve_plaintext(bind_host, port) if self.tls is None else
+                            _TLSServer.bind(self, bind_host, port))
             chosen = server.sockets[0].getsockname()[1]
-            if any(s.getsockname()[1] != chosen for s in server.sockets):
-                # Port 0 and a name like "localhost" gave a socket per address family, each with
-                # a port of its own: make every family listen on one port.
-                server.close()
-                await server.wait_closed()
-                server = await loop.create_server(lambda: _Accepted(self), bind_host, chosen)
         except OSError as e:
             raise OSError(e.errno, f"cannot listen for peers on {host}:{port} (--listen-peer): {e.strerror}") from e
         self._server = server
         self.port = chosen
         return chosen
 
+    async def _serve_plaintext(self, bind_host: str | None, port: int) -> asyncio.AbstractServer:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Accepted(self), bind_host, port)
+        chosen = server.sockets[0].getsockname()[1]
+        if any(s.getsockname()[1] != chosen for s in server.sockets):
+            # Port 0 and a name like "localhost" gave a socket per address family, each with
+            # a port of its own: make every family listen on one port.
+            server.close()
+            await server.wait_closed()
+            server = await loop.create_server(lambda: _Accepted(self), bind_host, chosen)
+        return server
+
     async def close(self) -> None:
         if self._server is None:
             return
         self._server.close()
+        for handshake in list(self.handshakes):
+            handshake.cancel()
         receiving = [c.receiving for c in self.connections if c.receiving is not None]
         for connection in list(self.connections):
             connection.close()
         for task in receiving:
             task.cancel()
-        await asyncio.gather(*receiving, return_exceptions=True)
+        await asyncio.gather(*receiving, *self.handshakes, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
+
+    def note_refusal(self, source: str, peername: object, why: str) -> None:
+        """Log a refused connection from `peername` (rate-limited by `source` and reason)."""
+        say = self.refusals.note(source, why, self.clock())
+        if say is not None:
+            log.warning("refused a peer connection from %s: %s%s", peername, why, say.suffix())
+
+
+def _host(peername: object) -> str:
+    """The dialer's host, as the refusals are counted by it (its port changes with each dial)."""
+    return str(peername[0]) if isinstance(peername, tuple) and peername else "?"
+
+
+class _TLSServer:
+    """The listening sockets of a listener with peer TLS on, each with a task that accepts its
+    connections and a task per connection for its TLS handshake (in listener.handshakes): a
+    connection whose handshake succeeds gets an _Accepted on the TLS transport; one whose
+    handshake fails is refused (logged, rate-limited) and closed, none of its bytes read as a
+    frame."""
+
+    def __init__(self, listener: PeerListener, sockets: list[socket.socket]) -> None:
+        self._listener = listener
+        self.sockets = sockets
+        loop = asyncio.get_running_loop()
+        self._accepting = [loop.create_task(self._accept(s), name="raft-peer-accept") for s in sockets]
+
+    @classmethod
+    async def bind(cls, listener: PeerListener, host: str | None, port: int) -> _TLSServer:
+        """A socket for each address `host` stands for (None: every interface), all on one port
+        (`port`, or the one the first bind chose when it is 0), as create_server binds them."""
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)
+        sockets: list[socket.socket] = []
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and len(sockets) > 1:
+                    address = (address[0], sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return cls(listener, sockets)
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        listener = self._listener
+        while True:
+            try:
+                connection, peername = await loop.sock_accept(sock)
+            except OSError as e:  # out of file descriptors or memory: the listener serves on
+                log.error("accepting a peer connection failed: %s", e)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            task = loop.create_task(self._handshake(connection, peername), name="raft-peer-tls-handshake")
+            listener.handshakes.add(task)
+            task.add_done_callback(listener.handshakes.discard)
+
+    async def _handshake(self, connection: socket.socket, peername: object) -> None:
+        listener = self._listener
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Accepted(listener), connection, ssl=listener.tls, ssl_handshake_timeout=HELLO_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError; so is a reset. The loop closed it.
+            listener.note_refusal(_host(peername), peername,
+                                  f"TLS handshake failed: {str(e) or type(e).__name__} ({HANDSHAKE_HINT})")
+
+    def close(self) -> None:
+        for task in self._accepting:
+            task.cancel()
+
+    async def wait_closed(self) -> None:
+        """The sockets are closed once no accept waits on them any more."""
+        await asyncio.gather(*self._accepting, return_exceptions=True)
+        for sock in self.sockets:
+            sock.close()
 
 
 class _Accepted(asyncio.Protocol):
@@ -193,6 +311,13 @@ class _Accepted(asyncio.Protocol):
             self._refuse_hello(str(e), claimed=hello.from_id)
             return
         assert self._transport is not None and self._hello_timer is not None
+        peercert = self._transport.get_extra_info("peercert") if listener.tls is not None else None
+        if peercert is not None:  # None with TLS: no certificate, allowed without --peer-client-cert-auth
+            try:
+                check_names_member(peercert, hello.from_id, "the certificate of this connection")
+            except PeerRefused as e:
+                self._refuse_hello(str(e))  # counted by the dialer's address: its claim is what is false
+                return
         self._hello_timer.cancel()
         self._peer = hello.from_id
         listener.refusals.forget(hello.from_id)
@@ -227,10 +352,8 @@ class _Accepted(asyncio.Protocol):
             why = not_a_peer(received, why)
         assert self._transport is not None
         # A misconfigured member dials again every few tens of ms: not a line for each attempt.
-        source = claimed or str((self._transport.get_extra_info("peername") or ("?",))[0])
-        say = self._listener.refusals.note(source, why, self._listener.clock())
-        if say is not None:
-            self._log_refusal(why, say)
+        peername = self._transport.get_extra_info("peername")
+        self._listener.note_refusal(claimed or _host(peername), peername, why)
         self._close_with(raft_pb2.PeerHelloReply(refusal=why).SerializeToString())
 
     def _bad_frame(self, received: bytes, error: FrameError) -> None:
@@ -244,10 +367,10 @@ class _Accepted(asyncio.Protocol):
             self._end_chunks(ValueError(f"malformed snapshot stream: {error}"))
             self._on_frame = self._ignore
 
-    def _log_refusal(self, why: str, say: Say | None = None) -> None:
+    def _log_refusal(self, why: str) -> None:
         assert self._transport is not None
-        log.warning("refused a peer connection from %s: %s%s", self._peer or self._transport.get_extra_info("peername"),
-                    why, say.suffix() if say is not None else "")
+        log.warning("refused a peer connection from %s: %s", self._peer or self._transport.get_extra_info("peername"),
+                    why)
 
     def _close_with(self, reply: bytes) -> None:
         """Send the last frame and close."""

@@ -1,7 +1,9 @@
 """The wire protocol on a member's peer port, and the checks each side makes.
 
-Plain TCP, length-prefixed frames (raft/transport/frames.py), each one serialized message of
-raft.proto. A dialer opens a connection for one purpose:
+Length-prefixed frames (raft/transport/frames.py) on TCP, or on TLS when the members run with
+--peer-cert-file (raft/transport/peer_tls.py: the handshake, and the check that each side's
+certificate names the member it claims to be, come before the hello), each frame one serialized
+message of raft.proto. A dialer opens a connection for one purpose:
 
     dialer                                          listener
     PeerHello(cluster_id, from_id, to_id,  ------>  checks the cluster id, that from_id is a member
@@ -55,6 +57,8 @@ DEAD_PEER_TIMEOUT_S = 5
 
 # What an HTTP/2 client (gRPC) sends first: a client pointed at a peer port by mistake.
 _HTTP2_PREFACE = b"PRI * HTTP/2.0"
+# The first bytes of a TLS record: its type (alert 21, handshake 22) and major version 3.
+_TLS_RECORD_TYPES = (21, 22)
 
 
 class PeerRefused(Exception):
@@ -86,7 +90,15 @@ def not_a_peer(received: bytes, why: str) -> str:
     if received.startswith(_HTTP2_PREFACE):
         return ("this is a raftkv peer port and a gRPC client connected to it: clients connect to a "
                 "member's client address (--listen / --advertise-client)")
+    if looks_like_tls(received):
+        return ("this member's peer port speaks plaintext and a TLS client connected to it: give every "
+                "member --peer-cert-file, or none")
     return why
+
+
+def looks_like_tls(received: bytes) -> bool:
+    """Whether the bytes start as a TLS record does (a ClientHello, or an alert)."""
+    return len(received) >= 3 and received[0] in _TLS_RECORD_TYPES and received[1] == 3
 
 
 def parse_hello(body: bytes) -> raft_pb2.PeerHello:

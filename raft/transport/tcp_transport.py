@@ -2,9 +2,11 @@
 per member (--listen-peer) speaking raft/transport/peer_protocol.py: the listener takes the
 peers' connections (raft/transport/peer_listener.py), the links dial theirs
 (raft/transport/peer_links.py), and both learn the members' advertised client addresses from the
-handshakes."""
+handshakes. With config.security.peer set (--peer-cert-file ...), both halves speak mutual TLS
+(raft/transport/peer_tls.py)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from raft.core.messages import Message
@@ -14,6 +16,9 @@ from raft.node.ports import Chunks, Inbound, SnapshotInfo
 from raft.transport.address import split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
+from raft.transport.peer_tls import dial_context, listener_context
+
+log = logging.getLogger(__name__)
 
 
 class TcpTransport:
@@ -29,9 +34,12 @@ class TcpTransport:
         self._inbound: Inbound | None = None
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
         self._client_addresses = {config.node_id: config.advertised_client_address}
+        tls = config.security.peer
+        self._listener_tls = listener_context(tls) if tls.enabled else None
         self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
-                               ack_timeout_ms=2 * config.core.election_timeout_ms)
+                               ack_timeout_ms=2 * config.core.election_timeout_ms,
+                               tls=dial_context(tls) if tls.enabled else None)
         self.listener: PeerListener | None = None
 
     @property
@@ -52,9 +60,16 @@ class TcpTransport:
             return
         config = self._config
         listener = PeerListener(config.node_id, self._cluster_id, self._members, config.advertised_client_address,
-                                self._deliver, self._receive_snapshot, self._learn, self._disk_state)
+                                self._deliver, self._receive_snapshot, self._learn, self._disk_state,
+                                tls=self._listener_tls)
         await listener.start(*split_address(address))
         self.listener = listener
+        tls = config.security.peer
+        if tls.enabled:
+            log.info("peer port %s: mutual TLS with certificate %s, the other members' checked against %s%s",
+                     address, tls.cert_file, tls.trusted_ca_file,
+                     "" if tls.client_cert_auth else " when they present one (no --peer-client-cert-auth: "
+                                                     "a member that presents none is taken at its word)")
 
     async def start(self, inbound: Inbound) -> None:
         self.links.on_gone = inbound.peer_unreachable

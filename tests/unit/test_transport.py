@@ -31,7 +31,7 @@ from raft.core.messages import (
 )
 from raft.core.config import CoreConfig
 from raft.core.types import Entry, EntryType, SnapshotMeta
-from raft.node.config import NodeConfig
+from raft.node.config import NodeConfig, Security
 from raft.node.ports import SnapshotInfo
 from raft.transport import peer_listener
 from raft.transport.codec import CodecError, encode_batch, from_proto, pack_entries, to_proto
@@ -189,10 +189,11 @@ class Node:
 
     def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
                  advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0),
-                 core: CoreConfig | None = None) -> None:
+                 core: CoreConfig | None = None, security: Security | None = None) -> None:
         peers = {**peers, node_id: f"127.0.0.1:{port}"}
         self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
-                                 f"client-of-{node_id}.example:7001", peers=peers, core=core or CoreConfig())
+                                 f"client-of-{node_id}.example:7001", peers=peers, core=core or CoreConfig(),
+                                 security=security or Security())
         self.disk = disk  # what it answers a probe: (term, last log term, last log index)
         self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk)
         self.inbound = Recorder()
