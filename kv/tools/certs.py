@@ -5,7 +5,8 @@
 writes ca.pem / ca-key.pem (made once, reused on later runs), and for each member and client NAME
 NAME.pem / NAME-key.pem. A member's certificate names the member id (CN and a DNS SAN, which is
 what the peer port checks a member's messages against) and each of --hosts (the names clients and
-members dial it by); it serves and dials, so it holds both the server and client usages. A
+members dial it by) except the other members' ids, since a certificate that names a member id
+speaks for that member; it serves and dials, so it holds both the server and client usages. A
 client's certificate names the user (CN), which is who the client is when the node requires client
 certificates. Keys are ECDSA P-256. Production clusters should use their own PKI."""
 from __future__ import annotations
@@ -128,7 +129,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     ca = ensure_ca(args.directory, args.days)
     print(f"CA: {ca.cert}")
     for member in args.members:
-        files = issue(args.directory, member, args.hosts, server=True, days=args.days)
+        hosts = [h for h in args.hosts if h not in args.members]
+        files = issue(args.directory, member, hosts, server=True, days=args.days)
         print(f"member {member}: {files.cert} {files.key}")
     for client in args.clients:
         files = issue(args.directory, client, server=False, days=args.days)
