@@ -11,11 +11,16 @@ if TYPE_CHECKING:
     from kv.client.client import Client
     from kv.errors import (
         DiskFullError,
+        FailedPreconditionError,
         InvalidArgumentError,
         NotLeaderError,
+        PermissionDenied,
+        PermissionDeniedError,
         QueueFullError,
         RaftKVError,
         TimeoutError,
+        Unauthenticated,
+        UnauthenticatedError,
         UnavailableError,
         WrongClusterError,
     )
@@ -23,6 +28,11 @@ if TYPE_CHECKING:
 _HOMES = {
     "Client": "kv.client.client",
     "DiskFullError": "kv.errors",
+    "FailedPreconditionError": "kv.errors",
+    "PermissionDenied": "kv.errors",
+    "PermissionDeniedError": "kv.errors",
+    "Unauthenticated": "kv.errors",
+    "UnauthenticatedError": "kv.errors",
     "InvalidArgumentError": "kv.errors",
     "NotLeaderError": "kv.errors",
     "QueueFullError": "kv.errors",
