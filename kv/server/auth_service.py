@@ -49,18 +49,31 @@ class AuthHandler:
 
     # ---- login ---------------------------------------------------------------------------------
 
-    async def authenticate(self, request: kv_pb2.AuthenticateRequest) -> kv_pb2.AuthenticateResponse:
-        """A token for (name, password), from this member's applied auth state."""
-        view = self._auth.view
-        if not view.enabled:
+    async def authenticate(self, request: kv_pb2.AuthenticateRequest,
+                           timeout: float | None = None) -> kv_pb2.AuthenticateResponse:
+        """A token for (name, password), from this member's applied auth state. A refusal is
+        confirmed against the newest state first (a ReadIndex round on the leader; a follower
+        answers NOT_LEADER, and the client asks the leader): a member a little behind may not
+        know a user or password just changed."""
+        if not self._auth.view.enabled:
             raise errors.FailedPreconditionError(AUTH_NOT_ENABLED)
+        token = await self._token_for(request)
+        if token is None:
+            await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+            token = await self._token_for(request)
+        if token is None:
+            raise errors.UnauthenticatedError(AUTH_FAILED)
+        return kv_pb2.AuthenticateResponse(token=token)
+
+    async def _token_for(self, request: kv_pb2.AuthenticateRequest) -> str | None:
+        view = self._auth.view
         user = view.users.get(request.name)
         salt, expected = (user.salt, user.password_hash) if user is not None else (_DUMMY_SALT, b"")
         matches = await asyncio.to_thread(password_matches, request.password, salt, expected)
-        if user is None or not matches or not user.password_hash:
-            raise errors.UnauthenticatedError(AUTH_FAILED)
+        if user is None or not matches:
+            return None
         claims = TokenClaims(user.name, user.generation, time.time() + self._token_ttl_s)
-        return kv_pb2.AuthenticateResponse(token=sign_token(view.signing_key, claims))
+        return sign_token(view.signing_key, claims)
 
     # ---- admin ---------------------------------------------------------------------------------
 

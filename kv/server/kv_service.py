@@ -396,7 +396,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     async def Authenticate(self, request: kv_pb2.AuthenticateRequest,
                            context: grpc.aio.ServicerContext) -> kv_pb2.AuthenticateResponse:
         assert self._auth_handler is not None, "served with an AuthHandler (kv/server/server.py)"
-        return await serve_call(self._auth_handler.authenticate(request), context)
+        return await serve_call(self._auth_handler.authenticate(request, context.time_remaining()), context)
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         reply = self._handler.status()
