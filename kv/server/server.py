@@ -53,6 +53,7 @@ class RunningServer:
     kv_service: KVServicer
     data_dir_lock: DataDirLock
     state_checker: StateChecker
+    auth: AuthHandler
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -105,7 +106,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         alarm = CorruptionAlarm(node)
         checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, PeerStatuses(node))
         handler = KVHandler(node, fsm, alarm, checker.status)
-        kv_service = KVServicer(handler, AuthHandler(node, handler, config.security.auth_token_ttl_s))
+        auth_handler = AuthHandler(node, handler, config.security.auth_token_ttl_s)
+        kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
@@ -134,7 +136,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
     log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
              config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
+                         auth_handler)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
