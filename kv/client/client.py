@@ -346,6 +346,18 @@ class Client(AuthAdmin):
 
     # ---- authentication ---------------------------------------------------------------------
 
+    def call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The gRPC metadata this client sends with every call (its token; None without one),
+        logged in first when it has a password and has not yet: for callers of raftkv's other
+        services with the same user (kv/tools/spark/export_client.py)."""
+        self._log_in_once(time.monotonic() + self.timeout)
+        return self._credentials.metadata
+
+    def renew_login(self, refused: tuple[tuple[str, str], ...] | None) -> bool:
+        """Log in again after a call made with the metadata `refused` was UNAUTHENTICATED;
+        False when the client has no password to do it with."""
+        return self._log_in(refused, time.monotonic() + self.timeout)
+
     def _log_in_once(self, deadline: float) -> None:
         """Log in if the client has a password and no token yet (its first call)."""
         if self._credentials.needs_login:

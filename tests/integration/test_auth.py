@@ -207,6 +207,25 @@ def test_a_write_on_another_users_session_is_refused(secured: Cluster) -> None:
     assert as_user(secured, "root").get("app/s") == b"bob"
 
 
+def test_bulk_loads_and_exports_go_as_their_user(secured: Cluster, tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from kv.tools.spark.bulk_load import BulkLoader
+    from kv.tools.spark.export_client import ExportClient
+    from kv.tools.spark.parquet_export import export_live
+
+    with BulkLoader(secured.endpoints, user="bob", password=PASSWORDS["bob"]) as loader:
+        assert loader.load([(b"app/bulk%d" % i, b"v") for i in range(10)]) == 10
+    with pytest.raises(errors.PermissionDeniedError):
+        with BulkLoader(secured.endpoints, user="alice", password=PASSWORDS["alice"]) as loader:
+            loader.load([(b"app/bulk", b"v")])
+    manifest = export_live(secured.endpoints, tmp_path / "out", prefix=b"app/bulk", user="root",
+                           password=PASSWORDS["root"])
+    assert manifest.rows == 10
+    with ExportClient(secured.endpoints, user="bob", password=PASSWORDS["bob"]) as bob:
+        with pytest.raises(errors.PermissionDeniedError):
+            bob.begin(prefix=b"app/")
+
+
 def test_auth_survives_a_snapshot_install_on_a_wiped_follower_and_restarts(secured: Cluster) -> None:
     root = as_user(secured, "root")
     leader = secured.wait_for_leader()
