@@ -28,7 +28,6 @@ from kv.server.server import RunningServer, start_server
 from kv.client.status import status_dict
 from raftkv_proto import kv_pb2
 from raft.node.config import NodeConfig
-from statemachine.auth_state import AUTH_FAILED, USER_EMPTY
 
 T = TypeVar("T")
 
@@ -142,18 +141,14 @@ class EmbeddedNode:
         if not self._handler.auth.enabled:
             return None
         if self._user is None or self._password is None:
-            raise errors.UnauthenticatedError(f"{USER_EMPTY}: auth is enabled; open the node with user= and password=")
+            raise errors.UnauthenticatedError("auth is enabled: open the embedded node with user= and password=")
         gate = AuthGate(self._handler.auth)
         if self._token is not None:
             try:
                 return gate.identity_of_token(self._token).user
             except errors.UnauthenticatedError:
                 self._token = None
-        login = kv_pb2.AuthenticateRequest(name=self._user, password=self._password)
-        try:
-            self._token = self._submit(self._running.auth.authenticate(login, self.timeout)).result().token
-        except errors.NotLeaderError:  # a follower confirms a refusal with the leader: it is one
-            raise errors.UnauthenticatedError(AUTH_FAILED) from None
+        self._token = self._submit(self._running.auth.login(self._user, self._password, self.timeout)).result()
         return gate.identity_of_token(self._token).user
 
     def _await_leader(self, remaining: float) -> bool:

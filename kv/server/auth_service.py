@@ -65,6 +65,14 @@ class AuthHandler:
             raise errors.UnauthenticatedError(AUTH_FAILED)
         return kv_pb2.AuthenticateResponse(token=token)
 
+    async def login(self, name: str, password: str, timeout: float | None) -> str:
+        """`authenticate` for a caller in this process (kv/embedded.py): a refusal a follower
+        would have the leader confirm is a refusal here."""
+        try:
+            return (await self.authenticate(kv_pb2.AuthenticateRequest(name=name, password=password), timeout)).token
+        except errors.NotLeaderError:
+            raise errors.UnauthenticatedError(AUTH_FAILED) from None
+
     async def _token_for(self, request: kv_pb2.AuthenticateRequest) -> str | None:
         view = self._auth.view
         user = view.users.get(request.name)
