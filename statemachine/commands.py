@@ -52,7 +52,9 @@ def delete_op(key: bytes) -> kv_pb2.Op:
 def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0, user: str | None = None) -> bytes:
     """The entry payload for `ops`. An empty client_id means "no exactly-once tracking"; `user`
     (auth on) is who makes the write, checked again at apply."""
-    command = kv_pb2.Command(ops=ops, user=user or "")
+    command = kv_pb2.Command(ops=ops)
+    if user:
+        command.user = user
     if client_id:
         command.header.client_id = client_id
         command.header.seq = seq
@@ -101,7 +103,7 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
     validate_header(command.header)
     if command.check_state:
-        if command.ops or command.HasField("header") or command.HasField("registration"):
+        if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth"):
             raise InvalidCommandError("a state check marker carries nothing else")
         return command
     if command.HasField("auth"):

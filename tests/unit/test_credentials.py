@@ -49,3 +49,28 @@ def test_expired_stale_and_deleted_users_tokens_are_invalid() -> None:
                   sign_token(KEY, TokenClaims("bob", 1, time.time() + 60))):  # no such user
         with pytest.raises(errors.UnauthenticatedError, match=INVALID_TOKEN):
             gate.identity_of_token(token)
+
+
+class FakeContext:
+    """What AuthGate reads of a grpc.aio.ServicerContext: metadata and the TLS auth context."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...] = (), common_name: bytes | None = None) -> None:
+        self._metadata = metadata
+        self._auth = {"x509_common_name": [common_name]} if common_name else {"transport_security_type": [b"ssl"]}
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+
+def test_a_token_wins_over_a_certificate_and_a_certificate_names_a_user_without_one() -> None:
+    gate = gate_with({"alice": 1, "bob": 1})
+    token = sign_token(KEY, TokenClaims("alice", 1, time.time() + 60))
+    assert gate.user(FakeContext((("token", token),), common_name=b"bob")) == "alice"
+    assert gate.user(FakeContext(common_name=b"bob")) == "bob"
+    with pytest.raises(errors.UnauthenticatedError):
+        gate.user(FakeContext())
+    with pytest.raises(errors.UnauthenticatedError, match=INVALID_TOKEN):
+        gate.user(FakeContext((("token", "forged"),), common_name=b"bob"))
