@@ -26,6 +26,7 @@ from tenacity import Retrying, retry_if_exception
 from kv.client.auth_admin import AuthAdmin
 from kv.client.credentials import Credentials
 from kv.errors import (
+    FailedPreconditionError,
     NotLeaderError,
     RaftKVError,
     UnauthenticatedError,
@@ -33,7 +34,6 @@ from kv.errors import (
     UnknownSessionError,
     from_rpc_error,
 )
-from kv.errors import FailedPreconditionError
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
