@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -73,7 +74,8 @@ def _mac(key: bytes, body: str) -> bytes:
 
 
 def sign_token(key: bytes, claims: TokenClaims) -> str:
-    body = f"{_b64(claims.user.encode('utf-8'))}.{claims.generation}.{int(claims.expiry)}"
+    # Whole seconds, rounded up: a token never lives less than the TTL it was made with.
+    body = f"{_b64(claims.user.encode('utf-8'))}.{claims.generation}.{math.ceil(claims.expiry)}"
     return f"{body}.{_b64(_mac(key, body))}"
 
 

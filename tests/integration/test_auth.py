@@ -6,6 +6,7 @@ tests build on the users and roles `secured` sets up, in file order."""
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,6 +144,31 @@ def test_an_expired_token_is_refused_and_a_client_logs_in_again(secured: Cluster
 
 def refused(cluster: Cluster, token: str) -> bool:
     return refused_code(lambda: raw_get(cluster, token)) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_threads_sharing_a_client_go_on_its_pipeline_as_its_user(secured: Cluster) -> None:
+    """Concurrent requests of one process travel on a node's pipeline (kv/client/request_pipeline.py):
+    each authenticated client's on its own, with its token, renewed when it expires."""
+    bob, alice = as_user(secured, "bob"), as_user(secured, "alice")
+
+    def bob_puts(n: int) -> int:
+        return bob.put(f"app/p{n}", str(n))
+
+    def alice_put(n: int) -> str:
+        try:
+            alice.put(f"app/p{n}", "alice")
+        except errors.PermissionDeniedError as e:
+            return e.kind
+        return "written"
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(index > 0 for index in pool.map(bob_puts, range(64)))
+        assert set(pool.map(alice_put, range(64))) == {"PERMISSION_DENIED"}
+        first_token = bob._credentials.metadata[0][1]
+        wait_until("bob's token to expire", lambda: refused(secured, first_token), timeout=5 * TOKEN_TTL_S)
+        assert all(index > 0 for index in pool.map(bob_puts, range(64)))
+    assert bob._credentials.metadata[0][1] != first_token
+    assert bob.scan(prefix="app/p", limit=1000) == sorted((f"app/p{n}".encode(), str(n).encode()) for n in range(64))
 
 
 def test_a_forged_token_and_one_of_an_old_password_are_refused(secured: Cluster) -> None:
