@@ -40,11 +40,15 @@ def _group(commands: Any, name: str, help: str, description: str) -> Any:
 def _action(actions: Any, client_options: argparse.ArgumentParser, name: str, description: str,
             run: Any, *arguments: tuple[str, str]) -> argparse.ArgumentParser:
     parser = actions.add_parser(name, parents=[client_options], formatter_class=Formatter,
-                                help=description.split("\n")[0].rstrip("."), description=description)
+                                help=_first_sentence(description), description=description)
     for argument, text in arguments:
         parser.add_argument(argument, help=text)
     parser.set_defaults(run=run, command_parser=parser)
     return parser
+
+
+def _first_sentence(text: str) -> str:
+    return text.replace("\n", " ").split(". ")[0].rstrip(".")
 
 
 # ---- auth ---------------------------------------------------------------------------------------

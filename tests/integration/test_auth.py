@@ -15,7 +15,8 @@ import pytest
 
 from kv import Client, errors
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
-from statemachine.auth_state import AUTH_FAILED, INVALID_TOKEN, PERMISSION_DENIED, ROOT_USER_MISSING
+from statemachine.auth_state import AUTH_FAILED, INVALID_TOKEN, PERMISSION_DENIED, ROOT_USER_MISSING, AuthHolder
+from statemachine.kv_state import KVStateMachine
 from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -217,6 +218,12 @@ def test_only_root_administers_takes_snapshots_and_exports(secured: Cluster, tmp
     assert root.user_list() == ["alice", "bob", "root"]
     assert root.user_get("alice") == {"name": "alice", "roles": ["app-reader"]}
     assert root.save_snapshot(tmp_path / "s.snap")["index"] > 0
+    # A cluster restored from the snapshot has the same users, roles and permissions.
+    Client.restore_snapshot(tmp_path / "s.snap", tmp_path / "restored")
+    holder = AuthHolder()
+    KVStateMachine(tmp_path / "restored" / "state", map_size=64 << 20, auth=holder).close()
+    assert holder.enabled and sorted(holder.view.users) == ["alice", "bob", "root"]
+    assert holder.view.may_read("alice", (b"app/1", b"app/1\0")) and not holder.view.may_write("alice", [(b"app/1", None)])
 
 
 def test_a_write_on_another_users_session_is_refused(secured: Cluster) -> None:
