@@ -2,8 +2,11 @@
 methods send them (kv/client/credentials.py, kv/client/auth_admin.py)."""
 from __future__ import annotations
 
+import grpc
 import pytest
 
+import kv
+from kv import errors
 from kv.client.auth_admin import permission
 from kv.client.credentials import Credentials
 from raftkv_proto import kv_pb2
@@ -31,3 +34,25 @@ def test_credentials_log_in_once_and_carry_the_token() -> None:
     assert not Credentials("alice").needs_login  # a certificate names alice
     with pytest.raises(ValueError):
         Credentials(None, "pw")
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "etcdserver: ..."
+
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+
+def test_grpcs_auth_codes_are_typed_errors_neither_retried() -> None:
+    denied = errors.from_rpc_error(_Refused(grpc.StatusCode.PERMISSION_DENIED))
+    unauthenticated = errors.from_rpc_error(_Refused(grpc.StatusCode.UNAUTHENTICATED))
+    assert isinstance(denied, kv.PermissionDenied) and denied.kind == "PERMISSION_DENIED"
+    assert isinstance(unauthenticated, kv.Unauthenticated) and unauthenticated.kind == "UNAUTHENTICATED"
+    assert not denied.retryable and not unauthenticated.retryable
