@@ -123,11 +123,6 @@ class FailedPreconditionError(RaftKVError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-# The names the auth work was specified with (docs/security.md).
-PermissionDenied = PermissionDeniedError
-Unauthenticated = UnauthenticatedError
-
-
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,

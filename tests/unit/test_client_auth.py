@@ -53,6 +53,6 @@ class _Refused(grpc.RpcError):
 def test_grpcs_auth_codes_are_typed_errors_neither_retried() -> None:
     denied = errors.from_rpc_error(_Refused(grpc.StatusCode.PERMISSION_DENIED))
     unauthenticated = errors.from_rpc_error(_Refused(grpc.StatusCode.UNAUTHENTICATED))
-    assert isinstance(denied, kv.PermissionDenied) and denied.kind == "PERMISSION_DENIED"
-    assert isinstance(unauthenticated, kv.Unauthenticated) and unauthenticated.kind == "UNAUTHENTICATED"
+    assert isinstance(denied, kv.PermissionDeniedError) and denied.kind == "PERMISSION_DENIED"
+    assert isinstance(unauthenticated, kv.UnauthenticatedError) and unauthenticated.kind == "UNAUTHENTICATED"
     assert not denied.retryable and not unauthenticated.retryable
