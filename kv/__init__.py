@@ -11,11 +11,14 @@ if TYPE_CHECKING:
     from kv.client.client import Client
     from kv.errors import (
         DiskFullError,
+        FailedPreconditionError,
         InvalidArgumentError,
         NotLeaderError,
+        PermissionDeniedError,
         QueueFullError,
         RaftKVError,
         TimeoutError,
+        UnauthenticatedError,
         UnavailableError,
         WrongClusterError,
     )
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "Client": "kv.client.client",
     "DiskFullError": "kv.errors",
+    "FailedPreconditionError": "kv.errors",
+    "PermissionDeniedError": "kv.errors",
+    "UnauthenticatedError": "kv.errors",
     "InvalidArgumentError": "kv.errors",
     "NotLeaderError": "kv.errors",
     "QueueFullError": "kv.errors",

@@ -7,7 +7,9 @@ node directly.
 
 The methods have kv.Client's signatures and semantics: while no leader is known (an election),
 a call waits for one within `timeout`; when another node leads, writes (and non-stale reads)
-raise kv.errors.NotLeaderError carrying that leader's client address."""
+raise kv.errors.NotLeaderError carrying that leader's client address. Once the cluster has auth
+enabled, the local calls are made as `user` (its `password` checked as a remote login is, and
+again when its token runs out) and are allowed what that user is (docs/security.md)."""
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 from kv import errors
 from kv.client.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
+from kv.server.auth_gate import AuthGate
 from kv.server.server import RunningServer, start_server
 from kv.client.status import status_dict
 from raftkv_proto import kv_pb2
@@ -29,10 +32,13 @@ from raft.node.config import NodeConfig
 T = TypeVar("T")
 
 class EmbeddedNode:
-    def __init__(self, config: NodeConfig, timeout: float = 5.0, start_timeout: float = 30.0) -> None:
+    def __init__(self, config: NodeConfig, timeout: float = 5.0, start_timeout: float = 30.0,
+                 user: str | None = None, password: str | None = None) -> None:
         """Start the node; returns once it serves (not necessarily once a leader is elected)."""
         self.config = config
         self.timeout = timeout
+        self._user, self._password = user, password
+        self._token: str | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"raftkv-{config.node_id}", daemon=True)
         self._thread.start()
@@ -48,21 +54,21 @@ class EmbeddedNode:
     def put(self, key: KeyLike, value: KeyLike) -> int:
         """Write `value` under `key`; returns the raft index the write was committed at."""
         request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"))
-        return self._call(lambda t: self._handler.put(request, t)).index
+        return self._call(lambda t, user: self._handler.put(request, t, user)).index
 
     def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
         request = kv_pb2.GetRequest(key=to_bytes(key), consistency=consistency_level(consistency))
-        response = self._call(lambda t: self._handler.get(request, t))
+        response = self._call(lambda t, user: self._handler.get(request, t, user))
         return response.value if response.found else None
 
     def delete(self, key: KeyLike) -> bool:
         request = kv_pb2.DeleteRequest(key=to_bytes(key))
-        return self._call(lambda t: self._handler.delete(request, t)).existed
+        return self._call(lambda t, user: self._handler.delete(request, t, user)).existed
 
     def scan(self, prefix: KeyLike | None = None, start: KeyLike | None = None, end: KeyLike | None = None,
              limit: int = 100, consistency: str = "linearizable") -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end)."""
-        return paged_scan(lambda request: self._call(lambda t: self._handler.scan(request, t)),
+        return paged_scan(lambda request: self._call(lambda t, user: self._handler.scan(request, t, user)),
                           prefix, start, end, limit, consistency)
 
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
@@ -72,7 +78,7 @@ class EmbeddedNode:
         if not ops:
             return []
         request = kv_pb2.BatchRequest(ops=ops)
-        return list(self._call(lambda t: self._handler.batch(request, t)).existed)
+        return list(self._call(lambda t, user: self._handler.batch(request, t, user)).existed)
 
     def status(self) -> list[dict[str, Any]]:
         """As kv.Client.status(): one dict per endpoint - here the one local node."""
@@ -115,19 +121,35 @@ class EmbeddedNode:
     def _submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
 
-    def _call(self, make: Callable[[float], Awaitable[T]]) -> T:
-        """Run make(remaining seconds) on the node's loop. While no leader is known, wait for one
-        and try again within the timeout, as kv.Client does; other errors go to the caller."""
+    def _call(self, make: Callable[[float, str | None], Awaitable[T]]) -> T:
+        """Run make(remaining seconds, user) on the node's loop. While no leader is known, wait for
+        one and try again within the timeout, as kv.Client does; other errors go to the caller."""
         if self._closed:
             raise errors.UnavailableError("the embedded node is closed")
         deadline = time.monotonic() + self.timeout
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return self._submit(make(max(remaining, 0.001))).result()
+                return self._submit(make(max(remaining, 0.001), self._caller())).result()
             except errors.NotLeaderError as e:
                 if e.leader_id is not None or not self._await_leader(deadline - time.monotonic()):
                     raise
+
+    def _caller(self) -> str | None:
+        """The user the local calls are made as: None while auth is off; else `user`, once its
+        password got a token (checked again each call: it expires, or the password changes)."""
+        if not self._handler.auth.enabled:
+            return None
+        if self._user is None or self._password is None:
+            raise errors.UnauthenticatedError("auth is enabled: open the embedded node with user= and password=")
+        gate = AuthGate(self._handler.auth)
+        if self._token is not None:
+            try:
+                return gate.identity_of_token(self._token).user
+            except errors.UnauthenticatedError:
+                self._token = None
+        self._token = self._submit(self._running.auth.login(self._user, self._password, self.timeout)).result()
+        return gate.identity_of_token(self._token).user
 
     def _await_leader(self, remaining: float) -> bool:
         if remaining <= 0:
@@ -147,11 +169,12 @@ class EmbeddedNode:
 
 
 def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: str = "127.0.0.1:7001",
-         peers: dict[str, str] | None = None, timeout: float = 5.0, **config: Any) -> EmbeddedNode:  # noqa: A001
+         peers: dict[str, str] | None = None, timeout: float = 5.0, user: str | None = None,
+         password: str | None = None, **config: Any) -> EmbeddedNode:  # noqa: A001
     """An EmbeddedNode from the common settings: `listen` is where its gRPC server takes clients,
     `peers` every member's peer address (none: a single node). Other NodeConfig fields go in
     `config`, e.g. listen_peer= (default: this node's entry in `peers`), advertise_client=
     (default: `listen`), or a layer: storage=StorageConfig(...), limits=Limits(...),
     tuning=Tuning(...), core=CoreConfig(...) (raft/node/config.py, docs/tuning.md)."""
     return EmbeddedNode(NodeConfig(node_id=node_id, listen=listen, peers=dict(peers or {}),
-                                   data_dir=Path(data_dir), **config), timeout=timeout)
+                                   data_dir=Path(data_dir), **config), timeout=timeout, user=user, password=password)

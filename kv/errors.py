@@ -98,10 +98,36 @@ class UnknownSessionError(RaftKVError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class PermissionDeniedError(RaftKVError):
+    """Auth is on and the request's user may not do this (read or write these keys, run an
+    admin command, use another user's client session): "etcdserver: permission denied"."""
+
+    kind = "PERMISSION_DENIED"
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class UnauthenticatedError(RaftKVError):
+    """Auth is on and the request names no valid user: no token, an expired, forged or revoked
+    one ("etcdserver: invalid auth token"), or a wrong name or password at login. kv.Client
+    logs in again once with its password when its token is refused."""
+
+    kind = "UNAUTHENTICATED"
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class FailedPreconditionError(RaftKVError):
+    """The auth state does not allow the change (user name already exists, role name not
+    found, root user does not exist, ...): etcd's message says which."""
+
+    kind = "FAILED_PRECONDITION"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
-                WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError)
+                WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError,
+                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError)
 }
 
 
@@ -112,6 +138,12 @@ def _from_kind(kind: str | None, details: str, leader_id: str | None, leader_add
     if kind in _BY_KIND:
         return _BY_KIND[kind](details)
     return None
+
+
+def of_kind(kind: str, message: str) -> RaftKVError:
+    """The error of `kind` (a refusal the state machine recorded: PERMISSION_DENIED, ...)."""
+    known = _from_kind(kind, message, None, None)
+    return known if known is not None else RaftKVError(f"{kind}: {message}")
 
 
 def oversized_message(details: str) -> str:
@@ -136,6 +168,10 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
         return UnavailableError(details or "node unavailable")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDeniedError(details)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return UnauthenticatedError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if OVERSIZED_MARK in details.lower():
             # gRPC refused the message itself: no retry can make it fit.

@@ -13,6 +13,11 @@ are kept, so a client may have up to that many writes in flight and they may com
 a seq at or below ``highest_seq - session_window`` can no longer be checked and is answered
 "expired" without being applied.
 
+Users: while auth is on (statemachine/auth_state.py) a session belongs to the authenticated user
+that registered it. A write by another user on it is refused (OTHER_USER, PERMISSION_DENIED to the
+client); a session registered while auth was off belongs to nobody, and is unknown to every user
+once auth is on (so a client registers again, as after an expiry).
+
 Expiry: a session unused for more than `session_ttl_entries` log entries is forgotten, and a
 registration that makes more than `max_sessions` sessions forgets the least recently used one
 (smallest last-used index). Every rule depends only on the log (indexes and sequence numbers,
@@ -22,7 +27,7 @@ The sessions live in three named databases of the state machine's LMDB environme
 (statemachine/kv_state.py), written in the same transaction as the data they guard:
 
 - ``sessions``        session id (its registration index) -> (highest seq applied, index of the
-                      entry that last used it, secret)
+                      entry that last used it, secret, the user that registered it)
 - ``session_results`` (session id, seq) -> the CommandResult recorded for that write
 - ``session_expiry``  (last-used index, session id) -> b"", the order in which sessions go stale
 
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 import lmdb
 
 from raftkv_proto import kv_pb2
-from statemachine.commands import parse_session_id
+from statemachine.commands import SESSION_SECRET_BYTES, parse_session_id
 
 # The session tables (module docstring), in the order the state machine opens them.
 SESSION_DB_NAMES = (b"sessions", b"session_results", b"session_expiry")
@@ -91,6 +96,7 @@ class Verdict(enum.Enum):
     DUPLICATE = enum.auto()        # applied before: answer with the recorded result, change nothing
     EXPIRED = enum.auto()          # older than the window: its result is unknown, change nothing
     UNKNOWN_SESSION = enum.auto()  # no live session with that id and secret: change nothing
+    OTHER_USER = enum.auto()       # auth on: another user's session; change nothing
 
 
 @dataclass(slots=True)
@@ -98,6 +104,7 @@ class _Session:
     max_seq: int
     last_used: int
     secret: bytes
+    user: bytes = b""  # UTF-8; empty: registered while auth was off
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,7 @@ class SessionCheck:
 # The verdicts that carry nothing, shared: a refused write allocates nothing here.
 _UNKNOWN = SessionCheck(Verdict.UNKNOWN_SESSION)
 _EXPIRED = SessionCheck(Verdict.EXPIRED)
+_OTHER_USER = SessionCheck(Verdict.OTHER_USER)
 
 
 class ClientSessions:
@@ -131,10 +139,10 @@ class ClientSessions:
         self._tables = tables
         self._limits = limits
 
-    def register(self, index: int, secret: bytes) -> None:
-        """Open the session registered by the entry at `index`; past `max_sessions`, forget the
-        least recently used ones."""
-        self._save(index, None, _Session(0, index, secret))
+    def register(self, index: int, secret: bytes, user: str = "") -> None:
+        """Open the session registered by the entry at `index` for `user` (empty: auth is off);
+        past `max_sessions`, forget the least recently used ones."""
+        self._save(index, None, _Session(0, index, secret, user.encode()))
         extra = int(self._txn.stat(self._tables.sessions)["entries"]) - self._limits.max_sessions
         if extra > 0:
             cursor = self._txn.cursor(db=self._tables.expiry)
@@ -143,23 +151,28 @@ class ClientSessions:
                 last_used, sid = _PAIR.unpack(key)
                 self._drop(sid, last_used)
 
-    def check(self, client_id: str, seq: int, index: int) -> SessionCheck:
-        """Decide the write (client_id, seq) of the entry at `index`. Every verdict but APPLY is
-        final: DUPLICATE and EXPIRED already count as a use of the session, UNKNOWN_SESSION touches
-        none. After APPLY the caller applies the write, then hands the check and result to `record`."""
+    def check(self, client_id: str, seq: int, index: int, user: str | None = None) -> SessionCheck:
+        """Decide the write (client_id, seq) of the entry at `index`, made as `user` (None: auth
+        is off, any session will do). Every verdict but APPLY is final: DUPLICATE and EXPIRED
+        already count as a use of the session, UNKNOWN_SESSION and OTHER_USER touch none. After
+        APPLY the caller applies the write, then hands the check and result to `record`."""
         parsed = parse_session_id(client_id)
         session = None if parsed is None else self._load(parsed[0], index)
         if parsed is None or session is None or session.secret != parsed[1]:
             # Not a live session of this id's holder: the write is refused, and a guessed id
             # does not keep someone else's session alive either.
             return _UNKNOWN
+        if user is not None and session.user != user.encode():
+            # Someone else's session: refused without touching it. One of nobody's (registered
+            # while auth was off) is unknown instead, so its client registers a session of its own.
+            return _OTHER_USER if session.user else _UNKNOWN
         sid = parsed[0]
         if seq + self._limits.window <= session.max_seq:
-            self._save(sid, session, _Session(session.max_seq, index, session.secret))
+            self._save(sid, session, _Session(session.max_seq, index, session.secret, session.user))
             return _EXPIRED
         recorded = self._txn.get(_PAIR.pack(sid, seq), db=self._tables.results)
         if recorded is not None:
-            self._save(sid, session, _Session(session.max_seq, index, session.secret))
+            self._save(sid, session, _Session(session.max_seq, index, session.secret, session.user))
             return SessionCheck(Verdict.DUPLICATE, recorded=kv_pb2.CommandResult.FromString(recorded))
         return SessionCheck(Verdict.APPLY, pending=_Pending(sid, seq, index, session))
 
@@ -170,7 +183,7 @@ class ClientSessions:
         write, session = check.pending, check.pending.session
         self._txn.put(_PAIR.pack(write.sid, write.seq), result.SerializeToString(), db=self._tables.results)
         max_seq = max(write.seq, session.max_seq)
-        self._save(write.sid, session, _Session(max_seq, write.index, session.secret))
+        self._save(write.sid, session, _Session(max_seq, write.index, session.secret, session.user))
         if max_seq > session.max_seq:
             self._forget_results(write.sid, below=max_seq - self._limits.window + 1)
 
@@ -196,7 +209,8 @@ class ClientSessions:
         raw = self._txn.get(_U64.pack(sid), db=self._tables.sessions)
         if raw is None:
             return None
-        session = _Session(*_SESSION.unpack_from(raw), raw[_SESSION.size:])
+        secret_end = _SESSION.size + SESSION_SECRET_BYTES
+        session = _Session(*_SESSION.unpack_from(raw), raw[_SESSION.size:secret_end], raw[secret_end:])
         if index - session.last_used > self._limits.ttl_entries:
             self._drop(sid, session.last_used)
             return None
@@ -206,7 +220,7 @@ class ClientSessions:
         if old is not None:
             self._txn.delete(_PAIR.pack(old.last_used, sid), db=self._tables.expiry)
         self._txn.put(_PAIR.pack(new.last_used, sid), b"", db=self._tables.expiry)
-        self._txn.put(_U64.pack(sid), _SESSION.pack(new.max_seq, new.last_used) + new.secret,
+        self._txn.put(_U64.pack(sid), _SESSION.pack(new.max_seq, new.last_used) + new.secret + new.user,
                       db=self._tables.sessions)
 
     def _forget_results(self, sid: int, below: int | None = None) -> None:

@@ -49,9 +49,12 @@ def delete_op(key: bytes) -> kv_pb2.Op:
     return kv_pb2.Op(delete=key)
 
 
-def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0) -> bytes:
-    """The entry payload for `ops`. An empty client_id means "no exactly-once tracking"."""
+def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0, user: str | None = None) -> bytes:
+    """The entry payload for `ops`. An empty client_id means "no exactly-once tracking"; `user`
+    (auth on) is who makes the write, checked again at apply."""
     command = kv_pb2.Command(ops=ops)
+    if user:
+        command.user = user
     if client_id:
         command.header.client_id = client_id
         command.header.seq = seq
@@ -63,9 +66,14 @@ def check_state_command() -> bytes:
     return kv_pb2.Command(check_state=True).SerializeToString()
 
 
-def encode_registration(secret: bytes) -> bytes:
-    """The entry payload that registers a client session with `secret`."""
-    return kv_pb2.Command(registration=kv_pb2.Registration(secret=secret)).SerializeToString()
+def encode_registration(secret: bytes, user: str | None = None) -> bytes:
+    """The entry payload that registers a client session with `secret`, for `user` (auth on)."""
+    return kv_pb2.Command(registration=kv_pb2.Registration(secret=secret, user=user or "")).SerializeToString()
+
+
+def encode_auth(change: kv_pb2.AuthCommand) -> bytes:
+    """The entry payload of an auth change (statemachine/auth_state.py)."""
+    return kv_pb2.Command(auth=change).SerializeToString()
 
 
 def session_id(index: int, secret: bytes) -> str:
@@ -95,11 +103,15 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
     validate_header(command.header)
     if command.check_state:
-        if command.ops or command.HasField("header") or command.HasField("registration"):
+        if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth"):
             raise InvalidCommandError("a state check marker carries nothing else")
         return command
+    if command.HasField("auth"):
+        if command.ops or command.HasField("header") or command.HasField("registration") or command.user:
+            raise InvalidCommandError("an auth change carries nothing else")
+        return command
     if command.HasField("registration"):
-        if command.ops or command.HasField("header"):
+        if command.ops or command.HasField("header") or command.user:
             raise InvalidCommandError("a client registration carries no ops and no write header")
         if len(command.registration.secret) != SESSION_SECRET_BYTES:
             raise InvalidCommandError(

@@ -1,11 +1,13 @@
 """The key-value state machine: committed log entries applied into an LMDB environment.
 
-One LMDB environment (a directory) holds five named databases:
+One LMDB environment (a directory) holds six named databases:
 
 - ``data``            user key -> value, stored with a checksum (statemachine/value_checksum.py)
 - ``sessions``, ``session_results``, ``session_expiry``: the client sessions that apply each
                       write exactly once (statemachine/client_sessions.py: rules, key layouts)
 - ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
+- ``auth``            users, roles, permissions and whether auth is on (statemachine/auth_state.py):
+                      never among the user's keys, but in every copy, snapshot and state hash
 
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
 transaction, so the three can never disagree: after any crash the state is exactly "all entries up
@@ -49,6 +51,7 @@ import lmdb
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
+from statemachine.auth_state import AUTH_DB_NAME, AuthHolder, AuthRefusal, AuthView, apply_auth, load_view
 from statemachine.client_sessions import (
     MAX_SESSIONS,
     SESSION_DB_NAMES,
@@ -69,7 +72,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
-_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta")
+_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME)
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -96,13 +99,14 @@ class ApplyOutcome:
     duplicate: bool = False
     expired: bool = False
     unknown_session: bool = False
+    other_user: bool = False  # the session belongs to another user (auth on); nothing changed
     error: str | None = None
     state_check: bool = False  # a check marker: the state as of it is pinned (take_state_checks)
 
     @property
     def ok(self) -> bool:
         """True when ``result`` describes a write that took effect (now or, for a duplicate, before)."""
-        return self.error is None and not self.expired and not self.unknown_session
+        return self.error is None and not self.expired and not self.unknown_session and not self.other_user
 
 
 class KVStateMachine:
@@ -119,6 +123,7 @@ class KVStateMachine:
         session_ttl_entries: int = 1_000_000,
         max_sessions: int = MAX_SESSIONS,
         max_readers: int = 1024,
+        auth: AuthHolder | None = None,
     ) -> None:
         self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
@@ -129,9 +134,13 @@ class KVStateMachine:
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
         self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
-        self._data, sessions, results, expiry, self._meta = self._dbs.values()
+        self._data, sessions, results, expiry, self._meta, self._auth_db = self._dbs.values()
         self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
+        # Shared with the client service, which checks requests against it (auth_state.AuthHolder).
+        self.auth = auth or AuthHolder()
+        with self._env.begin() as txn:
+            self.auth.publish(load_view(txn, self._auth_db))
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
@@ -201,6 +210,8 @@ class KVStateMachine:
                 last = entries[len(outcomes) - 1]
                 batch.sessions.drop_stale(last.index)
                 txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
+            if batch.auth is not self.auth.view:  # published only once committed
+                self.auth.publish(batch.auth)
         except lmdb.MapFullError as exc:
             raise StateFullError(
                 f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
@@ -341,6 +352,7 @@ class ReadView:
     def __init__(self, machine: KVStateMachine) -> None:
         self._txn = machine._env.begin()
         self._data = machine._data
+        self._auth_db = machine._auth_db
         raw = self._txn.get(_APPLIED_KEY, db=machine._meta)
         self.index, self.term = _APPLIED.unpack(raw) if raw is not None else (0, 0)
         self.closed = False
@@ -372,6 +384,11 @@ class ReadView:
             value = unseal(key, record)
             digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
             digest.update(value)
+        # The auth tables too, marked off from the data, so members that disagree on users or
+        # permissions are caught as those that disagree on keys.
+        digest.update(b"\xffauth")
+        for key, value in self._txn.cursor(db=self._auth_db).iternext():
+            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)) + value)
         return digest.hexdigest()
 
     def close(self) -> None:
@@ -388,6 +405,8 @@ class _Batch:
         self.data_db = machine._data
         self.data = txn.cursor(db=machine._data)
         self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
+        self.auth_db = machine._auth_db
+        self.auth: AuthView = machine.auth.view  # replaced by every auth change of the batch
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         if entry.type != EntryType.NORMAL:
@@ -402,23 +421,44 @@ class _Batch:
         if command.check_state:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
         if command.HasField("registration"):
-            self.sessions.register(entry.index, command.registration.secret)
+            self.sessions.register(entry.index, command.registration.secret, command.registration.user)
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
+        if command.HasField("auth"):
+            return ApplyOutcome(entry.index, self._apply_auth(command.auth))
+        # While auth is on, a write's session must be its user's; otherwise users are not checked.
+        user = command.user if self.auth.enabled else None
         if not command.header.client_id:
-            return ApplyOutcome(entry.index, self._apply_ops(command.ops))
-        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, command.ops)
+            return ApplyOutcome(entry.index, self._apply_checked(user, command.ops))
+        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, command.ops, user)
 
-    def _apply_tracked(self, index: int, client_id: str, seq: int, ops: Sequence[kv_pb2.Op]) -> ApplyOutcome:
-        check = self.sessions.check(client_id, seq, index)
+    def _apply_tracked(self, index: int, client_id: str, seq: int, ops: Sequence[kv_pb2.Op],
+                       user: str | None) -> ApplyOutcome:
+        check = self.sessions.check(client_id, seq, index, user)
         if check.verdict is Verdict.APPLY:
-            result = self._apply_ops(ops)
+            result = self._apply_checked(user, ops)
             self.sessions.record(check, result)
             return ApplyOutcome(index, result)
         if check.verdict is Verdict.DUPLICATE:
             assert check.recorded is not None
             return ApplyOutcome(index, check.recorded, duplicate=True)
         return ApplyOutcome(index, kv_pb2.CommandResult(), expired=check.verdict is Verdict.EXPIRED,
-                            unknown_session=check.verdict is Verdict.UNKNOWN_SESSION)
+                            unknown_session=check.verdict is Verdict.UNKNOWN_SESSION,
+                            other_user=check.verdict is Verdict.OTHER_USER)
+
+    def _apply_auth(self, command: kv_pb2.AuthCommand) -> kv_pb2.CommandResult:
+        try:
+            self.auth = apply_auth(self.txn, self.auth_db, self.auth, command)
+        except AuthRefusal as refusal:
+            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal))
+        return kv_pb2.CommandResult()
+
+    def _apply_checked(self, user: str | None, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
+        """Apply `ops` if `user` may write them as of this entry (None: auth is off)."""
+        if user is not None:
+            refusal = self.auth.write_refusal(user, ops)
+            if refusal is not None:
+                return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal))
+        return self._apply_ops(ops)
 
     def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
         existed: list[bool] = []

@@ -23,7 +23,17 @@ from typing import Any, TypeVar
 import grpc
 from tenacity import Retrying, retry_if_exception
 
-from kv.errors import NotLeaderError, RaftKVError, UnavailableError, UnknownSessionError, from_rpc_error
+from kv.client.auth_admin import AuthAdmin
+from kv.client.credentials import Credentials
+from kv.errors import (
+    FailedPreconditionError,
+    NotLeaderError,
+    RaftKVError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnknownSessionError,
+    from_rpc_error,
+)
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
@@ -102,7 +112,7 @@ class _Session:
             self.client_id = None
 
 
-class Client:
+class Client(AuthAdmin):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
@@ -111,12 +121,18 @@ class Client:
     It is only a label: the ids its writes carry are issued by the cluster, one session per writing
     thread, so clients given the same name never take each other's writes for retries.
     streams: send put, get and delete as messages on long-lived streams (kv/client/request_stream.py),
-    which costs a node about half the CPU of a unary call; False: a unary call each."""
+    which costs a node about half the CPU of a unary call; False: a unary call each.
+    user, password: who the client is once the cluster has auth enabled (docs/security.md). With a
+    password it logs in (KV.Authenticate) at its first call, sends the token with every call, and
+    logs in again once when a token is refused (expired, or its password changed); a user with no
+    password is for a client certificate that names it (the token-less identity).
+    The admin methods (auth_enable, user_add, role_grant_permission, ...) are etcd clientv3's (AuthAdmin)."""
 
     def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None,
-                 streams: bool = True):
+                 streams: bool = True, user: str | None = None, password: str | None = None):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        self._credentials = Credentials(user, password)
         self.endpoints = parse_endpoints(endpoints)
         self.timeout = timeout
         self.client_id = client_id or uuid.uuid4().hex
@@ -147,6 +163,7 @@ class Client:
             channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         if self._streams is not None:
             self._streams.close()
+            HUB.forget(self._credentials.metadata)
             self._pipelines.release()
         for channel in channels:
             channel.close()
@@ -203,7 +220,8 @@ class Client:
     def status(self) -> list[dict[str, Any]]:
         """One dict per configured endpoint (asked in parallel); an endpoint that does not answer
         gives {"address": ..., "error": ...}."""
-        futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout))
+        futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout,
+                                                               metadata=self._credentials.metadata))
                    for address in self.endpoints]
         return [_status_dict(address, future) for address, future in futures]
 
@@ -218,6 +236,7 @@ class Client:
         destination = Path(path)
         if not destination.parent.is_dir():  # a typo in the path should not become a new directory
             raise FileNotFoundError(f"{destination.parent} is not a directory: create it first, or save elsewhere")
+        self._log_in_once(time.monotonic() + timeout)
         target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
         for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
             try:
@@ -236,7 +255,8 @@ class Client:
         # raftkv), imported here so that the client's data path imports only the protocol.
         from snapshot.transfer import SnapshotReceiver
 
-        chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S))
+        chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S),
+                                                  metadata=self._credentials.metadata)
         with SnapshotReceiver(destination.parent, source=f"snapshot from {address}") as receiver:
             first = None
             for chunk in chunks:
@@ -324,13 +344,67 @@ class Client:
             return self.endpoints[0]
         return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
 
+    # ---- authentication ---------------------------------------------------------------------
+
+    def call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The gRPC metadata this client sends with every call (its token; None without one),
+        logged in first when it has a password and has not yet: for callers of raftkv's other
+        services with the same user (kv/tools/spark/export_client.py)."""
+        self._log_in_once(time.monotonic() + self.timeout)
+        return self._credentials.metadata
+
+    def renew_login(self, refused: tuple[tuple[str, str], ...] | None) -> bool:
+        """Log in again after a call made with the metadata `refused` was UNAUTHENTICATED;
+        False when the client has no password to do it with."""
+        return self._log_in(refused, time.monotonic() + self.timeout)
+
+    def _log_in_once(self, deadline: float) -> None:
+        """Log in if the client has a password and no token yet (its first call)."""
+        if self._credentials.needs_login:
+            self._log_in(None, deadline)
+
+    def _log_in(self, stale: tuple[tuple[str, str], ...] | None, deadline: float) -> bool:
+        """Get a token (KV.Authenticate) in place of the metadata `stale`; False when the client
+        has no password to log in with. One thread logs in; the others find the new token."""
+        credentials = self._credentials
+        with credentials.lock:
+            if credentials.password is None:
+                return False
+            if credentials.metadata != stale and credentials.logged_in:
+                return True  # another thread logged in meanwhile
+            request = kv_pb2.AuthenticateRequest(name=credentials.user or "", password=credentials.password)
+            attempts = Attempts(deadline=deadline, target=self._preferred)
+            try:
+                token = self._retrying_call(lambda stub: stub.Authenticate, request, "", attempts).token
+            except FailedPreconditionError:
+                token = None  # auth is not enabled: calls go without a token until it is
+            old = credentials.metadata
+            credentials.use_token(token)
+        if self._streams is not None:
+            self._streams.reset()  # streams opened with the old token's metadata
+            HUB.forget(old)
+        return True
+
     def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "",
               attempts: Attempts | None = None) -> Any:
         """Send `request` until one node serves it or the timeout runs out. The request object is
         the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
-        name in a kv_pb2.StreamRequest) it goes on a request stream when one is free."""
+        name in a kv_pb2.StreamRequest) it goes on a request stream when one is free. A refused
+        token is renewed once, with the client's password (a refused request was not applied)."""
         if attempts is None:
             attempts = Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
+        self._log_in_once(attempts.deadline)
+        sent_with = self._credentials.metadata
+        try:
+            return self._retrying_call(method, request, stream_field, attempts)
+        except UnauthenticatedError:
+            if not self._log_in(sent_with, attempts.deadline):
+                raise
+        return self._retrying_call(method, request, stream_field, attempts)
+
+    def _retrying_call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
+                       attempts: Attempts) -> Any:
+        """`_call` without the login."""
         try:
             return self._attempt(method, request, stream_field, attempts)
         except RaftKVError as error:
@@ -386,9 +460,10 @@ class Client:
             # A request too large to share a pipeline message goes alone: on a stream, or unary.
             busy = HUB.enter(target) and fits(_payload_bytes(stream_field, request))
             try:
+                metadata = self._credentials.metadata
                 carrier: Pipeline | RequestStream | None = (
-                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS)) if busy
-                    else self._streams.take(target, channel))
+                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS), metadata)
+                    if busy else self._streams.take(target, channel, metadata))
                 if carrier is not None:
                     try:
                         return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
@@ -399,7 +474,7 @@ class Client:
             finally:
                 HUB.leave(target)
         try:
-            return method(stub)(request, timeout=timeout)
+            return method(stub)(request, timeout=timeout, metadata=self._credentials.metadata)
         except grpc.RpcError as rpc_error:
             raise from_rpc_error(rpc_error) from None
 

@@ -37,6 +37,7 @@ MAX_BYTES_PER_MESSAGE = BATCH_MESSAGE_BYTES
 _FRAMING_BYTES = 6
 
 _END = None  # put on the request queue: half-close the call
+Metadata = tuple[tuple[str, str], ...]
 
 
 class ReplyWaiter:
@@ -75,7 +76,7 @@ class Pipeline:
     """One KV.Pipeline call to one node, on a channel it owns and closes when the call ends.
     `call` may be used by any number of threads at once."""
 
-    def __init__(self, channel: grpc.Channel, address: str) -> None:
+    def __init__(self, channel: grpc.Channel, address: str, metadata: tuple[tuple[str, str], ...] | None = None) -> None:
         self.address = address
         self._channel = channel
         self.broken = False
@@ -87,7 +88,7 @@ class Pipeline:
             METHOD,
             request_serializer=kv_pb2.PipelineRequest.SerializeToString,
             response_deserializer=kv_pb2.PipelineReply.FromString,
-        )(outgoing_messages(self._requests))
+        )(outgoing_messages(self._requests), metadata=metadata)
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"raftkv-pipeline-{address}")
         self._reader.start()
 
@@ -191,7 +192,9 @@ class PipelineHub:
         self._lock = threading.Lock()
         self._clients = 0
         self._inflight: dict[str, int] = {}
-        self._pipelines: dict[str, Pipeline] = {}
+        # By address and the metadata its Clients send (a token: Clients logged in as a user share
+        # only their own pipelines).
+        self._pipelines: dict[tuple[str, Metadata | None], Pipeline] = {}
         # Memberships of Clients collected without close(), left here by their finalizers and
         # released at the hub's next attach or enter (see Membership.release_later).
         self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
@@ -240,15 +243,27 @@ class PipelineHub:
         with self._lock:
             self._inflight[address] -= 1
 
-    def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel]) -> Pipeline:
-        """The open pipeline to `address`, opened on a channel of its own (`open_channel()`) when
-        there is none or the last one broke."""
+    def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel],
+                 metadata: Metadata | None = None) -> Pipeline:
+        """The open pipeline to `address` for calls with `metadata`, opened on a channel of its own
+        (`open_channel()`) when there is none or the last one broke."""
         with self._lock:
-            pipeline = self._pipelines.get(address)
+            pipeline = self._pipelines.get((address, metadata))
             if pipeline is not None and not pipeline.broken:
                 return pipeline
-            pipeline = self._pipelines[address] = Pipeline(open_channel(), address)
+            pipeline = self._pipelines[address, metadata] = Pipeline(open_channel(), address, metadata)
             return pipeline
+
+    def forget(self, metadata: Metadata | None) -> None:
+        """Close the pipelines opened with `metadata` (a token no Client uses any more); the
+        token-less ones (None) are shared, and close with the last Client."""
+        if metadata is None:
+            return
+        with self._lock:
+            closing = [key for key in self._pipelines if key[1] == metadata]
+            pipelines = [self._pipelines.pop(key) for key in closing]
+        for pipeline in pipelines:
+            pipeline.close()
 
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's calls and threads are not there; start afresh (its

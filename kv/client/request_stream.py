@@ -52,12 +52,14 @@ class RequestStream:
     """One KV.Stream call. `call` sends one request and returns its reply, or raises the
     RaftKVError it stands for. Not for concurrent use: the pool lends it to one caller at a time."""
 
-    def __init__(self, channel: grpc.Channel, address: str, watchdog: Watchdog) -> None:
+    def __init__(self, channel: grpc.Channel, address: str, watchdog: Watchdog,
+                 metadata: tuple[tuple[str, str], ...] | None = None, generation: int = 0) -> None:
         self.address = address
         self.broken = False
+        self.generation = generation  # the pool's generation it was opened in (StreamPool.reset)
         self._expired = False
         self._watchdog = watchdog
-        self._call = open_stream_call(channel, METHOD)
+        self._call = open_stream_call(channel, METHOD, metadata)
 
     def call(self, request: kv_pb2.StreamRequest, timeout: float) -> kv_pb2.StreamReply:
         """The reply to `request` (refusals raised as their RaftKVError), within `timeout` s."""
@@ -147,9 +149,12 @@ class StreamPool:
         self._open: dict[str, int] = {}
         self._closed = False
         self._watchdog = Watchdog()
+        self._generation = 0
 
-    def take(self, address: str, channel: grpc.Channel) -> RequestStream | None:
-        """An idle stream to `address`, a new one, or None when the node's quota is in use."""
+    def take(self, address: str, channel: grpc.Channel,
+             metadata: tuple[tuple[str, str], ...] | None = None) -> RequestStream | None:
+        """An idle stream to `address`, a new one (opened with `metadata`: the client's token),
+        or None when the node's quota is in use."""
         with self._lock:
             if self._closed:
                 return None
@@ -159,11 +164,24 @@ class StreamPool:
             if self._open.get(address, 0) >= MAX_STREAMS_PER_NODE:
                 return None
             self._open[address] = self._open.get(address, 0) + 1
-        return RequestStream(channel, address, self._watchdog)
+            generation = self._generation
+        return RequestStream(channel, address, self._watchdog, metadata, generation)
+
+    def reset(self) -> None:
+        """Close the idle streams, and the lent ones when they come back: they carry the metadata
+        of a token the client no longer uses."""
+        with self._lock:
+            self._generation += 1
+            idle = [s for streams in self._idle.values() for s in streams]
+            self._idle.clear()
+            for stream in idle:
+                self._open[stream.address] -= 1
+        for stream in idle:
+            stream.close()
 
     def give_back(self, stream: RequestStream) -> None:
         with self._lock:
-            if not stream.broken and not self._closed:
+            if not stream.broken and not self._closed and stream.generation == self._generation:
                 self._idle.setdefault(stream.address, []).append(stream)
                 return
             self._open[stream.address] -= 1

@@ -84,8 +84,8 @@ class InlineStreamCall:
     gRPC frees the call and its queue as soon as the last started batch completes, so the queue
     is polled only while `_due` holds a batch: the status batch stays due until the call ends."""
 
-    def __init__(self, channel: grpc.Channel, method: str) -> None:
-        batches = ((cygrpc.SendInitialMetadataOperation((), _NO_FLAGS),), _START), \
+    def __init__(self, channel: grpc.Channel, method: str, metadata: tuple[tuple[str, str], ...] | None = None) -> None:
+        batches = ((cygrpc.SendInitialMetadataOperation(metadata or (), _NO_FLAGS),), _START), \
                   ((cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS),), _STATUS), \
                   ((cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),), _HEADERS)
         self._call = channel._channel.segregated_call(  # the grpc.Channel's cygrpc.Channel
@@ -165,9 +165,9 @@ class QueuedStreamCall:
     """The same call on gRPC's public API: its own thread takes the messages from a queue, the
     channel's spin thread hands the replies over."""
 
-    def __init__(self, channel: grpc.Channel, method: str) -> None:
+    def __init__(self, channel: grpc.Channel, method: str, metadata: tuple[tuple[str, str], ...] | None = None) -> None:
         self._messages: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._call = channel.stream_stream(method)(self._outgoing())
+        self._call = channel.stream_stream(method)(self._outgoing(), metadata=metadata)
 
     def exchange(self, message: bytes) -> bytes | None:
         self._messages.put(message)
@@ -188,14 +188,16 @@ class QueuedStreamCall:
             yield message
 
 
-def open_stream_call(channel: grpc.Channel, method: str) -> StreamCall:
-    """An InlineStreamCall when this grpcio has what it needs, else a QueuedStreamCall."""
+def open_stream_call(channel: grpc.Channel, method: str,
+                     metadata: tuple[tuple[str, str], ...] | None = None) -> StreamCall:
+    """An InlineStreamCall when this grpcio has what it needs, else a QueuedStreamCall; either
+    sends `metadata` (the client's token) when it opens."""
     if _inline_works:
         try:
-            return InlineStreamCall(channel, method)
+            return InlineStreamCall(channel, method, metadata)
         except _INTERNALS_CHANGED as e:
             _give_up_inline(e)
-    return QueuedStreamCall(channel, method)
+    return QueuedStreamCall(channel, method, metadata)
 
 
 def _give_up_inline(error: Exception) -> None:

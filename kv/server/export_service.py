@@ -24,10 +24,12 @@ from typing import TypeVar
 import grpc
 
 from kv import errors
+from kv.server.auth_gate import AuthGate
 from kv.server.kv_service import SCAN_PAGE_BYTES, node_call, serve_call
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from raftkv_proto.key_ranges import prefix_end
+from statemachine.auth_state import PERMISSION_DENIED, AuthHolder
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.kv_state import KVStateMachine, ReadView
 
@@ -224,18 +226,32 @@ def _split_points(export: PinnedExport, partitions: int) -> tuple[int, list[byte
 
 
 class ExportServicer(export_pb2_grpc.ExportServicer):
-    """gRPC face of ExportHandler: every RaftKVError becomes a status with kv.errors' metadata."""
+    """gRPC face of ExportHandler: every RaftKVError becomes a status with kv.errors' metadata.
+    While auth is on (`auth`), exports are for the root role only: they read every key."""
 
-    def __init__(self, handler: ExportHandler) -> None:
+    def __init__(self, handler: ExportHandler, auth: AuthHolder | None = None) -> None:
         self._handler = handler
+        self._auth = auth
+        self._gate = AuthGate(auth) if auth is not None else None
+
+    def _check_root(self, context: grpc.aio.ServicerContext) -> None:
+        if self._auth is not None and self._auth.enabled:
+            assert self._gate is not None
+            if not self._auth.view.is_root(self._gate.user(context)):
+                raise errors.PermissionDeniedError(PERMISSION_DENIED)
 
     async def BeginExport(self, request: export_pb2.BeginExportRequest,
                           context: grpc.aio.ServicerContext) -> export_pb2.BeginExportResponse:
+        try:
+            self._check_root(context)
+        except errors.RaftKVError as e:
+            await errors.abort(context, e)
         return await serve_call(self._handler.begin(request, context.time_remaining()), context)
 
     async def ReadExport(self, request: export_pb2.ReadExportRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[export_pb2.ExportBatch]:
         try:
+            self._check_root(context)
             async for batch in self._handler.read(request):
                 yield batch
         except errors.RaftKVError as e:
@@ -243,5 +259,9 @@ class ExportServicer(export_pb2_grpc.ExportServicer):
 
     async def EndExport(self, request: export_pb2.EndExportRequest,
                         context: grpc.aio.ServicerContext) -> export_pb2.EndExportResponse:
+        try:
+            self._check_root(context)
+        except errors.RaftKVError as e:
+            await errors.abort(context, e)
         return await self._handler.end(request)
 

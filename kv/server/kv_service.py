@@ -10,7 +10,7 @@ import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -31,13 +31,18 @@ from statemachine.commands import (
     validate_ops,
     validate_value,
 )
+from statemachine.auth_state import PERMISSION_DENIED, USER_EMPTY, KeyRange, permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
+from kv.server.auth_gate import AuthGate, Caller
 from kv.server.pipeline_call import PipelineCall, refusal
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from snapshot.file_format import read_manifest
 from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
+
+if TYPE_CHECKING:
+    from kv.server.auth_service import AuthHandler
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,7 +65,11 @@ class KVHandler:
     """Each request's work starts in a `begin_*` call, which validates it, hands it to the node
     and returns a future of the reply, or raises a kv.errors error at once. No task runs per
     request: the node's own future completes the reply through a callback, which is what lets a
-    pipeline keep hundreds of requests in flight cheaply. The `async` methods await the same."""
+    pipeline keep hundreds of requests in flight cheaply. The `async` methods await the same.
+
+    `user` is who makes a request while auth is on (the servicer resolved it: AuthGate), None
+    while it is off: a read is checked here, a write here and again by every replica at apply
+    (its command carries the user), so a permission revoked before the write commits holds."""
 
     def __init__(self, node: RaftNode, fsm: KVStateMachine, alarm: CorruptionAlarm | None = None,
                  state_checks: Callable[[], list[kv_pb2.StateCheck]] = list) -> None:
@@ -68,57 +77,67 @@ class KVHandler:
         self._fsm = fsm
         self._alarm = alarm or CorruptionAlarm(node)
         self._state_checks = state_checks
+        self.auth = fsm.auth  # the AuthHolder the state machine publishes into
         config = node.config
         self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
+    def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None,
+                  user: str | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
         with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
             validate_value(request.value, self._limits.max_value_bytes)
         return self._begin_write([put_op(request.key, request.value)], request.header, timeout,
-                                 lambda outcome: kv_pb2.PutResponse(index=outcome.index))
+                                 lambda outcome: kv_pb2.PutResponse(index=outcome.index), user)
 
-    def begin_delete(self, request: kv_pb2.DeleteRequest,
-                     timeout: float | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
+    def begin_delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None,
+                     user: str | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
         with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
         return self._begin_write([delete_op(request.key)], request.header, timeout,
                                  lambda outcome: kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]),
-                                                                       index=outcome.index))
+                                                                       index=outcome.index), user)
 
-    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None) -> kv_pb2.PutResponse:
-        return await self.begin_put(request, timeout)
+    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None,
+                  user: str | None = None) -> kv_pb2.PutResponse:
+        return await self.begin_put(request, timeout, user)
 
-    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None) -> kv_pb2.DeleteResponse:
-        return await self.begin_delete(request, timeout)
+    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None,
+                     user: str | None = None) -> kv_pb2.DeleteResponse:
+        return await self.begin_delete(request, timeout, user)
 
-    async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None) -> kv_pb2.BatchResponse:
+    async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None,
+                    user: str | None = None) -> kv_pb2.BatchResponse:
         ops = list(request.ops)
         with _INVALID_ARGUMENT:
             validate_ops(ops, self._limits)
         return await self._begin_write(ops, request.header, timeout, lambda outcome: kv_pb2.BatchResponse(
-            index=outcome.index, existed=list(outcome.result.existed)))
+            index=outcome.index, existed=list(outcome.result.existed)), user)
 
     def _begin_write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None,
-                     reply: Callable[[ApplyOutcome], R]) -> asyncio.Future[R]:
+                     reply: Callable[[ApplyOutcome], R], user: str | None = None) -> asyncio.Future[R]:
         """Propose already validated ops as one Command; a future of `reply(outcome)`. A bad
-        header is refused here, before it reaches the log (every replica would refuse to apply it)."""
+        header is refused here, before it reaches the log (every replica would refuse to apply it),
+        and so is a write `user` may not make."""
         with _INVALID_ARGUMENT:
             validate_header(header)
-        payload = encode_command(ops, header.client_id, header.seq)
+        if user is not None:
+            denied = self.auth.view.write_refusal(user, ops)
+            if denied is not None:
+                raise errors.of_kind(denied.kind, str(denied))
+        payload = encode_command(ops, header.client_id, header.seq, user)
         return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
                                lambda outcome: reply(_applied(outcome, header)))
 
-    async def register_client(self, request: kv_pb2.RegisterClientRequest,
-                              timeout: float | None = None) -> kv_pb2.RegisterClientResponse:
+    async def register_client(self, request: kv_pb2.RegisterClientRequest, timeout: float | None = None,
+                              user: str | None = None) -> kv_pb2.RegisterClientResponse:
         """Open a client session (the Raft thesis, 6.3): append a registration entry with a secret
         chosen here; the client id is the entry's index and that secret, so no one can use an id
-        the cluster did not issue to them."""
+        the cluster did not issue to them. While auth is on the session is `user`'s alone."""
         secret = secrets.token_bytes(SESSION_SECRET_BYTES)
         outcome: ApplyOutcome = await begin_node_call(
-            self._node, lambda: self._node.propose(encode_registration(secret)), timeout, TIMEOUT_MESSAGE,
+            self._node, lambda: self._node.propose(encode_registration(secret, user)), timeout, TIMEOUT_MESSAGE,
             lambda done: done)
         if outcome.error is not None:
             raise errors.InvalidArgumentError(f"the registration could not be applied: {outcome.error}")
@@ -127,13 +146,27 @@ class KVHandler:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
+    def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
+                  user: str | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
         with _INVALID_ARGUMENT:
             validate_key(request.key, self._limits.max_key_bytes)
+        if user is not None:
+            self.check_read(user, permission_range(request.key, b""))
         return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
 
-    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None) -> kv_pb2.GetResponse:
-        return await self.begin_get(request, timeout)
+    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
+                  user: str | None = None) -> kv_pb2.GetResponse:
+        return await self.begin_get(request, timeout, user)
+
+    def check_read(self, user: str, span: KeyRange) -> None:
+        """PermissionDeniedError unless `user` may read every key of `span` (auth on)."""
+        if not self.auth.view.may_read(user, span):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
+
+    def check_root(self, user: str | None) -> None:
+        """PermissionDeniedError unless auth is off (`user` None) or `user` has the root role."""
+        if user is not None and not self.auth.view.is_root(user):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
 
     def _read(self, key: bytes) -> kv_pb2.GetResponse:
         index = self._node.applied_index  # read after the barrier: the value is at least this fresh
@@ -149,9 +182,13 @@ class KVHandler:
         try/except, not a context manager: a get is on the hot path.)"""
         return errors.UnavailableError(self._alarm.raise_(str(e)))
 
-    async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None) -> kv_pb2.ScanResponse:
+    async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None,
+                   user: str | None = None) -> kv_pb2.ScanResponse:
         if request.prefix and (request.start or request.end):
             raise errors.InvalidArgumentError("give either prefix or start/end, not both")
+        if user is not None:
+            self.check_read(user, prefix_range(request.prefix) if request.prefix
+                            else (request.start, request.end or None))
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
@@ -175,9 +212,10 @@ class KVHandler:
 
     # ---- snapshots ---------------------------------------------------------------------------
 
-    async def save_snapshot(self, timeout: float | None = None) -> SnapshotInfo:
+    async def save_snapshot(self, timeout: float | None = None, user: str | None = None) -> SnapshotInfo:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
-        ReadIndex round on the leader), taken now if the newest one is older."""
+        ReadIndex round on the leader), taken now if the newest one is older. Root only (auth on)."""
+        self.check_root(user)
         index = await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
         return await node_call(self._node, lambda: self._node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
 
@@ -198,6 +236,11 @@ class KVHandler:
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
     """A write's outcome, or the refusal it stands for."""
+    if outcome.other_user:
+        raise errors.PermissionDeniedError(
+            f"{PERMISSION_DENIED}: client session {header.client_id!r} belongs to another user")
+    if outcome.result.refusal_kind:  # refused at apply (a permission revoked meanwhile, ...)
+        raise errors.of_kind(outcome.result.refusal_kind, outcome.result.refusal)
     if outcome.unknown_session:
         raise errors.UnknownSessionError(
             f"client id {header.client_id!r} names no client session this cluster keeps (never registered, "
@@ -300,10 +343,15 @@ async def serve_call(call: Awaitable[T], context: grpc.aio.ServicerContext) -> T
 
 
 class KVServicer(kv_pb2_grpc.KVServicer):
-    """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata."""
+    """gRPC face of KVHandler: every RaftKVError becomes a status with kv.errors' metadata.
+    While auth is on each call's user is resolved (AuthGate) and handed to the handler; while it
+    is off that costs one attribute test (`self._auth.enabled`)."""
 
-    def __init__(self, handler: KVHandler) -> None:
+    def __init__(self, handler: KVHandler, auth_handler: AuthHandler | None = None) -> None:
         self._handler = handler
+        self._auth = handler.auth
+        self._gate = AuthGate(handler.auth)
+        self._auth_handler = auth_handler
         # What end_streams ends at once: Stream calls waiting for their next request, by handler
         # task. (Pipeline calls are in _pipelines and end themselves: see end_streams.)
         self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
@@ -311,23 +359,44 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         self._pipelines: set[PipelineCall] = set()  # every open Pipeline call, for status and end_streams
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
-        return await serve_call(self._handler.put(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.put(request, context.time_remaining(), user))
 
     async def Get(self, request: kv_pb2.GetRequest, context: grpc.aio.ServicerContext) -> kv_pb2.GetResponse:
-        return await serve_call(self._handler.get(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.get(request, context.time_remaining(), user))
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> kv_pb2.DeleteResponse:
-        return await serve_call(self._handler.delete(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.delete(request, context.time_remaining(), user))
 
     async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> kv_pb2.ScanResponse:
-        return await serve_call(self._handler.scan(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.scan(request, context.time_remaining(), user))
 
     async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
-        return await serve_call(self._handler.batch(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.batch(request, context.time_remaining(), user))
 
     async def RegisterClient(self, request: kv_pb2.RegisterClientRequest,
                              context: grpc.aio.ServicerContext) -> kv_pb2.RegisterClientResponse:
-        return await serve_call(self._handler.register_client(request, context.time_remaining()), context)
+        return await self._serve(context, lambda user: self._handler.register_client(
+            request, context.time_remaining(), user))
+
+    async def _serve(self, context: grpc.aio.ServicerContext, work: Callable[[str | None], Awaitable[T]]) -> T:
+        """`work(user)` for the call's user (None while auth is off); a RaftKVError, a refused
+        identity included, ends the RPC with its status."""
+        try:
+            return await work(self._gate.user(context) if self._auth.enabled else None)
+        except errors.RaftKVError as e:
+            await errors.abort(context, e)
+            raise  # unreachable: abort raises
+
+    async def AuthAdmin(self, request: kv_pb2.AuthAdminRequest,
+                        context: grpc.aio.ServicerContext) -> kv_pb2.AuthAdminResponse:
+        assert self._auth_handler is not None, "served with an AuthHandler (kv/server/server.py)"
+        auth = self._auth_handler
+        return await self._serve(context, lambda user: auth.admin(request, user, context.time_remaining()))
+
+    async def Authenticate(self, request: kv_pb2.AuthenticateRequest,
+                           context: grpc.aio.ServicerContext) -> kv_pb2.AuthenticateResponse:
+        assert self._auth_handler is not None, "served with an AuthHandler (kv/server/server.py)"
+        return await serve_call(self._auth_handler.authenticate(request, context.time_remaining()), context)
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         reply = self._handler.status()
@@ -341,6 +410,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         refusal) before the next request is read. `end_streams` ends it between requests."""
         task = asyncio.current_task()
         assert task is not None
+        caller = Caller(self._gate, context)
         while not self._ending:
             self._stoppable_calls[task] = context
             try:
@@ -349,7 +419,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
                 return
             finally:
                 self._stoppable_calls.pop(task, None)
-            yield await self._stream_reply(request)
+            yield await self._stream_reply(request, caller)
 
     async def Pipeline(self, requests: AsyncIterator[kv_pb2.PipelineRequest],
                        context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.PipelineReply]:
@@ -359,7 +429,8 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         client id and seq)."""
         if self._ending:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
-        call = PipelineCall(requests, self._begin)
+        caller = Caller(self._gate, context)
+        call = PipelineCall(requests, lambda request: self._begin(request, caller))
         self._pipelines.add(call)
         try:
             while (message := await call.next_message()) is not None:
@@ -395,29 +466,34 @@ class KVServicer(kv_pb2_grpc.KVServicer):
                 pass
             task.cancel()
 
-    async def _stream_reply(self, request: kv_pb2.StreamRequest) -> kv_pb2.StreamReply:
+    async def _stream_reply(self, request: kv_pb2.StreamRequest, caller: Caller) -> kv_pb2.StreamReply:
         try:
-            kind, pending = self._begin(request)
+            kind, pending = self._begin(request, caller)
             return kv_pb2.StreamReply(**{kind: await pending})
         except errors.RaftKVError as e:
             return refusal(e)
 
-    def _begin(self, request: kv_pb2.StreamRequest) -> tuple[str, asyncio.Future[Any]]:
-        """Start a stream or pipeline request: its kind and the handler's future of its reply.
-        A refusal known at once is raised."""
+    def _begin(self, request: kv_pb2.StreamRequest, caller: Caller | None = None) -> tuple[str, asyncio.Future[Any]]:
+        """Start a stream or pipeline request of `caller`: its kind and the handler's future of
+        its reply. A refusal known at once is raised."""
         timeout = request.timeout_ms / 1000 if request.timeout_ms else None
+        user = None
+        if self._auth.enabled:
+            if caller is None:
+                raise errors.UnauthenticatedError(USER_EMPTY)
+            user = caller.user()
         kind = request.WhichOneof("request")
         if kind == "put":
-            return kind, self._handler.begin_put(request.put, timeout)
+            return kind, self._handler.begin_put(request.put, timeout, user)
         if kind == "get":
-            return kind, self._handler.begin_get(request.get, timeout)
+            return kind, self._handler.begin_get(request.get, timeout, user)
         if kind == "delete":
-            return kind, self._handler.begin_delete(request.delete, timeout)
+            return kind, self._handler.begin_delete(request.delete, timeout, user)
         raise errors.InvalidArgumentError("a stream request needs one of put, get or delete")
 
     async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
-        info = await serve_call(self._handler.save_snapshot(context.time_remaining()), context)
+        info = await self._serve(context, lambda user: self._handler.save_snapshot(context.time_remaining(), user))
         manifest_json = (await asyncio.to_thread(read_manifest, info.path))[0].to_json()
         chunks = chunk_file(info.path)
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from raft.core import Entry
 from snapshot.install import install_into_state
 from snapshot.manifest import SnapshotManifest
+from statemachine.auth_state import AuthHolder
 from statemachine.kv_state import KVStateMachine
 
 
@@ -94,6 +95,12 @@ class ReplaceableStateMachine:
     def _call(self, name: str, *args: Any) -> Any:
         with self._lock.shared():
             return getattr(self._machine, name)(*args)
+
+    @property
+    def auth(self) -> AuthHolder:
+        """The auth state's holder: the same object across replacements (each reopened machine
+        publishes its auth tables into it)."""
+        return self._machine.auth
 
     # The StateMachine the driver uses, and the reads the services use.
     @property

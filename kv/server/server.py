@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kv.server.data_dir import DataDirLock, DataDirSpace, RejoinFile
+from kv.server.auth_service import AuthHandler
 from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
@@ -31,6 +32,7 @@ from raft.transport.address import split_address
 from raft.transport.tcp_transport import TcpTransport
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
+from statemachine.auth_state import AuthHolder
 from statemachine.kv_state import KVStateMachine
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class RunningServer:
     kv_service: KVServicer
     data_dir_lock: DataDirLock
     state_checker: StateChecker
+    auth: AuthHandler
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -88,7 +91,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
-        fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes))
+        auth = AuthHolder()  # one for the node's life: a snapshot install reopens the state into it
+        fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes,
+                                                                          auth=auth))
         cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.members,
                                         config.initial_cluster_token)
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
@@ -101,11 +106,12 @@ async def start_server(config: NodeConfig) -> RunningServer:
         alarm = CorruptionAlarm(node)
         checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, PeerStatuses(node))
         handler = KVHandler(node, fsm, alarm, checker.status)
-        kv_service = KVServicer(handler)
+        auth_handler = AuthHandler(node, handler, config.security.auth_token_ttl_s)
+        kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
-            (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports)),
+            (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
         ], max_request_bytes=config.limits.max_request_bytes)
         await node.start()
         await servers.start()
@@ -130,7 +136,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
     log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
              config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
-    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker)
+    return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
+                         auth_handler)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

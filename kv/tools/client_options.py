@@ -7,6 +7,7 @@ import base64
 
 from kv.client.client import Client
 from kv.tools.arguments import default_endpoints, endpoints_help, positive_float
+from kv.tools.user_options import add_user_options, credentials_of
 from raft.node.config import DEFAULT_LISTEN
 
 DEFAULT_ENDPOINTS = DEFAULT_LISTEN
@@ -27,11 +28,12 @@ def client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentParse
                          help=endpoints_help(DEFAULT_ENDPOINTS))
     options.add_argument("--timeout", type=positive_float, default=timeout, metavar="SECONDS",
                          help="give up (and exit 1) after this long, retries included")
+    add_user_options(options)
     return options
 
 
 def client_of(args: argparse.Namespace) -> Client:
-    return Client(args.endpoints, timeout=args.timeout)
+    return Client(args.endpoints, timeout=args.timeout, **credentials_of(args))
 
 
 def add_json(parser: argparse.ArgumentParser, shape: str) -> None:

@@ -12,9 +12,46 @@ class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LINEARIZABLE: _ClassVar[Consistency]
     LEASE: _ClassVar[Consistency]
     STALE: _ClassVar[Consistency]
+
+class AuthAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUTH_ACTION_UNSPECIFIED: _ClassVar[AuthAction]
+    AUTH_ENABLE: _ClassVar[AuthAction]
+    AUTH_DISABLE: _ClassVar[AuthAction]
+    AUTH_STATUS: _ClassVar[AuthAction]
+    USER_ADD: _ClassVar[AuthAction]
+    USER_DELETE: _ClassVar[AuthAction]
+    USER_GET: _ClassVar[AuthAction]
+    USER_LIST: _ClassVar[AuthAction]
+    USER_CHANGE_PASSWORD: _ClassVar[AuthAction]
+    USER_GRANT_ROLE: _ClassVar[AuthAction]
+    USER_REVOKE_ROLE: _ClassVar[AuthAction]
+    ROLE_ADD: _ClassVar[AuthAction]
+    ROLE_DELETE: _ClassVar[AuthAction]
+    ROLE_GET: _ClassVar[AuthAction]
+    ROLE_LIST: _ClassVar[AuthAction]
+    ROLE_GRANT_PERMISSION: _ClassVar[AuthAction]
+    ROLE_REVOKE_PERMISSION: _ClassVar[AuthAction]
 LINEARIZABLE: Consistency
 LEASE: Consistency
 STALE: Consistency
+AUTH_ACTION_UNSPECIFIED: AuthAction
+AUTH_ENABLE: AuthAction
+AUTH_DISABLE: AuthAction
+AUTH_STATUS: AuthAction
+USER_ADD: AuthAction
+USER_DELETE: AuthAction
+USER_GET: AuthAction
+USER_LIST: AuthAction
+USER_CHANGE_PASSWORD: AuthAction
+USER_GRANT_ROLE: AuthAction
+USER_REVOKE_ROLE: AuthAction
+ROLE_ADD: AuthAction
+ROLE_DELETE: AuthAction
+ROLE_GET: AuthAction
+ROLE_LIST: AuthAction
+ROLE_GRANT_PERMISSION: AuthAction
+ROLE_REVOKE_PERMISSION: AuthAction
 
 class WriteHeader(_message.Message):
     __slots__ = ("client_id", "seq")
@@ -246,28 +283,38 @@ class SnapshotFileChunk(_message.Message):
     def __init__(self, manifest_json: _Optional[bytes] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class Registration(_message.Message):
-    __slots__ = ("secret",)
+    __slots__ = ("secret", "user")
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     secret: bytes
-    def __init__(self, secret: _Optional[bytes] = ...) -> None: ...
+    user: str
+    def __init__(self, secret: _Optional[bytes] = ..., user: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("header", "ops", "registration", "check_state")
+    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
     CHECK_STATE_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
     registration: Registration
     check_state: bool
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ...) -> None: ...
+    auth: AuthCommand
+    user: str
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("existed",)
+    __slots__ = ("existed", "refusal_kind", "refusal")
     EXISTED_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_KIND_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
     existed: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, existed: _Optional[_Iterable[bool]] = ...) -> None: ...
+    refusal_kind: str
+    refusal: str
+    def __init__(self, existed: _Optional[_Iterable[bool]] = ..., refusal_kind: _Optional[str] = ..., refusal: _Optional[str] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
     __slots__ = ("timeout_ms", "put", "get", "delete")
@@ -332,3 +379,117 @@ class PipelineReply(_message.Message):
     REPLIES_FIELD_NUMBER: _ClassVar[int]
     replies: _containers.RepeatedCompositeFieldContainer[TaggedReply]
     def __init__(self, replies: _Optional[_Iterable[_Union[TaggedReply, _Mapping]]] = ...) -> None: ...
+
+class Permission(_message.Message):
+    __slots__ = ("perm_type", "key", "range_end")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        READ: _ClassVar[Permission.Type]
+        WRITE: _ClassVar[Permission.Type]
+        READWRITE: _ClassVar[Permission.Type]
+    READ: Permission.Type
+    WRITE: Permission.Type
+    READWRITE: Permission.Type
+    PERM_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    perm_type: Permission.Type
+    key: bytes
+    range_end: bytes
+    def __init__(self, perm_type: _Optional[_Union[Permission.Type, str]] = ..., key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ...) -> None: ...
+
+class AuthCommand(_message.Message):
+    __slots__ = ("action", "user", "role", "salt", "password_hash", "permission", "signing_key")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEY_FIELD_NUMBER: _ClassVar[int]
+    action: AuthAction
+    user: str
+    role: str
+    salt: bytes
+    password_hash: bytes
+    permission: Permission
+    signing_key: bytes
+    def __init__(self, action: _Optional[_Union[AuthAction, str]] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., salt: _Optional[bytes] = ..., password_hash: _Optional[bytes] = ..., permission: _Optional[_Union[Permission, _Mapping]] = ..., signing_key: _Optional[bytes] = ...) -> None: ...
+
+class StoredUser(_message.Message):
+    __slots__ = ("name", "salt", "password_hash", "roles", "generation")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    salt: bytes
+    password_hash: bytes
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    generation: int
+    def __init__(self, name: _Optional[str] = ..., salt: _Optional[bytes] = ..., password_hash: _Optional[bytes] = ..., roles: _Optional[_Iterable[str]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class StoredRole(_message.Message):
+    __slots__ = ("name", "permissions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedCompositeFieldContainer[Permission]
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[_Union[Permission, _Mapping]]] = ...) -> None: ...
+
+class AuthAdminRequest(_message.Message):
+    __slots__ = ("action", "user", "role", "password", "permission")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    action: AuthAction
+    user: str
+    role: str
+    password: str
+    permission: Permission
+    def __init__(self, action: _Optional[_Union[AuthAction, str]] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., password: _Optional[str] = ..., permission: _Optional[_Union[Permission, _Mapping]] = ...) -> None: ...
+
+class AuthUser(_message.Message):
+    __slots__ = ("name", "roles")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AuthRole(_message.Message):
+    __slots__ = ("name", "permissions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedCompositeFieldContainer[Permission]
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[_Union[Permission, _Mapping]]] = ...) -> None: ...
+
+class AuthAdminResponse(_message.Message):
+    __slots__ = ("index", "enabled", "users", "roles")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    enabled: bool
+    users: _containers.RepeatedCompositeFieldContainer[AuthUser]
+    roles: _containers.RepeatedCompositeFieldContainer[AuthRole]
+    def __init__(self, index: _Optional[int] = ..., enabled: _Optional[bool] = ..., users: _Optional[_Iterable[_Union[AuthUser, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[AuthRole, _Mapping]]] = ...) -> None: ...
+
+class AuthenticateRequest(_message.Message):
+    __slots__ = ("name", "password")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    password: str
+    def __init__(self, name: _Optional[str] = ..., password: _Optional[str] = ...) -> None: ...
+
+class AuthenticateResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...

@@ -84,6 +84,16 @@ class KVStub:
                 request_serializer=raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
                 response_deserializer=raftkv__proto_dot_kv__pb2.SnapshotFileChunk.FromString,
                 _registered_method=True)
+        self.AuthAdmin = channel.unary_unary(
+                '/raftkv.kv.KV/AuthAdmin',
+                request_serializer=raftkv__proto_dot_kv__pb2.AuthAdminRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.AuthAdminResponse.FromString,
+                _registered_method=True)
+        self.Authenticate = channel.unary_unary(
+                '/raftkv.kv.KV/Authenticate',
+                request_serializer=raftkv__proto_dot_kv__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
 
 
 class KVServicer:
@@ -150,6 +160,20 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AuthAdmin(self, request, context):
+        """Users, roles and permissions (etcd's Auth service, one RPC by action): root only, once enabled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Authenticate(self, request, context):
+        """A token for a user's name and password, from any member.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +226,16 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.SaveSnapshot,
                     request_deserializer=raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.FromString,
                     response_serializer=raftkv__proto_dot_kv__pb2.SnapshotFileChunk.SerializeToString,
+            ),
+            'AuthAdmin': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthAdmin,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.AuthAdminRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.AuthAdminResponse.SerializeToString,
+            ),
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.AuthenticateRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.AuthenticateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -474,6 +508,60 @@ class KV:
             '/raftkv.kv.KV/SaveSnapshot',
             raftkv__proto_dot_kv__pb2.SaveSnapshotRequest.SerializeToString,
             raftkv__proto_dot_kv__pb2.SnapshotFileChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthAdmin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftkv.kv.KV/AuthAdmin',
+            raftkv__proto_dot_kv__pb2.AuthAdminRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.AuthAdminResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftkv.kv.KV/Authenticate',
+            raftkv__proto_dot_kv__pb2.AuthenticateRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.AuthenticateResponse.FromString,
             options,
             channel_credentials,
             insecure,

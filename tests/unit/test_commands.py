@@ -8,7 +8,9 @@ from statemachine.commands import (
     CommandLimits,
     decode_command,
     delete_op,
+    encode_auth,
     encode_command,
+    encode_registration,
     put_op,
     validate_header,
     validate_key,
@@ -108,3 +110,15 @@ def test_client_id_size_is_limited() -> None:
     validate_header(kv_pb2.WriteHeader(client_id="c" * 256, seq=1))
     with pytest.raises(InvalidCommandError, match="client id is 257 bytes"):
         validate_header(kv_pb2.WriteHeader(client_id="c" * 257, seq=1))
+
+
+def test_an_auth_change_or_a_registration_carries_nothing_else() -> None:
+    change = kv_pb2.AuthCommand(action=kv_pb2.ROLE_ADD, role="r")
+    assert decode_command(encode_auth(change)).auth == change
+    assert decode_command(encode_command([put_op(b"k", b"v")], user="alice")).user == "alice"
+    assert decode_command(encode_registration(b"s" * 16, "alice")).registration.user == "alice"
+    for mixed in (kv_pb2.Command(auth=change, ops=[put_op(b"k", b"v")]),
+                  kv_pb2.Command(auth=change, check_state=True),
+                  kv_pb2.Command(registration=kv_pb2.Registration(secret=b"s" * 16), user="alice")):
+        with pytest.raises(InvalidCommandError):
+            decode_command(mixed.SerializeToString())

@@ -122,3 +122,25 @@ def test_stop_does_not_wait_for_idle_client_streams(tmp_path: Path) -> None:
     finally:
         client.close()
         db.close()
+
+
+def test_with_auth_enabled_local_calls_are_made_as_the_nodes_user(tmp_path: Path) -> None:
+    port = free_port()
+    with embedded.open(tmp_path, listen=f"127.0.0.1:{port}", core=FAST, user="alice", password="alice-pw",
+                       **SMALL) as db:
+        db.put(b"app/1", b"v")  # auth is off: no one is checked
+        with Client(db.address, timeout=10) as admin:
+            admin.user_add("root", "root-pw")
+            admin.user_grant_role("root", "root")
+            admin.user_add("alice", "alice-pw")
+            admin.role_add("reader")
+            admin.role_grant_permission("reader", "app/", prefix=True, perm="read")
+            admin.user_grant_role("alice", "reader")
+            admin.auth_enable()
+        assert db.get(b"app/1") == b"v"
+        with pytest.raises(errors.PermissionDeniedError):
+            db.put(b"app/2", b"v")
+        db._password = "wrong"
+        db._token = None
+        with pytest.raises(errors.UnauthenticatedError):
+            db.get(b"app/1")

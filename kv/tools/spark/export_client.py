@@ -8,19 +8,31 @@ read key ranges of it (from any process: Spark executors, export threads), end i
 """
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
-from kv.client.client import CHANNEL_OPTIONS, parse_endpoints
+from kv.client.client import CHANNEL_OPTIONS, Client, parse_endpoints
 from kv.errors import NotLeaderError, RaftKVError, from_rpc_error
 from raftkv_proto import export_pb2, export_pb2_grpc
 
 # The staging area of atomic Spark writes (kv.tools.spark.bulk_load); exports skip it.
 STAGING_PREFIX = b"\xff\xfe.raftkv-staging/"
 RETRY_PAUSE_S = 0.05
+T = TypeVar("T")
+
+
+def _started(batches: Iterator[export_pb2.ExportBatch]) -> Iterator[export_pb2.ExportBatch]:
+    """A server stream with its first batch already in (so a refused token raises here, where it
+    can be renewed, not half-way through the caller's loop)."""
+    first = next(batches, None)
+    if first is None:
+        return iter(())
+    return itertools.chain((first,), batches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +59,20 @@ class ExportInfo:
 
 @dataclass
 class ExportClient:
+    """`user` and `password`: once the cluster has auth enabled, exports are for a user with the
+    root role (they read every key); its token is renewed once when a call finds it expired."""
+
     endpoints: Sequence[str] | str
     timeout: float = 30.0
+    user: str | None = None
+    password: str | None = None
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.endpoints = parse_endpoints(self.endpoints)
+        # Logs in (KV.Authenticate) and keeps the token; no streams of its own.
+        self._login = Client(self.endpoints, timeout=self.timeout, streams=False, user=self.user,
+                             password=self.password)
 
     def __enter__(self) -> ExportClient:
         return self
@@ -64,6 +84,17 @@ class ExportClient:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
+        self._login.close()
+
+    def _logged_in(self, call: Callable[[tuple[tuple[str, str], ...] | None], T]) -> T:
+        """call(metadata), again once with a new token when the token was refused."""
+        metadata = self._login.call_metadata()
+        try:
+            return call(metadata)
+        except grpc.RpcError as rpc_error:
+            if rpc_error.code() != grpc.StatusCode.UNAUTHENTICATED or not self._login.renew_login(metadata):
+                raise
+        return call(self._login.call_metadata())
 
     def _stub(self, address: str) -> export_pb2_grpc.ExportStub:
         channel = self._channels.get(address)
@@ -83,7 +114,8 @@ class ExportClient:
         last: RaftKVError | None = None
         while time.monotonic() < deadline:
             try:
-                r = self._stub(target).BeginExport(request, timeout=max(deadline - time.monotonic(), 0.01))
+                r = self._logged_in(lambda metadata: self._stub(target).BeginExport(
+                    request, timeout=max(deadline - time.monotonic(), 0.01), metadata=metadata))
                 return ExportInfo(r.export_id, target, r.index, r.term, r.cluster_id, r.start, r.end,
                                   tuple(r.split_points), r.key_count, r.ttl_ms)
             except grpc.RpcError as rpc_error:
@@ -107,7 +139,9 @@ class ExportClient:
         request = export_pb2.ReadExportRequest(export_id=export.export_id, start=start, end=end,
                                                batch_size=batch_size)
         try:
-            for batch in self._stub(export.address).ReadExport(request, timeout=self.timeout * 20):
+            batches = self._logged_in(lambda metadata: _started(self._stub(export.address).ReadExport(
+                request, timeout=self.timeout * 20, metadata=metadata)))
+            for batch in batches:
                 items = [(kv.key, kv.value) for kv in batch.items]
                 if skip_staging and items and items[-1][0] >= STAGING_PREFIX:
                     items = [(k, v) for k, v in items if not k.startswith(STAGING_PREFIX)]
@@ -118,8 +152,8 @@ class ExportClient:
     def end(self, export: ExportInfo) -> bool:
         """Release the pinned view now; False when it was already released."""
         try:
-            response = self._stub(export.address).EndExport(
-                export_pb2.EndExportRequest(export_id=export.export_id), timeout=self.timeout)
+            response = self._logged_in(lambda metadata: self._stub(export.address).EndExport(
+                export_pb2.EndExportRequest(export_id=export.export_id), timeout=self.timeout, metadata=metadata))
         except grpc.RpcError as rpc_error:
             raise from_rpc_error(rpc_error) from None
         return response.released
