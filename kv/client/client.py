@@ -29,6 +29,7 @@ from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
 from kv.client.status import status_dict
+from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
 
@@ -111,15 +112,19 @@ class Client:
     It is only a label: the ids its writes carry are issued by the cluster, one session per writing
     thread, so clients given the same name never take each other's writes for retries.
     streams: send put, get and delete as messages on long-lived streams (kv/client/request_stream.py),
-    which costs a node about half the CPU of a unary call; False: a unary call each."""
+    which costs a node about half the CPU of a unary call; False: a unary call each.
+    tls: connect with TLS (kv/client/tls.py), to nodes started with --cert-file; None: plaintext.
+    Its files are read here, once; a file that cannot be read is a ValueError naming it."""
 
     def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None,
-                 streams: bool = True):
+                 streams: bool = True, tls: TLS | None = None):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.endpoints = parse_endpoints(endpoints)
         self.timeout = timeout
         self.client_id = client_id or uuid.uuid4().hex
+        self.tls = tls
+        self._credentials = tls.credentials() if tls is not None else None
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
@@ -205,7 +210,7 @@ class Client:
         gives {"address": ..., "error": ...}."""
         futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout))
                    for address in self.endpoints]
-        return [_status_dict(address, future) for address, future in futures]
+        return [_status_dict(address, future, self.tls) for address, future in futures]
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -223,7 +228,7 @@ class Client:
             try:
                 return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
             except grpc.RpcError as rpc_error:
-                last_error = from_rpc_error(rpc_error)
+                last_error = self._hinted(from_rpc_error(rpc_error))
                 if not last_error.retryable or time.monotonic() >= deadline:
                     raise last_error from None
                 hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
@@ -313,10 +318,21 @@ class Client:
                 raise RuntimeError("the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = self._open_channel(address)
                 self._channels[address] = channel
                 stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
             return self._channels[address], stub
+
+    def _open_channel(self, address: str) -> grpc.Channel:
+        """A new channel to `address`, with this client's TLS credentials when it has them."""
+        return open_channel(address, self._credentials, CHANNEL_OPTIONS)
+
+    def _hinted(self, error: RaftKVError) -> RaftKVError:
+        """`error`, its message followed by what to check when a failed connection looks like a TLS
+        mismatch (kv/client/tls.py): otherwise a wrong CA reads as a node that is down."""
+        if isinstance(error, UnavailableError):
+            error.args = (with_hint(str(error), self.tls),)
+        return error
 
     def _next_endpoint(self, after: str) -> str:
         """The configured endpoint after `after`, round robin."""
@@ -370,6 +386,7 @@ class Client:
         try:
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:
+            self._hinted(error)
             attempts.answers[target] = answer_of(error)
             self._reroute(attempts, error)
             raise
@@ -387,7 +404,7 @@ class Client:
             busy = HUB.enter(target) and fits(_payload_bytes(stream_field, request))
             try:
                 carrier: Pipeline | RequestStream | None = (
-                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS)) if busy
+                    HUB.pipeline(target, lambda: self._open_channel(target), self.tls) if busy
                     else self._streams.take(target, channel))
                 if carrier is not None:
                     try:
@@ -469,9 +486,9 @@ def consistency_level(name: str) -> int:
         raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY)}, not {name!r}") from None
 
 
-def _status_dict(address: str, future: Future) -> dict[str, Any]:
+def _status_dict(address: str, future: Future, tls: TLS | None) -> dict[str, Any]:
     try:
         return status_dict(future.result(), address)
     except grpc.RpcError as rpc_error:
-        return {"address": address, "error": str(from_rpc_error(rpc_error))}
+        return {"address": address, "error": with_hint(str(from_rpc_error(rpc_error)), tls)}
 

@@ -18,7 +18,7 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 import grpc
 
@@ -184,14 +184,16 @@ def fits(payload_bytes: int) -> bool:
 
 
 class PipelineHub:
-    """The process's pipelines, one per node address, and its count of requests in flight per
+    """The process's pipelines, one per node address and kind of connection (plaintext, or TLS with
+    given files: a Client must never send on a connection made with other credentials than its
+    own), and its count of requests in flight per
     address (over streams and pipelines alike), which decides where the next one goes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients = 0
         self._inflight: dict[str, int] = {}
-        self._pipelines: dict[str, Pipeline] = {}
+        self._pipelines: dict[tuple[str, Hashable], Pipeline] = {}
         # Memberships of Clients collected without close(), left here by their finalizers and
         # released at the hub's next attach or enter (see Membership.release_later).
         self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
@@ -240,14 +242,17 @@ class PipelineHub:
         with self._lock:
             self._inflight[address] -= 1
 
-    def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel]) -> Pipeline:
-        """The open pipeline to `address`, opened on a channel of its own (`open_channel()`) when
-        there is none or the last one broke."""
+    def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel],
+                 credentials: Hashable = None) -> Pipeline:
+        """The open pipeline to `address` over connections made with `credentials` (None: plaintext;
+        a Client's TLS), opened on a channel of its own (`open_channel()`) when there is none or
+        the last one broke."""
+        key = (address, credentials)
         with self._lock:
-            pipeline = self._pipelines.get(address)
+            pipeline = self._pipelines.get(key)
             if pipeline is not None and not pipeline.broken:
                 return pipeline
-            pipeline = self._pipelines[address] = Pipeline(open_channel(), address)
+            pipeline = self._pipelines[key] = Pipeline(open_channel(), address)
             return pipeline
 
     def forget_after_fork(self) -> None:

@@ -161,10 +161,12 @@ class StateChecker:
 
 
 class PeerStatuses:
-    """Status calls to the peers' client addresses, one channel per address."""
+    """Status calls to the peers' client addresses, one channel per address, with `credentials`
+    when the client ports serve TLS (kv/server/tls.py member_channel_credentials), else plaintext."""
 
-    def __init__(self, node: RaftNode) -> None:
+    def __init__(self, node: RaftNode, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._node = node
+        self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def __call__(self, peer: str) -> kv_pb2.StatusResponse | None:
@@ -173,10 +175,14 @@ class PeerStatuses:
             return None  # not heard from yet
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = (
+                grpc.aio.insecure_channel(address) if self._credentials is None
+                else grpc.aio.secure_channel(address, self._credentials))
         try:
             return await kv_pb2_grpc.KVStub(channel).Status(kv_pb2.StatusRequest(), timeout=PEER_STATUS_TIMEOUT_S)
-        except grpc.RpcError:
+        except grpc.RpcError as e:
+            # A TLS mismatch between members repeats every round: say why, where it can be seen.
+            log.debug("state check: no status from %s at %s: %s", peer, address, e.details())
             return None
 
     async def close(self) -> None:
