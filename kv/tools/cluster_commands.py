@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from kv.client.client import Client, parse_endpoints
+from kv.client.tls import TLS
 from kv.errors import RaftKVError
 from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_int
-from kv.tools.client_options import EXIT_FAILED, client_of, describe
+from kv.tools.client_options import EXIT_FAILED, client_of, describe, tls_of
 
 
 def add_cluster_commands(commands: Any, client_options: argparse.ArgumentParser) -> None:
@@ -107,9 +108,9 @@ HEALTH_KEY = b"health"
 
 
 def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    addresses = parse_endpoints(args.endpoints)
+    addresses, tls = parse_endpoints(args.endpoints), tls_of(args)
     with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
-        reports = list(pool.map(lambda address: check_health(address, args.timeout), addresses))
+        reports = list(pool.map(lambda address: check_health(address, args.timeout, tls), addresses))
     if args.json:
         print(json.dumps(reports, indent=2))
     for report in reports if not args.json else ():
@@ -118,10 +119,10 @@ def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentPars
     return 0 if all(report["health"] for report in reports) else EXIT_FAILED
 
 
-def check_health(address: str, timeout: float) -> dict[str, Any]:
+def check_health(address: str, timeout: float, tls: TLS | None = None) -> dict[str, Any]:
     """One endpoint's health: {"endpoint", "health", "took_ms"} and "error" when unhealthy."""
     began = time.monotonic()
-    with Client([address], timeout=timeout) as client:
+    with Client([address], timeout=timeout, tls=tls) as client:
         error = _health_problem(client)
     report: dict[str, Any] = {"endpoint": address, "health": error is None,
                               "took_ms": round((time.monotonic() - began) * 1000, 3)}
