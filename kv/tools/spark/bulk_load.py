@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from kv.client.client import Client
+from kv.client.tls import TLS
 from kv.tools.spark.export_client import STAGING_PREFIX
 from raftkv_proto import kv_pb2
 from raftkv_proto.request_limits import BATCH_MESSAGE_BYTES, REQUEST_OVERHEAD_BYTES
@@ -73,12 +74,13 @@ class BulkLoader:
     throttle: Throttle = field(default_factory=Throttle)
     timeout: float = 30.0
     on_batch: Callable[[int], None] | None = None  # progress: called with each batch's row count
+    tls: TLS | None = None  # as kv.Client's
     rows: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_rows <= DEFAULT_BATCH_ROWS:
             raise ValueError(f"batch_rows must be in 1..{DEFAULT_BATCH_ROWS} (the server's ops per write)")
-        self._client = Client(self.endpoints, timeout=self.timeout)
+        self._client = Client(self.endpoints, timeout=self.timeout, tls=self.tls)
         self._pool = ThreadPoolExecutor(max(1, self.in_flight), thread_name_prefix="raftkv-load")
 
     def __enter__(self) -> BulkLoader:
@@ -134,20 +136,22 @@ class BulkLoader:
         return len(batch)
 
 
-def publish_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0) -> None:
+def publish_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0,
+                   tls: TLS | None = None) -> None:
     """Make every row staged under `stage` visible at once: ONE committed move_prefix command."""
-    _apply(endpoints, kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=stage, target=b"")), timeout)
+    _apply(endpoints, kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=stage, target=b"")), timeout, tls)
 
 
-def discard_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0) -> None:
+def discard_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0,
+                   tls: TLS | None = None) -> None:
     """Remove every row staged under `stage` (an aborted atomic job)."""
-    _apply(endpoints, kv_pb2.Op(delete_prefix=stage), timeout)
+    _apply(endpoints, kv_pb2.Op(delete_prefix=stage), timeout, tls)
 
 
-def _apply(endpoints: Sequence[str] | str, op: kv_pb2.Op, timeout: float) -> None:
+def _apply(endpoints: Sequence[str] | str, op: kv_pb2.Op, timeout: float, tls: TLS | None) -> None:
     if not stage_ok(op):
         raise ValueError("only staging prefixes may be published or discarded")
-    with Client(endpoints, timeout=timeout) as client:
+    with Client(endpoints, timeout=timeout, tls=tls) as client:
         client.apply_ops([op])  # retried with the same (client id, seq): applied at most once
 
 

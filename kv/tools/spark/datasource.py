@@ -9,7 +9,7 @@ Read: one BeginExport on the leader pins a point in time N (logged, with term an
 partitions are the key ranges between the split points the server suggests, and every partition
 reads exactly the state at N. Options: endpoints (required), prefix | start / end (UTF-8),
 partitions (default 4), ttl_ms (how long the server keeps the view after its last use),
-batch_size, timeout.
+batch_size, timeout, and TLS (below).
 
 Write: only the columns key and value (binary or string). Each task sends batches of idempotent
 puts through the leader (kv.tools.spark.bulk_load): a retried or speculative task writes the same bytes
@@ -17,7 +17,11 @@ again and nothing doubles, but a FAILED JOB MAY LEAVE PART OF ITS ROWS WRITTEN -
 back task writes. With atomic=true rows are staged under a private prefix and commit() publishes
 them with one committed Raft command (readers see all or nothing); abort() removes them.
 Options: endpoints, atomic, batch_rows (<= 1000), in_flight, rows_per_second, bytes_per_second,
-timeout. Only mode("append") is supported.
+timeout, and TLS (below). Only mode("append") is supported.
+
+TLS, for nodes started with --cert-file (docs/security.md): options cacert, cert and key, paths to
+PEM files as the CLI's --cacert, --cert and --key. Every connection uses them, the executors'
+too, so the files must be at those paths on every executor's machine.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from kv.client.tls import TLS
 from kv.tools.spark import schema
 from kv.tools.spark.bulk_load import BulkLoader, Throttle, discard_staged, new_stage, publish_staged
 from kv.tools.spark.export_client import ExportClient, ExportInfo
@@ -82,6 +87,14 @@ def _option(options: dict[str, str], name: str, default: str = "") -> str:
     return options.get(name, options.get(name.lower(), default))
 
 
+def _tls(options: dict[str, str]) -> TLS | None:
+    """TLS from the options cacert, cert and key (paths); None (plaintext) when none is given."""
+    ca, cert, key = (_option(options, name) or None for name in ("cacert", "cert", "key"))
+    if ca is None and cert is None and key is None:
+        return None
+    return TLS(ca, cert, key)  # type: ignore[arg-type]
+
+
 def _endpoints(options: dict[str, str]) -> str:
     endpoints = _option(options, "endpoints")
     if not endpoints:
@@ -114,9 +127,10 @@ class RaftKVReader(DataSourceReader):
         self.ttl_ms = int(_option(options, "ttl_ms", "60000"))
         self.batch_size = int(_option(options, "batch_size", "5000"))
         self.timeout = float(_option(options, "timeout", "30"))
+        self.tls = _tls(options)
 
     def partitions(self) -> list[RangePartition]:
-        with ExportClient(self.endpoints, timeout=self.timeout) as client:
+        with ExportClient(self.endpoints, timeout=self.timeout, tls=self.tls) as client:
             export = client.begin(self.prefix, self.start, self.end, self.partition_count, self.ttl_ms)
         log.warning("raftkv read: point in time index %d term %d of cluster %s (export %s on %s, %d keys, "
                     "%d partitions)", export.index, export.term, export.cluster_id, export.export_id,
@@ -124,7 +138,7 @@ class RaftKVReader(DataSourceReader):
         return [RangePartition(i, export, s, e) for i, (s, e) in enumerate(export.ranges)]
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        with ExportClient(self.endpoints, timeout=self.timeout) as client:
+        with ExportClient(self.endpoints, timeout=self.timeout, tls=self.tls) as client:
             for items in client.read(partition.export, partition.start, partition.end, self.batch_size):
                 if items:
                     yield schema.record_batch(items)
@@ -148,25 +162,27 @@ class RaftKVWriter(_WriterBase):  # type: ignore[valid-type,misc]
         self.rows_per_s = float(_option(options, "rows_per_second", "0"))
         self.bytes_per_s = float(_option(options, "bytes_per_second", "0"))
         self.timeout = float(_option(options, "timeout", "30"))
+        self.tls = _tls(options)
 
     def write(self, iterator: Iterator[Any]) -> RaftKVCommitMessage:
         with BulkLoader(self.endpoints, batch_rows=self.batch_rows, in_flight=self.in_flight, stage=self.stage,
-                        throttle=Throttle(self.rows_per_s, self.bytes_per_s), timeout=self.timeout) as loader:
+                        throttle=Throttle(self.rows_per_s, self.bytes_per_s), timeout=self.timeout,
+                        tls=self.tls) as loader:
             return RaftKVCommitMessage(loader.load(_pairs(iterator)))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, RaftKVCommitMessage))
         if self.atomic:
-            publish_staged(self.endpoints, self.stage, self.timeout * 4)
+            publish_staged(self.endpoints, self.stage, self.timeout * 4, self.tls)
         log.warning("raftkv write: %d rows committed%s", rows, " atomically" if self.atomic else "")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.atomic:
-            discard_staged(self.endpoints, self.stage, self.timeout * 4)
+            discard_staged(self.endpoints, self.stage, self.timeout * 4, self.tls)
             # Tasks cancelled by the abort may still have batches in flight: PySpark kills their
             # Python workers within spark.python.task.killTimeout (2 s). Sweep again after that.
             time.sleep(ZOMBIE_GRACE_S)
-            discard_staged(self.endpoints, self.stage, self.timeout * 4)
+            discard_staged(self.endpoints, self.stage, self.timeout * 4, self.tls)
             log.warning("raftkv write aborted: staged rows removed, nothing was published")
         else:
             log.warning("raftkv write aborted: rows written by finished tasks stay (non-atomic write)")
