@@ -81,6 +81,10 @@ def _add_cluster(commands: Any) -> None:
                     help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
     up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
     up.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the members' logging verbosity")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS on every member's client and peer ports, with a CA and certificates made in "
+                         "DATA_DIR/certs (one per member, and a client certificate 'root'); prints the "
+                         "RAFTKV_CACERT/RAFTKV_CERT/RAFTKV_KEY export lines for the CLI (docs/security.md)")
     up.set_defaults(run=_run_cluster_up, command_parser=up)
     restart = actions.add_parser(
         "restart", formatter_class=Formatter, help="start a member of a running `cluster up` again",
@@ -178,7 +182,8 @@ def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     except ValueError as bad:
         parser.error(str(bad))  # exits 2 with the usage line
     try:
-        return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port)
+        return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port,
+                              tls=args.tls)
     except cluster_up.ClusterError as error:
         print(f"raftkv cluster up: error: {error}", file=sys.stderr)
         return EXIT_FAILED
