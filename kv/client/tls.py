@@ -88,7 +88,7 @@ def handshake_hint(details: str, tls: TLS | None) -> str | None:
     does not name the dialled host: "Hostname Verification Check failed". Where the node refuses
     (a plaintext client to a TLS node; a client with no certificate, or one the node's CA did not
     sign, under --client-cert-auth) the client only sees "Socket closed" as it connects, which a
-    node dying at that moment also causes: that hint says "probably"."""
+    node dying at that moment, or a proxy whose node is down, also causes: those hints say "if"."""
     text = details.lower()
     if "hostname verification" in text:
         return ("the node's certificate does not name the host dialled: dial a name or IP address its certificate "
@@ -102,13 +102,13 @@ def handshake_hint(details: str, tls: TLS | None) -> str | None:
     if "failed to connect" not in text or "socket closed" not in text:
         return None
     if tls is None:
-        return ("the node closed the connection in its handshake, probably because it serves TLS: "
-                "give --cacert (TLS.ca_file)")
+        return ("the node closed the connection as it was set up: if it serves TLS (--cert-file), give --cacert "
+                "(TLS.ca_file); if not, it may have gone down")
     if not tls.has_client_cert:
-        return ("the node closed the connection in the TLS handshake: does it require a client certificate "
-                "(--client-cert-auth)? Give --cert/--key")
-    return ("the node closed the connection in the TLS handshake, probably refusing this client's certificate: "
-            "is --cert signed by the CA the node trusts (its --trusted-ca-file)?")
+        return ("the node closed the connection in the TLS handshake: if it requires client certificates "
+                "(--client-cert-auth), give --cert/--key")
+    return ("the node closed the connection in the TLS handshake: if it requires client certificates, is --cert "
+            "signed by the CA it trusts (its --trusted-ca-file)?")
 
 
 def with_hint(message: str, tls: TLS | None) -> str:

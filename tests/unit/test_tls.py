@@ -203,7 +203,7 @@ def refusal(address: str, tls: TLS | None) -> str:
 
 
 def test_a_plaintext_client_of_a_tls_node_is_told_to_give_the_ca(tls_server: Server) -> None:
-    assert "probably because it serves TLS: give --cacert" in refusal(tls_server.address, None)
+    assert "if it serves TLS (--cert-file), give --cacert" in refusal(tls_server.address, None)
 
 
 def test_a_tls_client_of_a_plaintext_node_is_told_it_does_not_speak_tls(plaintext_server: Server,
@@ -217,13 +217,13 @@ def test_a_client_trusting_another_ca_is_told_to_check_it(tls_server: Server, ce
 
 
 def test_a_client_without_a_certificate_is_told_the_node_may_require_one(mtls_server: Server, certs: Certs) -> None:
-    assert "does it require a client certificate (--client-cert-auth)? Give --cert/--key" in refusal(
+    assert "if it requires client certificates (--client-cert-auth), give --cert/--key" in refusal(
         mtls_server.address, TLS(certs.ca.cert))
 
 
 def test_a_client_with_a_foreign_certificate_is_told_to_check_it(mtls_server: Server, certs: Certs) -> None:
     message = refusal(mtls_server.address, TLS(certs.ca.cert, certs.mallory.cert, certs.mallory.key))
-    assert "probably refusing this client's certificate" in message
+    assert "if it requires client certificates, is --cert signed by the CA it trusts" in message
 
 
 def test_a_client_dialling_a_name_the_certificate_lacks_is_told_so(certs: Certs) -> None:
