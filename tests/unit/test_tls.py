@@ -16,10 +16,11 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kv import TLS, Client
+from kv import TLS, Client, embedded
 from kv.errors import UnavailableError
 from kv.server.tls import is_loopback, plaintext_warnings
 from kv.tools.certs import DEFAULT_HOSTS, CertFiles, ensure_ca, issue
+from kv.tools.cluster_up import free_ports
 from raft.node.config import NodeConfig, Security, TLSFiles
 from raftkv_proto import kv_pb2_grpc
 
@@ -274,3 +275,25 @@ def test_warnings_name_each_port_open_beyond_loopback_without_tls(certs: Certs) 
     assert [w.split(" ", 1)[0] for w in plaintext_warnings(config)] == ["peers"]
     assert plaintext_warnings(NodeConfig(listen="127.0.0.1:7001", peers={"n1": "127.0.0.1:7101",
                                                                          "n2": "127.0.0.1:7102"})) == []
+
+
+# ---- every server of a node's group ---------------------------------------------------------------
+
+CONNECTIONS = 40  # the kernel spreads connections over the group's servers (SO_REUSEPORT)
+
+
+def test_every_server_on_a_tls_nodes_port_speaks_tls_only(certs: Certs, tmp_path: Path) -> None:
+    """A node's gRPC servers share its port and the kernel hands each connection to any of them:
+    a server of the group left in plaintext would take a share of the plaintext clients."""
+    security = Security(client=TLSFiles(certs.member.cert, certs.member.key, certs.ca.cert))
+    with embedded.open(tmp_path, listen=f"127.0.0.1:{free_ports(1)[0]}", security=security) as db:
+        assert db.config.tuning.grpc_servers > 1
+        db.put("k", "v")
+        secure = [Client([db.address], timeout=5.0, tls=TLS(certs.ca.cert)) for _ in range(CONNECTIONS)]
+        plain = [Client([db.address], timeout=REFUSED_TIMEOUT_S) for _ in range(CONNECTIONS)]
+        try:
+            assert all("error" not in c.status()[0] for c in secure)
+            assert all("give --cacert" in c.status()[0]["error"] for c in plain)
+        finally:
+            for client in secure + plain:
+                client.close()
