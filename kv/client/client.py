@@ -334,6 +334,25 @@ class Client:
             error.args = (with_hint(str(error), self.tls),)
         return error
 
+    def _pause(self, attempts: Attempts, seconds: float) -> None:
+        """The pause before the next attempt. After an attempt that found no connection, the pause
+        is a Status call that waits for the next target's connection (wait_for_ready), so it ends
+        early once the node is reachable, instead of a sleep: under gRPC's polling I/O manager
+        (the CLI's, kv/tools/grpc_io.py) a channel in TRANSIENT_FAILURE reconnects only while some
+        call polls it, and a sleeping client polls nothing. Seen: a CLI put to a cluster still
+        starting reconnected after ~5 s in plaintext, and over TLS, whose handshake needs several
+        polls, not within 15 s. (grpc.channel_ready_future would poll too, but its thread races
+        the channel's close.)"""
+        with self._lock:
+            stub = self._stubs.get(attempts.target) if attempts.unconnected and not self._closed else None
+        if stub is None:
+            time.sleep(seconds)
+            return
+        try:
+            stub.Status(kv_pb2.StatusRequest(), timeout=seconds, wait_for_ready=True)
+        except (grpc.RpcError, ValueError):  # not connected in time; ValueError: the client closed meanwhile
+            pass
+
     def _next_endpoint(self, after: str) -> str:
         """The configured endpoint after `after`, round robin."""
         if after not in self.endpoints:
@@ -367,7 +386,7 @@ class Client:
             wait=Wait(attempts),
             # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
             stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
-            sleep=time.sleep,
+            sleep=lambda seconds: self._pause(attempts, seconds),
             reraise=True,
         )
         try:
@@ -388,6 +407,7 @@ class Client:
         except RaftKVError as error:
             self._hinted(error)
             attempts.answers[target] = answer_of(error)
+            attempts.unconnected = isinstance(error, UnavailableError) and "failed to connect" in str(error).lower()
             self._reroute(attempts, error)
             raise
         with self._lock:

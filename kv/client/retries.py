@@ -38,6 +38,8 @@ class Attempts:
     target: str
     free_hops: int = 0
     follow_now: bool = False
+    # The last attempt found no connection to its node (refused, unreachable, a failed handshake).
+    unconnected: bool = False
     sent: int = 0
     # What each endpoint tried last answered, for the error of a call that runs out of time.
     answers: dict[str, str] = field(default_factory=dict)
