@@ -97,8 +97,10 @@ def handshake_hint(details: str, tls: TLS | None) -> str | None:
         if "wrong_version_number" in text:
             return ("the node does not speak TLS: is it started with --cert-file/--key-file? If not, connect "
                     "without --cacert/--cert/--key")
-        return ("the node's certificate was not accepted: is --cacert the CA that signed the node's certificate "
-                "(its --cert-file)?")
+        if "certificate" in text:  # CERTIFICATE_VERIFY_FAILED, "certificate signature failure", ...
+            return ("the node's certificate was not accepted: is --cacert the CA that signed the node's certificate "
+                    "(its --cert-file)?")
+        return "the TLS handshake failed for the reason gRPC gives before this hint"
     if "failed to connect" not in text or "socket closed" not in text:
         return None
     if tls is None:
