@@ -38,8 +38,8 @@ def client_options(timeout: float = COMMAND_TIMEOUT_S) -> argparse.ArgumentParse
 # (flag, dest, environment variable, help) of the client's TLS files: etcdctl's flag names. The
 # dests are not "key" and "cert": put/get/delete take a positional KEY.
 TLS_OPTIONS = (
-    ("--cacert", "tls_cacert", CACERT_VARIABLE, "connect with TLS, verifying the members' certificates with this CA "
-                                  "(their --trusted-ca-file or the CA that signed their --cert-file)"),
+    ("--cacert", "tls_cacert", CACERT_VARIABLE, "connect with TLS, verifying the members' certificates with this "
+                                                "CA (the one that signed their --cert-file)"),
     ("--cert", "tls_cert", CERT_VARIABLE, "connect with TLS presenting this client certificate (with --key), for members "
                               "started with --client-cert-auth"),
     ("--key", "tls_key", KEY_VARIABLE, "the private key of --cert"),

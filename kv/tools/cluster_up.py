@@ -155,9 +155,11 @@ class ClientFiles:
 
 def with_tls(specs: Sequence[NodeSpec], certs_dir: Path) -> tuple[list[NodeSpec], ClientFiles]:
     """`specs` started with TLS on both ports, from certificates made in `certs_dir` (the CA once,
-    kept across runs; each member's and the client's again on each run, under the same CA): the
-    client port verifies clients against the CA when they present a certificate; the peer port
-    requires one (--peer-client-cert-auth)."""
+    kept across runs; each member's and the client's again on each run, under the same CA). The
+    client port does not ask clients for a certificate (gRPC requests none without
+    --client-cert-auth), so RAFTKV_CACERT alone reaches it; the peer port requires one
+    (--peer-client-cert-auth). The client certificate is for members started with
+    --client-cert-auth, and for being known as a user by it later."""
     ca = ensure_ca(certs_dir)
     secured = []
     for spec in specs:
