@@ -59,7 +59,7 @@ def read_state(cluster_dir: Path) -> ClusterState | None:
     except FileNotFoundError:
         return None
     members = {name: MemberRecord(**record) for name, record in raw["members"].items()}
-    return ClusterState(raw["supervisor_pid"], raw["pythonpath"], members, raw.get("tls_env", []))
+    return ClusterState(raw["supervisor_pid"], raw["pythonpath"], members, raw["tls_env"])
 
 
 def remove_state(cluster_dir: Path) -> None:
