@@ -1,4 +1,4 @@
-"""raftkv's user-facing package: the client (`from kv import Client`), its typed errors, the CLI.
+"""raftkv's user-facing package: the client (`from kv import Client, TLS`), its typed errors, the CLI.
 
 The names below are imported on first use (PEP 562), so that `import kv.tools.cli` does not import
 grpc before the CLI has chosen gRPC's I/O manager (kv/tools/grpc_io.py)."""
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kv.client.client import Client
+    from kv.client.tls import TLS
     from kv.errors import (
         DiskFullError,
         FailedPreconditionError,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "Client": "kv.client.client",
+    "TLS": "kv.client.tls",
     "DiskFullError": "kv.errors",
     "FailedPreconditionError": "kv.errors",
     "PermissionDeniedError": "kv.errors",

@@ -9,7 +9,10 @@ The methods have kv.Client's signatures and semantics: while no leader is known 
 a call waits for one within `timeout`; when another node leads, writes (and non-stale reads)
 raise kv.errors.NotLeaderError carrying that leader's client address. Once the cluster has auth
 enabled, the local calls are made as `user` (its `password` checked as a remote login is, and
-again when its token runs out) and are allowed what that user is (docs/security.md)."""
+again when its token runs out) and are allowed what that user is (docs/security.md).
+
+With TLS on its client port (security=Security(client=TLSFiles(cert, key, ca)), as `raftkv serve
+--cert-file ...`), remote clients need TLS; `db.client()` is a kv.Client of the cluster that has it."""
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +25,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kv import errors
-from kv.client.client import KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
+from kv.client.client import Client, KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
+from kv.client.tls import TLS
 from kv.server.auth_gate import AuthGate
 from kv.server.server import RunningServer, start_server
 from kv.client.status import status_dict
@@ -89,6 +93,27 @@ class EmbeddedNode:
     def address(self) -> str:
         """Where remote clients reach this node: its advertised client address."""
         return self.config.advertised_client_address
+
+    @property
+    def client_tls(self) -> TLS | None:
+        """The TLS a client of this node's cluster needs when its client port serves TLS (None:
+        plaintext), as this member itself dials its peers' client ports (kv/server/tls.py): the CA
+        of --trusted-ca-file (else --peer-trusted-ca-file, else the system's roots), and the node's
+        own certificate, which members started with --client-cert-auth accept."""
+        security = self.config.security
+        files = security.client
+        if not files.enabled:
+            return None
+        return TLS(files.trusted_ca_file or security.peer.trusted_ca_file, files.cert_file, files.key_file)
+
+    def client(self, endpoints: list[str] | str | None = None, **options: Any) -> Client:
+        """A kv.Client of `endpoints` (default: this node's address), with `client_tls` and this
+        node's user and password unless `options` give others. Close it when done (a with block)."""
+        options.setdefault("tls", self.client_tls)
+        options.setdefault("user", self._user)
+        options.setdefault("password", self._password)
+        options.setdefault("timeout", self.timeout)
+        return Client(endpoints if endpoints is not None else [self.address], **options)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -175,6 +200,8 @@ def open(data_dir: str | Path = "./raftkv-data", node_id: str = "n1", listen: st
     `peers` every member's peer address (none: a single node). Other NodeConfig fields go in
     `config`, e.g. listen_peer= (default: this node's entry in `peers`), advertise_client=
     (default: `listen`), or a layer: storage=StorageConfig(...), limits=Limits(...),
-    tuning=Tuning(...), core=CoreConfig(...) (raft/node/config.py, docs/tuning.md)."""
+    tuning=Tuning(...), core=CoreConfig(...) (raft/node/config.py, docs/tuning.md), and TLS:
+    security=Security(client=TLSFiles(cert_file, key_file, trusted_ca_file, client_cert_auth))
+    (docs/security.md)."""
     return EmbeddedNode(NodeConfig(node_id=node_id, listen=listen, peers=dict(peers or {}),
                                    data_dir=Path(data_dir), **config), timeout=timeout, user=user, password=password)

@@ -39,6 +39,7 @@ from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
 from kv.client.status import status_dict
+from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
 
@@ -122,6 +123,8 @@ class Client(AuthAdmin):
     thread, so clients given the same name never take each other's writes for retries.
     streams: send put, get and delete as messages on long-lived streams (kv/client/request_stream.py),
     which costs a node about half the CPU of a unary call; False: a unary call each.
+    tls: connect with TLS (kv/client/tls.py), to nodes started with --cert-file; None: plaintext.
+    Its files are read here, once; a file that cannot be read is a ValueError naming it.
     user, password: who the client is once the cluster has auth enabled (docs/security.md). With a
     password it logs in (KV.Authenticate) at its first call, sends the token with every call, and
     logs in again once when a token is refused (expired, or its password changed); a user with no
@@ -129,13 +132,16 @@ class Client(AuthAdmin):
     The admin methods (auth_enable, user_add, role_grant_permission, ...) are etcd clientv3's (AuthAdmin)."""
 
     def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None,
-                 streams: bool = True, user: str | None = None, password: str | None = None):
+                 streams: bool = True, tls: TLS | None = None, user: str | None = None,
+                 password: str | None = None):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self._credentials = Credentials(user, password)
         self.endpoints = parse_endpoints(endpoints)
         self.timeout = timeout
         self.client_id = client_id or uuid.uuid4().hex
+        self.tls = tls
+        self._credentials = tls.credentials() if tls is not None else None
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
@@ -223,7 +229,7 @@ class Client(AuthAdmin):
         futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout,
                                                                metadata=self._credentials.metadata))
                    for address in self.endpoints]
-        return [_status_dict(address, future) for address, future in futures]
+        return [_status_dict(address, future, self.tls) for address, future in futures]
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -242,7 +248,7 @@ class Client(AuthAdmin):
             try:
                 return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
             except grpc.RpcError as rpc_error:
-                last_error = from_rpc_error(rpc_error)
+                last_error = self._hinted(from_rpc_error(rpc_error))
                 if not last_error.retryable or time.monotonic() >= deadline:
                     raise last_error from None
                 hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
@@ -333,10 +339,40 @@ class Client(AuthAdmin):
                 raise RuntimeError("the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = self._open_channel(address)
                 self._channels[address] = channel
                 stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
             return self._channels[address], stub
+
+    def _open_channel(self, address: str) -> grpc.Channel:
+        """A new channel to `address`, with this client's TLS credentials when it has them."""
+        return open_channel(address, self._credentials, CHANNEL_OPTIONS)
+
+    def _hinted(self, error: RaftKVError) -> RaftKVError:
+        """`error`, its message followed by what to check when a failed connection looks like a TLS
+        mismatch (kv/client/tls.py): otherwise a wrong CA reads as a node that is down."""
+        if isinstance(error, UnavailableError):
+            error.args = (with_hint(str(error), self.tls),)
+        return error
+
+    def _pause(self, attempts: Attempts, seconds: float) -> None:
+        """The pause before the next attempt. After an attempt that found no connection, the pause
+        is a Status call that waits for the next target's connection (wait_for_ready), so it ends
+        early once the node is reachable, instead of a sleep: under gRPC's polling I/O manager
+        (the CLI's, kv/tools/grpc_io.py) a channel in TRANSIENT_FAILURE reconnects only while some
+        call polls it, and a sleeping client polls nothing. Seen: a CLI put to a cluster still
+        starting reconnected after ~5 s in plaintext, and over TLS, whose handshake needs several
+        polls, not within 15 s. (grpc.channel_ready_future would poll too, but its thread races
+        the channel's close.)"""
+        with self._lock:
+            stub = self._stubs.get(attempts.target) if attempts.unconnected and not self._closed else None
+        if stub is None:
+            time.sleep(seconds)
+            return
+        try:
+            stub.Status(kv_pb2.StatusRequest(), timeout=seconds, wait_for_ready=True)
+        except (grpc.RpcError, ValueError):  # not connected in time; ValueError: the client closed meanwhile
+            pass
 
     def _next_endpoint(self, after: str) -> str:
         """The configured endpoint after `after`, round robin."""
@@ -425,7 +461,7 @@ class Client(AuthAdmin):
             wait=Wait(attempts),
             # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
             stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
-            sleep=time.sleep,
+            sleep=lambda seconds: self._pause(attempts, seconds),
             reraise=True,
         )
         try:
@@ -444,7 +480,9 @@ class Client(AuthAdmin):
         try:
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:
+            self._hinted(error)
             attempts.answers[target] = answer_of(error)
+            attempts.unconnected = isinstance(error, UnavailableError) and "failed to connect" in str(error).lower()
             self._reroute(attempts, error)
             raise
         with self._lock:
@@ -462,8 +500,8 @@ class Client(AuthAdmin):
             try:
                 metadata = self._credentials.metadata
                 carrier: Pipeline | RequestStream | None = (
-                    HUB.pipeline(target, lambda: grpc.insecure_channel(target, options=CHANNEL_OPTIONS), metadata)
-                    if busy else self._streams.take(target, channel, metadata))
+                    HUB.pipeline(target, lambda: self._open_channel(target), self.tls, metadata) if busy
+                    else self._streams.take(target, channel, metadata))
                 if carrier is not None:
                     try:
                         return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
@@ -544,9 +582,9 @@ def consistency_level(name: str) -> int:
         raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY)}, not {name!r}") from None
 
 
-def _status_dict(address: str, future: Future) -> dict[str, Any]:
+def _status_dict(address: str, future: Future, tls: TLS | None) -> dict[str, Any]:
     try:
         return status_dict(future.result(), address)
     except grpc.RpcError as rpc_error:
-        return {"address": address, "error": str(from_rpc_error(rpc_error))}
+        return {"address": address, "error": with_hint(str(from_rpc_error(rpc_error)), tls)}
 

@@ -18,7 +18,7 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 import grpc
 
@@ -185,16 +185,18 @@ def fits(payload_bytes: int) -> bool:
 
 
 class PipelineHub:
-    """The process's pipelines, one per node address, and its count of requests in flight per
+    """The process's pipelines, one per node address and kind of connection (plaintext, or TLS with
+    given files: a Client must never send on a connection made with other credentials than its
+    own), and its count of requests in flight per
     address (over streams and pipelines alike), which decides where the next one goes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients = 0
         self._inflight: dict[str, int] = {}
-        # By address and the metadata its Clients send (a token: Clients logged in as a user share
-        # only their own pipelines).
-        self._pipelines: dict[tuple[str, Metadata | None], Pipeline] = {}
+        # By address, the TLS its connections use (None: plaintext) and the metadata its Clients
+        # send (a token: Clients logged in as a user share only their own pipelines).
+        self._pipelines: dict[tuple[str, Hashable, Metadata | None], Pipeline] = {}
         # Memberships of Clients collected without close(), left here by their finalizers and
         # released at the hub's next attach or enter (see Membership.release_later).
         self._collected: queue.SimpleQueue[Membership] = queue.SimpleQueue()
@@ -244,14 +246,16 @@ class PipelineHub:
             self._inflight[address] -= 1
 
     def pipeline(self, address: str, open_channel: Callable[[], grpc.Channel],
-                 metadata: Metadata | None = None) -> Pipeline:
-        """The open pipeline to `address` for calls with `metadata`, opened on a channel of its own
-        (`open_channel()`) when there is none or the last one broke."""
+                 credentials: Hashable = None, metadata: Metadata | None = None) -> Pipeline:
+        """The open pipeline to `address` over connections made with `credentials` (None: plaintext;
+        a Client's TLS), for calls with `metadata`, opened on a channel of its own (`open_channel()`)
+        when there is none or the last one broke."""
+        key = (address, credentials, metadata)
         with self._lock:
-            pipeline = self._pipelines.get((address, metadata))
+            pipeline = self._pipelines.get(key)
             if pipeline is not None and not pipeline.broken:
                 return pipeline
-            pipeline = self._pipelines[address, metadata] = Pipeline(open_channel(), address, metadata)
+            pipeline = self._pipelines[key] = Pipeline(open_channel(), address, metadata)
             return pipeline
 
     def forget(self, metadata: Metadata | None) -> None:
@@ -260,7 +264,7 @@ class PipelineHub:
         if metadata is None:
             return
         with self._lock:
-            closing = [key for key in self._pipelines if key[1] == metadata]
+            closing = [key for key in self._pipelines if key[2] == metadata]
             pipelines = [self._pipelines.pop(key) for key in closing]
         for pipeline in pipelines:
             pipeline.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from tenacity import RetryCallState, wait_random_exponential
 
+from kv.client.tls import HINT_MARK
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError
 from kv.errors import TimeoutError as KVTimeoutError
 
@@ -37,6 +38,8 @@ class Attempts:
     target: str
     free_hops: int = 0
     follow_now: bool = False
+    # The last attempt found no connection to its node (refused, unreachable, a failed handshake).
+    unconnected: bool = False
     sent: int = 0
     # What each endpoint tried last answered, for the error of a call that runs out of time.
     answers: dict[str, str] = field(default_factory=dict)
@@ -56,6 +59,8 @@ def answer_of(error: RaftKVError) -> str:
         return f"not the leader (leader: {error.leader_id} at {error.leader_address})" if error.leader_address \
             else "not the leader, and knows no leader"
     text = str(error)
+    if isinstance(error, UnavailableError) and HINT_MARK in text:  # a TLS mismatch, not a member down
+        return f"no connection {text[text.index(HINT_MARK):]}"
     if isinstance(error, UnavailableError) and ("failed to connect" in text.lower() or "refused" in text.lower()):
         return "no connection (refused or timed out: is the member running?)"
     if isinstance(error, KVTimeoutError):

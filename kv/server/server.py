@@ -20,6 +20,7 @@ from kv.server.node_snapshots import NodeSnapshots
 from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
+from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
 from kv.server.kv_service import KVHandler, KVServicer
 from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
@@ -77,6 +78,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     """Open the stores under config.data_dir, start the node (its peer listener on
     config.peer_listen_address) and serve clients on config.listen."""
     config.validate_addresses()
+    warn_if_plaintext(config)
     data_dir_lock = DataDirLock(config.data_dir)
     data_dir_lock.acquire(f"raftkv node {config.node_id}, clients on {config.listen}")
     try:
@@ -104,7 +106,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
                         fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir),
                         disk_space=DataDirSpace(config.data_dir))
         alarm = CorruptionAlarm(node)
-        checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, PeerStatuses(node))
+        checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s,
+                               PeerStatuses(node, member_channel_credentials(config.security)))
         handler = KVHandler(node, fsm, alarm, checker.status)
         auth_handler = AuthHandler(node, handler, config.security.auth_token_ttl_s)
         kv_service = KVServicer(handler, auth_handler)
@@ -112,7 +115,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
-        ], max_request_bytes=config.limits.max_request_bytes)
+        ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
         await node.start()
         await servers.start()
         checker.start()
@@ -133,8 +136,10 @@ async def start_server(config: NodeConfig) -> RunningServer:
     peers = ""
     if config.peer_listen_address is not None:
         peers = f", peers on {split_address(config.peer_listen_address)[0]}:{transport.peer_port}"
-    log.info("node %s serving clients on %s (advertised as %s)%s (cluster %s, members %s, data in %s)",
-             config.node_id, config.listen, config.advertised_client_address, peers, node.cluster_id,
+    tls = " with TLS" + (" and client certificates" if config.security.client.client_cert_auth else "")
+    log.info("node %s serving clients on %s%s (advertised as %s)%s (cluster %s, members %s, data in %s)",
+             config.node_id, config.listen, tls if config.security.client.enabled else "",
+             config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
                          auth_handler)

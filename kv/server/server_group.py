@@ -14,6 +14,7 @@ refuses to start otherwise. Two nodes started within the same millisecond on one
 both pass; that is an operator's mistake this check makes visible in every other case.
 
     group = ServerGroup.bind("127.0.0.1:7001", count=4, services=[(add_FooServicer_to_server, foo)])
+    # with TLS (kv/server/tls.py): ServerGroup.bind(..., credentials=grpc.ssl_server_credentials(...))
     await group.start(); ...; await group.stop(grace)
 """
 from __future__ import annotations
@@ -64,9 +65,11 @@ class ServerGroup:
 
     @classmethod
     def bind(cls, listen: str, count: int, services: Sequence[Service],
-             max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> ServerGroup:
+             max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+             credentials: grpc.ServerCredentials | None = None) -> ServerGroup:
         """`count` servers, each carrying every service, bound to `listen` (host:port), refusing
-        client messages over `max_request_bytes`. Raises OSError with the address when the port
+        client messages over `max_request_bytes`, speaking TLS with `credentials` (every server of
+        the group: the kernel may hand a connection to any of them), else plaintext. Raises OSError with the address when the port
         is taken or cannot be bound."""
         if count < 1:
             raise ValueError(f"a node needs at least one gRPC server, not {count}")
@@ -79,7 +82,7 @@ class ServerGroup:
             for add_to_server, servicer in services:
                 add_servicer(server, add_to_server, servicer)
             # Port 0: the first server picks the port, the others join it.
-            port = _bind(server, f"{host}:{port}", listen)
+            port = _bind(server, f"{host}:{port}", listen, credentials)
             servers.append(server)
         return cls(servers, port)
 
@@ -117,9 +120,10 @@ def refuse_taken_port(listen: str, host: str, port: int) -> None:
                 raise OSError(f"cannot listen on {listen}: {e.strerror}; is another process using the port?") from None
 
 
-def _bind(server: grpc.aio.Server, address: str, listen: str) -> int:
+def _bind(server: grpc.aio.Server, address: str, listen: str, credentials: grpc.ServerCredentials | None) -> int:
     try:
-        port = server.add_insecure_port(address)
+        port = (server.add_insecure_port(address) if credentials is None
+                else server.add_secure_port(address, credentials))
     except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
         raise OSError(f"cannot listen on {listen}: {e}; is another process using the port?") from e
     if port == 0:

@@ -161,11 +161,14 @@ class StateChecker:
 
 
 class PeerStatuses:
-    """Status calls to the peers' client addresses, one channel per address."""
+    """Status calls to the peers' client addresses, one channel per address, with `credentials`
+    when the client ports serve TLS (kv/server/tls.py member_channel_credentials), else plaintext."""
 
-    def __init__(self, node: RaftNode) -> None:
+    def __init__(self, node: RaftNode, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._node = node
+        self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._tls_failures_logged: set[str] = set()  # addresses
 
     async def __call__(self, peer: str) -> kv_pb2.StatusResponse | None:
         address = self._node.transport.client_address(peer)
@@ -173,11 +176,26 @@ class PeerStatuses:
             return None  # not heard from yet
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = (
+                grpc.aio.insecure_channel(address) if self._credentials is None
+                else grpc.aio.secure_channel(address, self._credentials))
         try:
             return await kv_pb2_grpc.KVStub(channel).Status(kv_pb2.StatusRequest(), timeout=PEER_STATUS_TIMEOUT_S)
-        except grpc.RpcError:
+        except grpc.RpcError as e:
+            self._log_failure(peer, address, e.details() or "")
             return None
+
+    def _log_failure(self, peer: str, address: str, details: str) -> None:
+        """A peer that is down is the state check's everyday case (debug); a TLS handshake that
+        fails is a configuration to fix, without which no state is compared: a warning, once per
+        address, since it repeats every round."""
+        text = details.lower()
+        if ("handshake" in text or "hostname verification" in text) and address not in self._tls_failures_logged:
+            self._tls_failures_logged.add(address)
+            log.warning("state check: cannot reach %s's client port %s over TLS: %s (the members dial each other's "
+                        "client ports with their --cert-file; docs/security.md)", peer, address, details)
+            return
+        log.debug("state check: no status from %s at %s: %s", peer, address, details)
 
     async def close(self) -> None:
         for channel in self._channels.values():

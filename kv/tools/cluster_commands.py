@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from kv.client.client import Client, parse_endpoints
+from kv.client.tls import TLS
 from kv.errors import RaftKVError
 from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_int
-from kv.tools.client_options import EXIT_FAILED, client_of, describe
+from kv.tools.client_options import EXIT_FAILED, client_of, describe, tls_of
 
 
 def add_cluster_commands(commands: Any, client_options: argparse.ArgumentParser) -> None:
@@ -80,6 +81,10 @@ def _add_cluster(commands: Any) -> None:
                     help="each member keeps its data in DATA_DIR/<id> and logs to DATA_DIR/<id>.log")
     up.add_argument("--no-fsync", dest="fsync", action="store_false", help="pass --no-fsync to every member")
     up.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the members' logging verbosity")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS on every member's client and peer ports, with a CA and certificates made in "
+                         "DATA_DIR/certs (one per member, and a client certificate 'root'); prints the "
+                         "RAFTKV_CACERT/RAFTKV_CERT/RAFTKV_KEY export lines for the CLI (docs/security.md)")
     up.set_defaults(run=_run_cluster_up, command_parser=up)
     restart = actions.add_parser(
         "restart", formatter_class=Formatter, help="start a member of a running `cluster up` again",
@@ -107,9 +112,9 @@ HEALTH_KEY = b"health"
 
 
 def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    addresses = parse_endpoints(args.endpoints)
+    addresses, tls = parse_endpoints(args.endpoints), tls_of(args)
     with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
-        reports = list(pool.map(lambda address: check_health(address, args.timeout), addresses))
+        reports = list(pool.map(lambda address: check_health(address, args.timeout, tls), addresses))
     if args.json:
         print(json.dumps(reports, indent=2))
     for report in reports if not args.json else ():
@@ -118,10 +123,10 @@ def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentPars
     return 0 if all(report["health"] for report in reports) else EXIT_FAILED
 
 
-def check_health(address: str, timeout: float) -> dict[str, Any]:
+def check_health(address: str, timeout: float, tls: TLS | None = None) -> dict[str, Any]:
     """One endpoint's health: {"endpoint", "health", "took_ms"} and "error" when unhealthy."""
     began = time.monotonic()
-    with Client([address], timeout=timeout) as client:
+    with Client([address], timeout=timeout, tls=tls) as client:
         error = _health_problem(client)
     report: dict[str, Any] = {"endpoint": address, "health": error is None,
                               "took_ms": round((time.monotonic() - began) * 1000, 3)}
@@ -177,7 +182,8 @@ def _run_cluster_up(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     except ValueError as bad:
         parser.error(str(bad))  # exits 2 with the usage line
     try:
-        return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port)
+        return cluster_up.run(args.nodes, args.base_port, args.data_dir, extra, base_peer_port=args.base_peer_port,
+                              tls=args.tls)
     except cluster_up.ClusterError as error:
         print(f"raftkv cluster up: error: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from kv.server.data_dir import LOCK_FILE
@@ -38,6 +38,9 @@ class ClusterState:
     supervisor_pid: int
     pythonpath: str  # the members import the same code as the supervisor's, installed or not
     members: dict[str, MemberRecord]
+    # `cluster up --tls`: the export lines that give clients its TLS files (the members' commands
+    # carry their own TLS flags); empty: plaintext.
+    tls_env: list[str] = field(default_factory=list)
 
     def with_pid(self, node_id: str, pid: int) -> ClusterState:
         return replace(self, members={**self.members, node_id: replace(self.members[node_id], pid=pid)})
@@ -56,7 +59,7 @@ def read_state(cluster_dir: Path) -> ClusterState | None:
     except FileNotFoundError:
         return None
     members = {name: MemberRecord(**record) for name, record in raw["members"].items()}
-    return ClusterState(raw["supervisor_pid"], raw["pythonpath"], members)
+    return ClusterState(raw["supervisor_pid"], raw["pythonpath"], members, raw["tls_env"])
 
 
 def remove_state(cluster_dir: Path) -> None:

@@ -5,7 +5,11 @@ tests build on the same NodeSpec / serve_command.
 `cluster up` supervises: a member that dies is reported once on stderr and the others keep
 serving (killing the leader is how one tries failover). `cluster restart` starts the member again,
 detached, from the state file `cluster up` keeps in its directory (cluster_state.py); `cluster up`
-takes the new process's pid from that file, reports it, and stops it with the others."""
+takes the new process's pid from that file, reports it, and stops it with the others.
+
+`cluster up --tls` makes a CA and certificates in DATA_DIR/certs (kv/tools/certs.py: one per member,
+and a client certificate "root") and starts every member with TLS on its client port and its peer
+port; a restart reuses the same command, hence the same TLS."""
 from __future__ import annotations
 
 import os
@@ -17,10 +21,11 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from kv.tools.certs import DEFAULT_HOSTS, ensure_ca, issue
 from kv.tools.cluster_state import (
     ClusterState,
     MemberRecord,
@@ -132,6 +137,41 @@ def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence
             for name, port in zip(peers, clients)]
 
 
+CERTS_DIR = "certs"
+CLIENT_CERT_NAME = "root"  # the client certificate `cluster up --tls` makes (CN root, etcd's root user)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFiles:
+    """What a client of a `cluster up --tls` cluster needs: --cacert, --cert, --key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def export_lines(self) -> list[str]:
+        return [f"export RAFTKV_CACERT={self.ca}", f"export RAFTKV_CERT={self.cert}", f"export RAFTKV_KEY={self.key}"]
+
+
+def with_tls(specs: Sequence[NodeSpec], certs_dir: Path) -> tuple[list[NodeSpec], ClientFiles]:
+    """`specs` started with TLS on both ports, from certificates made in `certs_dir` (the CA once,
+    kept across runs; each member's and the client's again on each run, under the same CA). The
+    client port does not ask clients for a certificate (gRPC requests none without
+    --client-cert-auth), so RAFTKV_CACERT alone reaches it; the peer port requires one
+    (--peer-client-cert-auth). The client certificate is for members started with
+    --client-cert-auth, and for being known as a user by it later."""
+    ca = ensure_ca(certs_dir)
+    secured = []
+    for spec in specs:
+        member = issue(certs_dir, spec.node_id, DEFAULT_HOSTS, server=True)
+        flags = ("--cert-file", str(member.cert), "--key-file", str(member.key), "--trusted-ca-file", str(ca.cert),
+                 "--peer-cert-file", str(member.cert), "--peer-key-file", str(member.key),
+                 "--peer-trusted-ca-file", str(ca.cert), "--peer-client-cert-auth")
+        secured.append(replace(spec, extra_args=(*spec.extra_args, *flags)))
+    client = issue(certs_dir, CLIENT_CERT_NAME, server=False)
+    return secured, ClientFiles(ca.cert, client.cert, client.key)
+
+
 def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM to all (they shut down in parallel), then SIGKILL whichever has not exited within
     `grace_s`. A stopped (SIGSTOPped) process is continued first so that it can exit."""
@@ -187,20 +227,24 @@ class ClusterError(Exception):
 
 
 def run(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (), out: IO[str] = sys.stdout,
-        base_peer_port: int | None = None, err: IO[str] = sys.stderr) -> int:
-    """Start the cluster, print how to reach it, supervise it until Ctrl-C or SIGTERM (exit 0) or
-    until no member is left running (exit 1); stop every member, restarted ones included."""
+        base_peer_port: int | None = None, err: IO[str] = sys.stderr, tls: bool = False) -> int:
+    """Start the cluster (with `tls`: TLS on every port, see `with_tls`), print how to reach it,
+    supervise it until Ctrl-C or SIGTERM (exit 0) or until no member is left running (exit 1);
+    stop every member, restarted ones included."""
     if nodes < 1:
         raise ValueError("--nodes must be at least 1")
     cluster_dir = data_dir.resolve()
     specs = local_specs(nodes, base_port, cluster_dir, extra_args, base_peer_port)
     _refuse_a_second_supervisor(cluster_dir)
+    client_files = None
+    if tls:
+        specs, client_files = with_tls(specs, cluster_dir / CERTS_DIR)
     _stop_on_signals()
     cluster = LocalCluster(specs, cluster_dir)
     try:
         cluster.start()
-        write_state(cluster_dir, _initial_state(cluster))
-        _print_members(cluster, out)
+        write_state(cluster_dir, _initial_state(cluster, client_files))
+        _print_members(cluster, out, client_files)
         return _supervise(cluster, cluster_dir, out, err)
     except KeyboardInterrupt:
         print("stopping", file=out, flush=True)
@@ -221,19 +265,25 @@ def _refuse_a_second_supervisor(cluster_dir: Path) -> None:
                            f"{state.supervisor_pid}): stop it, or give another --data-dir")
 
 
-def _initial_state(cluster: LocalCluster) -> ClusterState:
+def _initial_state(cluster: LocalCluster, client_files: ClientFiles | None) -> ClusterState:
     members = {spec.node_id: MemberRecord(serve_command(spec), cluster.processes[spec.node_id].pid,
                                           str(cluster.log_path(spec.node_id)), str(spec.data_dir))
                for spec in cluster.specs}
-    return ClusterState(os.getpid(), child_env()["PYTHONPATH"], members)
+    tls_env = client_files.export_lines() if client_files is not None else []
+    return ClusterState(os.getpid(), child_env()["PYTHONPATH"], members, tls_env)
 
 
-def _print_members(cluster: LocalCluster, out: IO[str]) -> None:
+def _print_members(cluster: LocalCluster, out: IO[str], client_files: ClientFiles | None) -> None:
     endpoints = ",".join(spec.listen for spec in cluster.specs)
     for spec in cluster.specs:
         pid = cluster.processes[spec.node_id].pid
         print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}  pid {pid}  data {spec.data_dir}  "
               f"log {cluster.log_path(spec.node_id)}", file=out)
+    if client_files is not None:
+        print(f"TLS on every port; certificates in {client_files.ca.parent}. For the CLI (or Client(tls=...)):",
+              file=out)
+        for line in client_files.export_lines():
+            print(f"  {line}", file=out)
     print(f"endpoints: {endpoints}", file=out)
     print(f"try: raftkv status --endpoints {endpoints}    (Ctrl-C stops the cluster)", file=out, flush=True)
 
@@ -347,6 +397,8 @@ def restart(node_id: str, data_dir: Path, out: IO[str] = sys.stdout) -> int:
         _wait_started(node_id, process, record)
         write_state(cluster_dir, state.with_pid(node_id, process.pid))
     print(f"{node_id} restarted: pid {process.pid}, log {record.log}", file=out, flush=True)
+    if state.tls_env:  # its command carries its TLS flags; remind how clients reach it
+        print("TLS: clients need " + "; ".join(state.tls_env), file=out, flush=True)
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import IO, Any, TypeVar
 
 import grpc
 
-from kv import Client
+from kv import TLS, Client
 from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
 from kv.client.client import CHANNEL_OPTIONS
 from raftkv_proto import kv_pb2_grpc
@@ -162,11 +162,15 @@ class NodeProcess:
 @dataclass
 class Cluster:
     """N members n1..nN, each taking clients on a port of its own (--listen) and peers on another
-    (its --peers entry); every member is started with --peers naming all of them."""
+    (its --peers entry); every member is started with --peers naming all of them, `extra_args`,
+    and `node_args(its id)` (flags that differ per member, as its TLS certificate). With a
+    `client_tls`, the cluster's clients (client(), status()) use it."""
 
     base_dir: Path
     size: int = 3
     extra_args: tuple[str, ...] = FAST_TIMING
+    node_args: Callable[[str], tuple[str, ...]] | None = None
+    client_tls: TLS | None = None
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
     _clients: list[Client] = field(default_factory=list)
     _channels: list[grpc.Channel] = field(default_factory=list)
@@ -176,7 +180,8 @@ class Cluster:
         names = [f"n{i + 1}" for i in range(self.size)]
         peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
         for name, port in zip(names, ports):
-            spec = NodeSpec(name, f"127.0.0.1:{port}", self.base_dir / name, peers, tuple(self.extra_args))
+            args = (*self.extra_args, *(self.node_args(name) if self.node_args is not None else ()))
+            spec = NodeSpec(name, f"127.0.0.1:{port}", self.base_dir / name, peers, args)
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
 
     # ---- processes ---------------------------------------------------------------------------
@@ -234,6 +239,7 @@ class Cluster:
     def client(self, node_ids: Iterable[str] | None = None, timeout: float = 10.0, **kwargs: Any) -> Client:
         """A Client of the given members (default: all), closed at teardown."""
         ids = list(node_ids) if node_ids is not None else list(self.nodes)
+        kwargs.setdefault("tls", self.client_tls)
         client = Client([self.nodes[i].address for i in ids], timeout=timeout, **kwargs)
         self._clients.append(client)
         return client
@@ -248,7 +254,7 @@ class Cluster:
         return kv_pb2_grpc.KVStub(self._channel(node_id))
 
     def status(self, node_id: str, timeout: float = 1.0) -> dict[str, Any]:
-        with Client([self.nodes[node_id].address], timeout=timeout) as client:
+        with Client([self.nodes[node_id].address], timeout=timeout, tls=self.client_tls) as client:
             (status,) = client.status()
         return status
 
@@ -258,7 +264,7 @@ class Cluster:
                if self.nodes[i].running and not self.nodes[i].paused]
         if not ids:
             return {}
-        with Client([self.nodes[i].address for i in ids], timeout=timeout) as client:
+        with Client([self.nodes[i].address for i in ids], timeout=timeout, tls=self.client_tls) as client:
             return dict(zip(ids, client.status()))
 
     def wait_for_leader(self, among: Iterable[str] | None = None, not_in_term: int | None = None,

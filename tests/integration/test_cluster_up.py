@@ -138,3 +138,40 @@ def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings
         for pid in [*member_pids(lines), *([restarted_pid] if restarted_pid else [])]:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_cluster_up_tls_serves_only_tls_clients_and_prints_their_variables(tmp_path: Path):
+    base = consecutive_free_ports(3)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kv", "cluster", "up", "--tls", "--nodes", "3", "--base-port", str(base),
+         "--data-dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), cwd=tmp_path)
+    lines: list[str] = []
+    try:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("endpoints:"):
+                break
+        exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in lines
+                       if line.strip().startswith("export "))
+        certs = tmp_path / "c" / "certs"
+        assert exports == {"RAFTKV_CACERT": str(certs / "ca.pem"), "RAFTKV_CERT": str(certs / "root.pem"),
+                           "RAFTKV_KEY": str(certs / "root-key.pem")}
+        endpoints = lines[-1].split(":", 1)[1].strip()
+        env = {**child_env(), **exports, "RAFTKV_ENDPOINTS": endpoints}
+        put = subprocess.run([sys.executable, "-m", "kv", "put", "k", "v", "--timeout", "15"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert put.returncode == 0, put.stdout + put.stderr
+        with Client(endpoints, timeout=0.5) as plaintext:
+            assert all("TLS: " in s["error"] for s in plaintext.status())
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid in member_pids(lines):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from kv.tools.cluster_up import free_ports
 from kv.server.export_service import ExportHandler
 from kv.server.server import RunningServer, start_server
 from raft.core.config import CoreConfig
-from raft.node.config import NodeConfig, StorageConfig
+from raft.node.config import NodeConfig, Security, StorageConfig
 
 
 @dataclass
@@ -27,7 +28,9 @@ async def start_node(config: NodeConfig) -> ExportNode:
 
 
 class InProcessCluster:
-    def __init__(self, base: Path, size: int = 3) -> None:
+    """`security(member id)`, when given, is each member's (TLS on its client port, say)."""
+
+    def __init__(self, base: Path, size: int = 3, security: Callable[[str], Security] | None = None) -> None:
         ports = free_ports(2 * size)  # a client and a peer port per member
         names = [f"n{i + 1}" for i in range(size)]
         listen = {nid: f"127.0.0.1:{port}" for nid, port in zip(names, ports)}
@@ -35,7 +38,8 @@ class InProcessCluster:
         self.endpoints = ",".join(listen.values())
         core = CoreConfig()
         self.configs = [NodeConfig(node_id=nid, listen=listen[nid], peers=dict(peers), data_dir=base / nid, core=core,
-                                   storage=StorageConfig(fsync=False, state_max_bytes=1 << 30, log_max_bytes=1 << 30))
+                                   storage=StorageConfig(fsync=False, state_max_bytes=1 << 30, log_max_bytes=1 << 30),
+                                   security=security(nid) if security is not None else Security())
                         for nid in names]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raftkv-test-cluster", daemon=True)

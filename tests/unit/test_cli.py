@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kv import TLS
 from kv.tools import cli, data_commands
+from kv.tools.client_options import tls_of
 from kv.tools.serve_command import node_config
-from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command
+from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command, with_tls
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
 
@@ -328,3 +330,47 @@ def test_snapshot_save_into_a_missing_directory_and_import_of_a_missing_file_are
     pytest.importorskip("pyarrow")
     code, _, err = run(capsys, "import", "--parquet", str(missing), "--endpoints", free_address(), "--timeout", "0.2")
     assert code == 1 and "no such file or directory" in err and len(err.strip().splitlines()) == 1, err
+
+
+CLIENT_COMMANDS = (["put", "k", "v"], ["get", "k"], ["delete", "k"], ["scan"], ["status"], ["endpoint", "health"],
+                   ["snapshot", "save", "x.snap"], ["export", "--out", "d"], ["import", "--parquet", "d"])
+
+
+def test_every_client_command_takes_cacert_cert_and_key_defaulting_to_the_environment(monkeypatch, capsys):
+    for variable in ("RAFTKV_CACERT", "RAFTKV_CERT", "RAFTKV_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    for command in CLIENT_COMMANDS:
+        assert tls_of(parse(*command)) is None, command  # nothing given: plaintext
+        args = parse(*command, "--cacert", "ca.pem", "--cert", "me.pem", "--key", "me-key.pem")
+        assert tls_of(args) == TLS(Path("ca.pem"), Path("me.pem"), Path("me-key.pem")), command
+    assert parse("put", "--key", "me-key.pem", "--cert", "me.pem", "k", "v").key == "k"  # --key is not KEY
+
+    monkeypatch.setenv("RAFTKV_CACERT", "/env/ca.pem")
+    monkeypatch.setenv("RAFTKV_CERT", "/env/me.pem")
+    monkeypatch.setenv("RAFTKV_KEY", "/env/me-key.pem")
+    for command in CLIENT_COMMANDS:
+        assert tls_of(parse(*command)) == TLS(Path("/env/ca.pem"), Path("/env/me.pem"), Path("/env/me-key.pem"))
+    assert tls_of(parse("get", "k", "--cacert", "flag.pem")).ca_file == Path("flag.pem")  # the flag wins
+    with pytest.raises(SystemExit):
+        cli.main(["get", "--help"])
+    shown = capsys.readouterr().out
+    assert all(v in shown for v in ("$RAFTKV_CACERT", "$RAFTKV_CERT", "$RAFTKV_KEY"))
+
+
+def test_a_certificate_without_its_key_is_a_one_line_error(monkeypatch, capsys):
+    monkeypatch.delenv("RAFTKV_KEY", raising=False)
+    code, _, err = run(capsys, "get", "k", "--endpoints", free_address(), "--cert", "me.pem")
+    assert code == 1 and err.startswith("raftkv get: error:") and "--cert and --key" in err
+
+
+def test_cluster_up_tls_makes_certificates_and_starts_members_with_both_ports_secured(tmp_path):
+    specs, files = with_tls(local_specs(3, 7001, tmp_path), tmp_path / "certs")
+    config = node_config(cli.build_parser().parse_args(serve_command(specs[1])[3:]))
+    security = config.security
+    assert security.client.cert_file == tmp_path / "certs" / "n2.pem" and security.client.trusted_ca_file == files.ca
+    assert not security.client.client_cert_auth
+    assert security.peer.cert_file == tmp_path / "certs" / "n2.pem" and security.peer.client_cert_auth
+    assert files.export_lines() == [f"export RAFTKV_CACERT={tmp_path}/certs/ca.pem",
+                                    f"export RAFTKV_CERT={tmp_path}/certs/root.pem",
+                                    f"export RAFTKV_KEY={tmp_path}/certs/root-key.pem"]
+    assert all(path.exists() for path in (files.ca, files.cert, files.key))

@@ -2,16 +2,18 @@
 closed and reopened with its data intact; and its gRPC server reachable by a remote client."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import grpc
 import pytest
 
-from kv import Client, embedded, errors
+from kv import TLS, Client, embedded, errors
+from kv.tools.certs import DEFAULT_HOSTS, ensure_ca, issue
 from kv.tools.cluster_up import free_ports
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raft.core.config import CoreConfig
-from raft.node.config import StorageConfig, Tuning
+from raft.node.config import Security, StorageConfig, TLSFiles, Tuning
 
 FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)
 
@@ -144,3 +146,47 @@ def test_with_auth_enabled_local_calls_are_made_as_the_nodes_user(tmp_path: Path
         db._token = None
         with pytest.raises(errors.UnauthenticatedError):
             db.get(b"app/1")
+
+
+def tls_security(certs: Path, client_cert_auth: bool = False) -> Security:
+    """TLS on the client port with a member certificate n1 made in `certs`."""
+    ca = ensure_ca(certs)
+    member = issue(certs, "n1", DEFAULT_HOSTS)
+    return Security(client=TLSFiles(member.cert, member.key, ca.cert, client_cert_auth))
+
+
+def test_an_embedded_node_with_tls_hands_out_clients_that_use_it(tmp_path: Path) -> None:
+    security = tls_security(tmp_path / "certs", client_cert_auth=True)
+    with embedded.open(tmp_path / "data", listen=f"127.0.0.1:{free_port()}", core=FAST, security=security,
+                       **SMALL) as db:
+        db.put("local", "1")  # the local API needs no TLS
+        assert db.client_tls == TLS(security.client.trusted_ca_file, security.client.cert_file,
+                                    security.client.key_file)
+        with db.client() as client:  # over the network, with the node's CA and certificate
+            client.put("remote", "2")
+            assert client.get("local") == b"1"
+        assert db.get("remote") == b"2"
+        with Client([db.address], timeout=0.5) as plaintext, pytest.raises(errors.UnavailableError, match="TLS: "):
+            plaintext.get("local")
+
+
+def test_a_plaintext_embedded_node_hands_out_plaintext_clients(tmp_path: Path) -> None:
+    with open_node(tmp_path, free_port()) as db:
+        assert db.client_tls is None
+        with db.client() as client:
+            client.put("k", "v")
+            assert client.get("k") == b"v"
+
+
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False)])
+def test_a_client_port_open_beyond_loopback_without_tls_is_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, host: str, warned: bool) -> None:
+    port = free_port()
+    with caplog.at_level(logging.WARNING, logger="kv.server.tls"):
+        with embedded.open(tmp_path, listen=f"{host}:{port}", advertise_client=f"127.0.0.1:{port}", core=FAST,
+                           **SMALL):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    expected = (f"node n1: clients on {host}:{port} are not encrypted or authenticated: anyone who reaches the "
+                "port can read and write; give --cert-file/--key-file (docs/security.md)")
+    assert warnings == ([expected] if warned else [])

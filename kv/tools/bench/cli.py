@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the members keep their data (default: a new directory under the current "
                              "one, on the disk being measured; removed afterwards unless --keep)")
+    parser.add_argument("--tls", action="store_true",
+                        help="run raftkv with TLS on its client and peer ports (as `raftkv cluster up --tls`) and "
+                             "its clients with TLS, to measure what TLS costs (compare with a run without)")
     parser.add_argument("--keep", action="store_true", help="keep data directories and member logs")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the README)")
     parser.add_argument("--json", type=Path, default=Path(DEFAULT_JSON), metavar="FILE",
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="raftkv-bench-", dir="."))
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    options = RunOptions(systems, workloads, rounds, sizes, work_dir, args.keep)
+    options = RunOptions(systems, workloads, rounds, sizes, work_dir, args.keep, args.tls)
     registry = Registry()
     try:
         with stopping.handling_signals():
@@ -103,7 +106,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     args.json.write_text(json.dumps(to_json(described, command, asdict(sizes), results, rows), indent=2) + "\n")
     render = format_markdown if args.markdown else format_table
     print(render(rows, with_etcd=ETCD in systems))
-    print(f"\nmachine: {machine.summary_line(described)}\nrounds: {rounds} (medians)  json: {args.json}")
+    tls = "  raftkv with TLS" if args.tls else ""
+    print(f"\nmachine: {machine.summary_line(described)}\nrounds: {rounds} (medians)  json: {args.json}{tls}")
     failed = [f"round {r.round} {r.system}: {r.error}" for r in results if r.error]
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)

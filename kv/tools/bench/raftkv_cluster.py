@@ -1,5 +1,6 @@
 """A local three-node raftkv cluster for the bench: `python -m kv serve` processes as shipped
-(fsync on, default timing), each in its own process group."""
+(fsync on, default timing), each in its own process group; with `tls`, as `raftkv cluster up --tls`
+starts them (TLS on the client and peer ports), and every client of the bench uses TLS."""
 from __future__ import annotations
 
 import time
@@ -11,7 +12,8 @@ from kv.tools.bench import stopping
 from kv.tools.bench.processes import Child, MemberProcesses, Registry
 from kv.tools.bench.systems import LEASE, LINEARIZABLE, STALE
 from kv.client.client import Client
-from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
+from kv.client.tls import TLS
+from kv.tools.cluster_up import CERTS_DIR, NodeSpec, child_env, free_ports, serve_command, with_tls
 from statemachine.commands import CommandLimits
 
 POLL_S = 0.05
@@ -22,8 +24,8 @@ MAX_BULK_OPS = CommandLimits().max_ops
 class RaftkvTarget:
     """kv.Client as a bench Target."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
-        self.client = Client(list(endpoints), timeout=timeout_s)
+    def __init__(self, endpoints: Sequence[str], timeout_s: float, tls: TLS | None = None) -> None:
+        self.client = Client(list(endpoints), timeout=timeout_s, tls=tls)
 
     def put(self, key: bytes, value: bytes) -> None:
         self.client.put(key, value)
@@ -43,12 +45,19 @@ class RaftkvCluster(MemberProcesses):
     max_bulk_ops = MAX_BULK_OPS
     consistencies = (LINEARIZABLE, LEASE, STALE)
 
-    def __init__(self, work_dir: Path, registry: Registry, nodes: int = 3, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, work_dir: Path, registry: Registry, nodes: int = 3, extra_args: Sequence[str] = (),
+                 tls: bool = False) -> None:
         ports = free_ports(2 * nodes)  # one call: a client and a peer port per member, all different
         names = [f"n{i + 1}" for i in range(nodes)]
         peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[nodes:])}
-        self.specs = {name: NodeSpec(name, f"127.0.0.1:{port}", work_dir / name, peers, tuple(extra_args))
-                      for name, port in zip(names, ports)}
+        specs = [NodeSpec(name, f"127.0.0.1:{port}", work_dir / name, peers, tuple(extra_args))
+                 for name, port in zip(names, ports)]
+        # The TLS every client of the bench uses (None: plaintext).
+        self.client_tls: TLS | None = None
+        if tls:
+            specs, files = with_tls(specs, work_dir / CERTS_DIR)
+            self.client_tls = TLS(files.ca, files.cert, files.key)
+        self.specs = {spec.node_id: spec for spec in specs}
         self.members = list(self.specs)
         self.registry = registry
         self.children = {name: Child(name, serve_command(spec), work_dir / f"{name}.log", env=child_env())
@@ -59,12 +68,12 @@ class RaftkvCluster(MemberProcesses):
         return [spec.listen for spec in self.specs.values()]
 
     def target(self, timeout_s: float) -> RaftkvTarget:
-        return RaftkvTarget(self.endpoints, timeout_s)
+        return RaftkvTarget(self.endpoints, timeout_s, self.client_tls)
 
     def statuses(self) -> dict[str, dict[str, Any]]:
         """Status of every running member, by name (an unreachable one has an "error" key)."""
         running = [name for name in self.members if self.children[name].running]
-        with Client([self.specs[n].listen for n in running], timeout=1.0) as client:
+        with Client([self.specs[n].listen for n in running], timeout=1.0, tls=self.client_tls) as client:
             return dict(zip(running, client.status()))
 
     def leader(self) -> str | None:

@@ -46,11 +46,12 @@ class RunOptions:
     sizes: Sizes
     work_dir: Path
     keep: bool = False
+    tls: bool = False  # raftkv with TLS on every port and its clients (`raftkv bench --tls`)
 
 
-def make_cluster(system: str, data_dir: Path, registry: Registry) -> Cluster:
+def make_cluster(system: str, data_dir: Path, registry: Registry, tls: bool = False) -> Cluster:
     if system == RAFTKV:
-        return RaftkvCluster(data_dir, registry)  # type: ignore[return-value]
+        return RaftkvCluster(data_dir, registry, tls=tls)  # type: ignore[return-value]
     return EtcdCluster(data_dir, registry)  # type: ignore[return-value]
 
 
@@ -64,7 +65,7 @@ def run_system(system: str, round_index: int, options: RunOptions, registry: Reg
     result = RoundResult(round_index + 1, system)
     data_dir = options.work_dir / f"round{round_index + 1}-{system}"
     data_dir.mkdir(parents=True, exist_ok=True)
-    cluster = make_cluster(system, data_dir, registry)
+    cluster = make_cluster(system, data_dir, registry, options.tls)
     ctx = w.Context(data_dir, options.sizes)
     plan = PLANS[system]
     try:

@@ -21,7 +21,7 @@ def _check_stop(received: int, total: int) -> None:
 def w8_snapshot(cluster: RaftkvCluster, ctx: Context) -> list[Metric]:
     cluster.wait_healthy(ctx.sizes.healthy_timeout_s)
     path = ctx.work_dir / "w8.snapshot"
-    with Client(cluster.endpoints, timeout=ctx.sizes.request_timeout_s) as client:
+    with Client(cluster.endpoints, timeout=ctx.sizes.request_timeout_s, tls=cluster.client_tls) as client:
         began = time.perf_counter()
         try:
             client.save_snapshot(path, timeout=SAVE_TIMEOUT_S, progress=_check_stop)

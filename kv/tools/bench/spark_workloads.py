@@ -20,6 +20,11 @@ def _spark() -> Any:
     return _session
 
 
+def _client_tls(cluster: Cluster) -> Any:
+    """The TLS of a raftkv cluster started by `raftkv bench --tls` (W10 and W11 run on raftkv only)."""
+    return getattr(cluster, "client_tls", None)
+
+
 def _unavailable(workload: str, name: str, error: Exception) -> list[Metric]:
     return [Metric(workload, name, None, workload == "W10",
                    f"needs `pip install raftkv[spark]` and Java 17+: {error}")]
@@ -28,7 +33,8 @@ def _unavailable(workload: str, name: str, error: Exception) -> list[Metric]:
 def w10_dataframe_bulk_load(cluster: Cluster, ctx: Context) -> list[Metric]:
     try:
         from kv.tools.spark.bench import w10_bulk_load
-        figure = w10_bulk_load(_spark(), ",".join(cluster.endpoints), rows=ctx.sizes.bulk_keys)
+        figure = w10_bulk_load(_spark(), ",".join(cluster.endpoints), rows=ctx.sizes.bulk_keys,
+                               tls=_client_tls(cluster))
     except ImportError as missing:
         return _unavailable("W10", "rows/s", missing)
     return [Metric("W10", "rows/s", figure.rows_per_s, True),
@@ -38,7 +44,8 @@ def w10_dataframe_bulk_load(cluster: Cluster, ctx: Context) -> list[Metric]:
 def w11_parquet_export(cluster: Cluster, ctx: Context) -> list[Metric]:
     try:
         from kv.tools.spark.bench import w11_export
-        figure = w11_export(_spark(), ",".join(cluster.endpoints), ctx.work_dir / "w11-export")
+        figure = w11_export(_spark(), ",".join(cluster.endpoints), ctx.work_dir / "w11-export",
+                            tls=_client_tls(cluster))
     except ImportError as missing:
         return _unavailable("W11", "seconds", missing)
     return [Metric("W11", "seconds", figure.seconds, False, f"{figure.rows:,} rows")]

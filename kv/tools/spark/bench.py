@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kv.client.client import Client
+from kv.client.tls import TLS
 from kv.tools.cluster_up import LocalCluster, local_specs
 from kv.tools.spark.parquet_export import export_live
 
@@ -44,17 +45,26 @@ class Figure:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s)}
 
 
-def w10_bulk_load(spark: Any, endpoints: str, rows: int = 1_000_000, partitions: int = 4) -> Figure:
+def tls_options(tls: TLS | None) -> dict[str, str]:
+    """The data source's options cacert, cert and key for `tls` (none for plaintext)."""
+    if tls is None:
+        return {}
+    files = {"cacert": tls.ca_file, "cert": tls.cert_file, "key": tls.key_file}
+    return {name: str(path) for name, path in files.items() if path is not None}
+
+
+def w10_bulk_load(spark: Any, endpoints: str, rows: int = 1_000_000, partitions: int = 4,
+                  tls: TLS | None = None) -> Figure:
     df = spark.range(0, rows, 1, partitions).selectExpr(
         f"format_string('{PREFIX}%08d', id) AS key", f"cast(repeat('x', {VALUE_BYTES}) AS binary) AS value")
     started = time.perf_counter()
-    df.write.format("raftkv").option("endpoints", endpoints).mode("append").save()
+    df.write.format("raftkv").option("endpoints", endpoints).options(**tls_options(tls)).mode("append").save()
     return Figure("W10 bulk load from a DataFrame", rows, time.perf_counter() - started, ">= 50,000 rows/s")
 
 
-def w11_export(spark: Any, endpoints: str, out_dir: Path, partitions: int = 4) -> Figure:
+def w11_export(spark: Any, endpoints: str, out_dir: Path, partitions: int = 4, tls: TLS | None = None) -> Figure:
     started = time.perf_counter()
-    manifest = export_live(endpoints, out_dir, partitions=partitions, prefix=PREFIX.encode())
+    manifest = export_live(endpoints, out_dir, partitions=partitions, prefix=PREFIX.encode(), tls=tls)
     counted = spark.read.parquet(str(out_dir)).count()
     elapsed = time.perf_counter() - started
     if counted != manifest.rows:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from kv.client.client import Client
+from kv.client.tls import TLS
 from kv.tools.spark.export_client import STAGING_PREFIX
 from raftkv_proto import kv_pb2
 from raftkv_proto.request_limits import BATCH_MESSAGE_BYTES, REQUEST_OVERHEAD_BYTES
@@ -73,6 +74,7 @@ class BulkLoader:
     throttle: Throttle = field(default_factory=Throttle)
     timeout: float = 30.0
     on_batch: Callable[[int], None] | None = None  # progress: called with each batch's row count
+    tls: TLS | None = None  # as kv.Client's
     rows: int = 0
     user: str | None = None  # who writes, once the cluster has auth enabled (docs/security.md)
     password: str | None = None
@@ -80,7 +82,8 @@ class BulkLoader:
     def __post_init__(self) -> None:
         if not 1 <= self.batch_rows <= DEFAULT_BATCH_ROWS:
             raise ValueError(f"batch_rows must be in 1..{DEFAULT_BATCH_ROWS} (the server's ops per write)")
-        self._client = Client(self.endpoints, timeout=self.timeout, user=self.user, password=self.password)
+        self._client = Client(self.endpoints, timeout=self.timeout, tls=self.tls, user=self.user,
+                              password=self.password)
         self._pool = ThreadPoolExecutor(max(1, self.in_flight), thread_name_prefix="raftkv-load")
 
     def __enter__(self) -> BulkLoader:
@@ -137,23 +140,24 @@ class BulkLoader:
 
 
 def publish_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0,
-                   user: str | None = None, password: str | None = None) -> None:
+                   tls: TLS | None = None, user: str | None = None, password: str | None = None) -> None:
     """Make every row staged under `stage` visible at once: ONE committed move_prefix command.
     With auth enabled it writes anywhere in the key space: a user with the root role's job."""
-    _apply(endpoints, kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=stage, target=b"")), timeout, user, password)
+    _apply(endpoints, kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=stage, target=b"")), timeout, tls, user,
+           password)
 
 
 def discard_staged(endpoints: Sequence[str] | str, stage: bytes, timeout: float = 60.0,
-                   user: str | None = None, password: str | None = None) -> None:
+                   tls: TLS | None = None, user: str | None = None, password: str | None = None) -> None:
     """Remove every row staged under `stage` (an aborted atomic job)."""
-    _apply(endpoints, kv_pb2.Op(delete_prefix=stage), timeout, user, password)
+    _apply(endpoints, kv_pb2.Op(delete_prefix=stage), timeout, tls, user, password)
 
 
-def _apply(endpoints: Sequence[str] | str, op: kv_pb2.Op, timeout: float, user: str | None,
+def _apply(endpoints: Sequence[str] | str, op: kv_pb2.Op, timeout: float, tls: TLS | None, user: str | None,
            password: str | None) -> None:
     if not stage_ok(op):
         raise ValueError("only staging prefixes may be published or discarded")
-    with Client(endpoints, timeout=timeout, user=user, password=password) as client:
+    with Client(endpoints, timeout=timeout, tls=tls, user=user, password=password) as client:
         client.apply_ops([op])  # retried with the same (client id, seq): applied at most once
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kv.tools.arguments import Formatter, default_endpoints, endpoints_help, positive_float, positive_int
+from kv.tools.client_options import add_tls_options, tls_of
 from kv.tools.user_options import add_user_options, credentials_of
 from raft.node.config import DEFAULT_LISTEN
 
@@ -35,6 +36,7 @@ def _endpoint_options(parser: argparse.ArgumentParser, required: bool = False) -
                         metavar="HOST:PORT,...", help=endpoints_help(DEFAULT_LISTEN))
     parser.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
                         help="per request, retries included")
+    add_tls_options(parser)
     add_user_options(parser)
 
 
@@ -91,7 +93,7 @@ def run_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error("give either --prefix or --start/--end, not both")
         manifest = export_live(args.endpoints, args.out, partitions=args.partitions, timeout=args.timeout,
                                prefix=_utf8(args.prefix), start=_utf8(args.start), end=_utf8(args.end),
-                               **credentials_of(args))
+                               tls=tls_of(args), **credentials_of(args))
     print(json.dumps({k: v for k, v in asdict(manifest).items() if k != "files"} | {"files": len(manifest.files),
                                                                                    "out": str(args.out)}))
     return 0
@@ -114,17 +116,18 @@ def run_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     progress = Progress(total, sys.stderr if args.progress else None)
     stage = new_stage() if args.atomic else b""
     credentials = credentials_of(args)
+    tls = tls_of(args)
     started = time.monotonic()
     try:
         with BulkLoader(args.endpoints, batch_rows=args.batch_rows, stage=stage, timeout=args.timeout,
                         throttle=Throttle(args.rows_per_second, args.bytes_per_second),
-                        on_batch=progress.advance, **credentials) as loader:
+                        on_batch=progress.advance, tls=tls, **credentials) as loader:
             rows = loader.load(_pairs(dataset))
         if stage:
-            publish_staged(args.endpoints, stage, args.timeout * 4, **credentials)
+            publish_staged(args.endpoints, stage, args.timeout * 4, tls, **credentials)
     except BaseException:
         if stage:
-            discard_staged(args.endpoints, stage, args.timeout * 4, **credentials)
+            discard_staged(args.endpoints, stage, args.timeout * 4, tls, **credentials)
         raise
     finally:
         progress.finish()

@@ -10,7 +10,7 @@ partitions are the key ranges between the split points the server suggests, and 
 reads exactly the state at N. Options: endpoints (required), prefix | start / end (UTF-8),
 partitions (default 4), ttl_ms (how long the server keeps the view after its last use),
 batch_size, timeout, user and password (once the cluster has auth enabled: an export reads every
-key, so a user with the root role).
+key, so a user with the root role), and TLS (below).
 
 Write: only the columns key and value (binary or string). Each task sends batches of idempotent
 puts through the leader (kv.tools.spark.bulk_load): a retried or speculative task writes the same bytes
@@ -19,8 +19,12 @@ back task writes. With atomic=true rows are staged under a private prefix and co
 them with one committed Raft command (readers see all or nothing); abort() removes them.
 Options: endpoints, atomic, batch_rows (<= 1000), in_flight, rows_per_second, bytes_per_second,
 timeout, user and password (once auth is enabled: a user allowed to write the keys; an atomic
-write publishes into the whole key space, which takes the root role). Only mode("append") is
-supported.
+write publishes into the whole key space, which takes the root role), and TLS (below). Only
+mode("append") is supported.
+
+TLS, for nodes started with --cert-file (docs/security.md): options cacert, cert and key, paths to
+PEM files as the CLI's --cacert, --cert and --key. Every connection uses them, the executors'
+too, so the files must be at those paths on every executor's machine.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from kv.client.tls import TLS
 from kv.tools.spark import schema
 from kv.tools.spark.bulk_load import BulkLoader, Throttle, discard_staged, new_stage, publish_staged
 from kv.tools.spark.export_client import ExportClient, ExportInfo
@@ -85,10 +90,14 @@ def _option(options: dict[str, str], name: str, default: str = "") -> str:
     return options.get(name, options.get(name.lower(), default))
 
 
-def _credentials(options: dict[str, str]) -> dict[str, str | None]:
-    """Options `user` and `password`: who reads or writes once the cluster has auth enabled
-    (reads are exports, for the root role only)."""
-    return {"user": _option(options, "user") or None, "password": _option(options, "password") or None}
+def _credentials(options: dict[str, str]) -> dict[str, Any]:
+    """Options `user` and `password` (who reads or writes once the cluster has auth enabled; reads
+    are exports, for the root role only), and `tls` from the options cacert, cert and key (paths;
+    None, plaintext, when none is given)."""
+    ca, cert, key = (_option(options, name) or None for name in ("cacert", "cert", "key"))
+    tls = None if ca is None and cert is None and key is None else TLS(ca, cert, key)  # type: ignore[arg-type]
+    return {"user": _option(options, "user") or None, "password": _option(options, "password") or None,
+            "tls": tls}
 
 
 def _endpoints(options: dict[str, str]) -> str:

@@ -17,6 +17,7 @@ from typing import TypeVar
 import grpc
 
 from kv.client.client import CHANNEL_OPTIONS, Client, parse_endpoints
+from kv.client.tls import TLS, open_channel, with_hint
 from kv.errors import NotLeaderError, RaftKVError, from_rpc_error
 from raftkv_proto import export_pb2, export_pb2_grpc
 
@@ -64,14 +65,16 @@ class ExportClient:
 
     endpoints: Sequence[str] | str
     timeout: float = 30.0
+    tls: TLS | None = None  # as kv.Client's: TLS to nodes started with --cert-file
     user: str | None = None
     password: str | None = None
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.endpoints = parse_endpoints(self.endpoints)
+        self._credentials = self.tls.credentials() if self.tls is not None else None
         # Logs in (KV.Authenticate) and keeps the token; no streams of its own.
-        self._login = Client(self.endpoints, timeout=self.timeout, streams=False, user=self.user,
+        self._login = Client(self.endpoints, timeout=self.timeout, streams=False, tls=self.tls, user=self.user,
                              password=self.password)
 
     def __enter__(self) -> ExportClient:
@@ -99,7 +102,7 @@ class ExportClient:
     def _stub(self, address: str) -> export_pb2_grpc.ExportStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = open_channel(address, self._credentials, CHANNEL_OPTIONS)
         return export_pb2_grpc.ExportStub(channel)
 
     def begin(self, prefix: bytes = b"", start: bytes = b"", end: bytes = b"", partitions: int = 1,
@@ -123,6 +126,7 @@ class ExportClient:
                     raise RaftKVError(f"the node at {target} does not serve live exports (the Export service); "
                                       "export a snapshot file instead: raftkv export --snapshot FILE") from None
                 last = from_rpc_error(rpc_error)
+                last.args = (with_hint(str(last), self.tls),)  # a TLS mismatch must not read as a node down
             if not last.retryable:
                 raise last
             hint = last.leader_address if isinstance(last, NotLeaderError) else None

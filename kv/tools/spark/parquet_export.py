@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kv.tools.spark import schema
+from kv.client.tls import TLS
 from kv.tools.spark.export_client import ExportClient
 from kv.tools.spark.snapshot_source import SnapshotSource
 
@@ -55,10 +56,12 @@ class ExportManifest:
 
 def export_live(endpoints: Sequence[str] | str, out_dir: str | os.PathLike[str], *, partitions: int = 4,
                 prefix: bytes = b"", start: bytes = b"", end: bytes = b"", timeout: float = 30.0,
-                workers: int = 4, user: str | None = None, password: str | None = None) -> ExportManifest:
+                workers: int = 4, tls: TLS | None = None, user: str | None = None,
+                password: str | None = None) -> ExportManifest:
     """Export a point in time of a running cluster: one BeginExport on the leader, every range read
-    from that pinned view, the view released at the end. With auth enabled, as `user` (root role)."""
-    with ExportClient(endpoints, timeout=timeout, user=user, password=password) as client:
+    from that pinned view, the view released at the end. `tls`: as kv.Client's. With auth enabled,
+    as `user` (root role)."""
+    with ExportClient(endpoints, timeout=timeout, tls=tls, user=user, password=password) as client:
         export = client.begin(prefix=prefix, start=start, end=end, partitions=partitions)
         try:
             return _write_all(out_dir, export.ranges, lambda s, e: client.read(export, s, e),
