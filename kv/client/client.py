@@ -141,7 +141,7 @@ class Client(AuthAdmin):
         self.timeout = timeout
         self.client_id = client_id or uuid.uuid4().hex
         self.tls = tls
-        self._credentials = tls.credentials() if tls is not None else None
+        self._channel_credentials = tls.credentials() if tls is not None else None
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
@@ -346,7 +346,7 @@ class Client(AuthAdmin):
 
     def _open_channel(self, address: str) -> grpc.Channel:
         """A new channel to `address`, with this client's TLS credentials when it has them."""
-        return open_channel(address, self._credentials, CHANNEL_OPTIONS)
+        return open_channel(address, self._channel_credentials, CHANNEL_OPTIONS)
 
     def _hinted(self, error: RaftKVError) -> RaftKVError:
         """`error`, its message followed by what to check when a failed connection looks like a TLS

@@ -72,7 +72,7 @@ class ExportClient:
 
     def __post_init__(self) -> None:
         self.endpoints = parse_endpoints(self.endpoints)
-        self._credentials = self.tls.credentials() if self.tls is not None else None
+        self._channel_credentials = self.tls.credentials() if self.tls is not None else None
         # Logs in (KV.Authenticate) and keeps the token; no streams of its own.
         self._login = Client(self.endpoints, timeout=self.timeout, streams=False, tls=self.tls, user=self.user,
                              password=self.password)
@@ -102,7 +102,7 @@ class ExportClient:
     def _stub(self, address: str) -> export_pb2_grpc.ExportStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._credentials, CHANNEL_OPTIONS)
+            channel = self._channels[address] = open_channel(address, self._channel_credentials, CHANNEL_OPTIONS)
         return export_pb2_grpc.ExportStub(channel)
 
     def begin(self, prefix: bytes = b"", start: bytes = b"", end: bytes = b"", partitions: int = 1,
