@@ -67,6 +67,7 @@ class FaultCluster(Cluster):
 
     def client(self, node_ids: Iterable[str] | None = None, timeout: float = 10.0, **kwargs: Any) -> Client:
         ids = list(node_ids) if node_ids is not None else list(self.nodes)
+        kwargs.setdefault("tls", self.client_tls)
         client = RoutedClient([self.client_endpoint(i) for i in ids], self._route, timeout=timeout, **kwargs)
         self._clients.append(client)
         return client

@@ -1,6 +1,6 @@
-"""Fixtures of the fault suite: `scenario(size=..., extra_args=..., client_proxies=..., down_close=..., peer_tls=...)`
-makes a proxied cluster (with `peer_tls`, its members speak mutual TLS to each other through the
-proxies), starts it and waits for a leader; teardown kills everything, and when the test failed
+"""Fixtures of the fault suite: `scenario(size=..., extra_args=..., client_proxies=..., down_close=..., tls=...)`
+makes a proxied cluster (with `tls`, TLS on every link: the members speak mutual TLS to each other
+through the proxies, and their clients present certificates), starts it and waits for a leader; teardown kills everything, and when the test failed
 prints the seed, the nodes' log tails and where the full logs are."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.faults.cluster import FaultCluster
 from tests.faults.proxy import DownClose
 from tests.faults.scenario import Scenario, seeds
 from tests.integration.cluster import FAST_TIMING
-from tests.integration.peer_tls import use_peer_tls
+from tests.integration.peer_tls import use_tls
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,13 +41,13 @@ def scenario(tmp_path: Path, seed: int, request: pytest.FixtureRequest) -> Itera
 
     def make(size: int = 5, extra_args: tuple[str, ...] = FAST_TIMING, wait_leader: bool = True,
              client_proxies: bool = False, down_close: DownClose = DownClose.RESET,
-             peer_tls: bool = False) -> Scenario:
+             tls: bool = False) -> Scenario:
         name = request.node.name
         print(f"{name}: seed {seed} (replay: RAFTKV_SEED={seed})")
         cluster = FaultCluster(tmp_path / f"cluster{len(made)}", size, tuple(extra_args), seed=seed,
                                client_proxies=client_proxies, down_close=down_close)
-        if peer_tls:
-            use_peer_tls(cluster, tmp_path / f"certs{len(made)}")
+        if tls:
+            use_tls(cluster, tmp_path / f"certs{len(made)}")
         run = Scenario(name, seed, cluster, random.Random(seed))
         made.append(run)
         cluster.start()

@@ -254,11 +254,12 @@ def test_flaky_links_everywhere(scenario: MakeScenario) -> None:
     flaky_links_everywhere(scenario(3))
 
 
-def test_flaky_links_everywhere_with_mutual_tls_between_members(scenario: MakeScenario) -> None:
-    """The same over TLS (--peer-cert-file ... --peer-client-cert-auth on every member): each
-    reset is a new handshake, and each member dials a proxy's address, not the member's, so the
-    check that the certificate names the member dialled must hold through the proxies."""
-    run = scenario(3, peer_tls=True)
+def test_flaky_links_everywhere_with_tls_on_every_link(scenario: MakeScenario) -> None:
+    """The same with TLS on every link (mutual TLS between the members, and client certificates
+    required on the client ports): each reset is a new handshake, and each member dials a proxy's
+    address, not the member's, so the check that the certificate names the member dialled must
+    hold through the proxies."""
+    run = scenario(3, tls=True)
     flaky_links_everywhere(run)
     for node in run.cluster.nodes.values():
         log = node.log_path.read_text()

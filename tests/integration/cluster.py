@@ -18,6 +18,7 @@ import grpc
 from kv import TLS, Client
 from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
 from kv.client.client import CHANNEL_OPTIONS
+from kv.client.tls import open_channel
 from raftkv_proto import kv_pb2_grpc
 
 T = TypeVar("T")
@@ -245,7 +246,8 @@ class Cluster:
         return client
 
     def _channel(self, node_id: str) -> grpc.Channel:
-        channel = grpc.insecure_channel(self.nodes[node_id].address, options=CHANNEL_OPTIONS)
+        credentials = self.client_tls.credentials() if self.client_tls is not None else None
+        channel = open_channel(self.nodes[node_id].address, credentials, CHANNEL_OPTIONS)
         self._channels.append(channel)
         return channel
 

@@ -1,10 +1,12 @@
-"""Members that speak mutual TLS to each other (--peer-cert-file ..., docs/security.md), for the
-integration and fault tests: certificates made in the test by kv.tools.certs."""
+"""Members that speak mutual TLS to each other (--peer-cert-file ..., docs/security.md), and to
+their clients (--cert-file ...), for the integration and fault tests: certificates made in the
+test by kv.tools.certs."""
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from kv.client.tls import TLS
 from kv.tools.certs import ensure_ca, issue
 from tests.integration.cluster import Cluster
 
@@ -26,4 +28,19 @@ def use_peer_tls(cluster: Cluster, certs: Path) -> Cluster:
         assert not node.running, f"{node.id} is already running"
         issue(certs, node.id, HOSTS, server=True)
         node.spec = dataclasses.replace(node.spec, extra_args=(*node.spec.extra_args, *peer_tls_args(certs, node.id)))
+    return cluster
+
+
+def use_tls(cluster: Cluster, certs: Path) -> Cluster:
+    """TLS on every link: mutual TLS between the members (use_peer_tls), and on their client ports
+    with client certificates required (--cert-file, --key-file, --trusted-ca-file,
+    --client-cert-auth); the cluster's clients present a certificate of a client "tester"."""
+    use_peer_tls(cluster, certs)
+    ca = certs / "ca.pem"
+    for node in cluster.nodes.values():
+        flags = ("--cert-file", str(certs / f"{node.id}.pem"), "--key-file", str(certs / f"{node.id}-key.pem"),
+                 "--trusted-ca-file", str(ca), "--client-cert-auth")
+        node.spec = dataclasses.replace(node.spec, extra_args=(*node.spec.extra_args, *flags))
+    tester = issue(certs, "tester", server=False)
+    cluster.client_tls = TLS(ca, tester.cert, tester.key)
     return cluster
