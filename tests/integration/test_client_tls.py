@@ -20,7 +20,7 @@ import lmdb
 import pytest
 
 from kv import TLS, Client
-from kv.errors import UnavailableError
+from kv.errors import PermissionDeniedError, UnavailableError
 from kv.tools.certs import DEFAULT_HOSTS, ensure_ca, issue
 from kv.tools.cluster_up import child_env
 from statemachine.value_checksum import seal
@@ -168,6 +168,34 @@ class TestClientCertAuth:
         with Client(mtls_cluster.endpoints, timeout=10.0, tls=certs.alice) as client:
             client.put("k", "v")
             assert client.get("k") == b"v"
+
+    def test_with_auth_on_a_client_certificate_names_its_user(self, mtls_cluster: Cluster, certs: Certs) -> None:
+        """With auth enabled, a request with no token is made by the user its client certificate
+        names (CN), as etcd does: alice's certificate reads what alice may read and writes nothing,
+        root's administers with no password. Auth is disabled again at the end."""
+        root_files = issue(certs.directory, "root", server=False)
+        root = TLS(certs.ca, root_files.cert, root_files.key)
+        with Client(mtls_cluster.endpoints, timeout=10.0, tls=root) as admin:
+            admin.put("app/1", "v")
+            admin.user_add("root", "root-pw")
+            admin.user_grant_role("root", "root")
+            admin.user_add("alice", "alice-pw")
+            admin.role_add("app-reader")
+            admin.role_grant_permission("app-reader", "app/", prefix=True, perm="read")
+            admin.user_grant_role("alice", "app-reader")
+            admin.auth_enable()
+            try:
+                with Client(mtls_cluster.endpoints, timeout=10.0, tls=certs.alice) as alice:
+                    assert alice.get("app/1") == b"v"
+                    with pytest.raises(PermissionDeniedError):
+                        alice.put("app/2", "x")
+                    with pytest.raises(PermissionDeniedError):
+                        alice.get("other/1")
+                    with pytest.raises(PermissionDeniedError):
+                        alice.user_list()
+                assert {"root", "alice"} <= set(admin.user_list())
+            finally:
+                admin.auth_disable()
 
     def test_state_checks_reach_the_other_members_over_mutual_tls(self, mtls_cluster: Cluster, certs: Certs) -> None:
         """A member asks its peers' client ports for their state hashes, presenting its own member
