@@ -9,6 +9,7 @@ import asyncio
 import functools
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +39,7 @@ from kv.server.health import member_health
 from kv.server.pipeline_call import PipelineCall, refusal
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
+from raft.node.stats import LATENCY_BUCKETS_S, Histogram
 from snapshot.file_format import read_manifest
 from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
@@ -57,6 +59,9 @@ MAX_SCAN_LIMIT = 10_000
 # comes), with `more` set: a scan of large values costs the node a few MiB per page, not the
 # whole range, and a page stays far inside the 64 MiB send limit. Clients continue from the last key.
 SCAN_PAGE_BYTES = 4 << 20
+
+# The method a Stream request is counted as, by its kind (metrics.py: grpc_server_handled_total).
+_STREAM_METHODS = {"put": "Stream.Put", "get": "Stream.Get", "delete": "Stream.Delete"}
 
 # What a write may still do while NOSPACE is raised (etcd: reads and deletes).
 _FREEING_OPS = ("delete", "delete_prefix")
@@ -405,6 +410,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         # Plain counts for metrics.py, read at scrape time: finished unary calls by (method, code),
         # and requests begun on Stream and Pipeline calls by kind (put, get, delete).
         self.handled: dict[tuple[str, str], int] = {}
+        self.latency: dict[str, Histogram] = {}  # method -> seconds from the call (or stream request) to its reply
         self.stream_requests: dict[str, int] = {"put": 0, "get": 0, "delete": 0}
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
@@ -436,19 +442,25 @@ class KVServicer(kv_pb2_grpc.KVServicer):
                      method: str) -> T:
         """`work(user)` for the call's user (None while auth is off); a RaftKVError, a refused
         identity included, ends the RPC with its status. Counted by `method` and code (metrics.py)."""
+        started = time.perf_counter()
         try:
             reply = await work(self._gate.user(context) if self._auth.enabled else None)
         except errors.RaftKVError as e:
-            self._count(method, e.code.name)
+            self._count(method, e.code.name, started)
             log.debug("%s refused: %s: %s", method, e.kind, e, extra={"grpc_method": method})
             await errors.abort(context, e)
             raise  # unreachable: abort raises
-        self._count(method, "OK")
+        self._count(method, "OK", started)
         return reply
 
-    def _count(self, method: str, code: str) -> None:
+    def _count(self, method: str, code: str, started: float) -> None:
+        """One finished call or stream request: its count by code and its latency (about 0.4 µs)."""
         key = (method, code)
         self.handled[key] = self.handled.get(key, 0) + 1
+        latency = self.latency.get(method)
+        if latency is None:
+            latency = self.latency[method] = Histogram(LATENCY_BUCKETS_S)
+        latency.observe(time.perf_counter() - started)
 
     async def Alarm(self, request: kv_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> kv_pb2.AlarmResponse:
         return await self._serve(context, lambda user: self._handler.alarm(request, context.time_remaining(), user),
@@ -538,11 +550,17 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             task.cancel()
 
     async def _stream_reply(self, request: kv_pb2.StreamRequest, caller: Caller) -> kv_pb2.StreamReply:
+        started = time.perf_counter()
+        method = _STREAM_METHODS.get(request.WhichOneof("request") or "", "Stream")
         try:
             kind, pending = self._begin(request, caller)
-            return kv_pb2.StreamReply(**{kind: await pending})
+            reply = kv_pb2.StreamReply(**{kind: await pending})
         except errors.RaftKVError as e:
+            self._count(method, e.code.name, started)
+            log.debug("%s refused: %s: %s", method, e.kind, e, extra={"grpc_method": method})
             return refusal(e)
+        self._count(method, "OK", started)
+        return reply
 
     def _begin(self, request: kv_pb2.StreamRequest, caller: Caller | None = None) -> tuple[str, asyncio.Future[Any]]:
         """Start a stream or pipeline request of `caller`: its kind and the handler's future of

@@ -38,6 +38,7 @@ class MetricSources:
     health: HealthCounts
     # (method, code) -> finished unary calls (KVServicer.handled); kind -> stream/pipeline requests.
     handled: Callable[[], dict[tuple[str, str], int]]
+    latency: Callable[[], dict[str, Histogram]]  # method -> seconds to reply (KVServicer.latency)
     stream_requests: Callable[[], dict[str, int]]
     pipeline_held: Callable[[], tuple[int, int]]  # (requests, reply bytes) the pipeline calls hold
     state_checks: Callable[[], int]  # state checks this member has hashed
@@ -51,10 +52,14 @@ def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, help_text, value=value)
 
 
-def _histogram(name: str, help_text: str, h: Histogram) -> HistogramMetricFamily:
+def _buckets(h: Histogram) -> list[tuple[str, float]]:
+    """Prometheus' cumulative buckets, +Inf last."""
     cumulative = list(accumulate(h.counts))
-    buckets = [(repr(float(b)), c) for b, c in zip(h.buckets, cumulative)] + [("+Inf", cumulative[-1])]
-    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=h.total)
+    return [(repr(float(b)), c) for b, c in zip(h.buckets, cumulative)] + [("+Inf", cumulative[-1])]
+
+
+def _histogram(name: str, help_text: str, h: Histogram) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, help_text, buckets=_buckets(h), sum_value=h.total)
 
 
 class NodeCollector(Collector):
@@ -151,6 +156,12 @@ class NodeCollector(Collector):
         for (method, code), count in sorted(self._s.handled().items()):
             handled.add_metric(["raftkv.kv.KV", method, code], count)
         yield handled
+        latency = HistogramMetricFamily("grpc_server_handling_seconds", "Histogram of response latency (seconds) of "
+                                        "gRPC that had been application-level handled by the server (unary calls, "
+                                        "and each request of a Stream call).", labels=["grpc_service", "grpc_method"])
+        for method, histogram in sorted(self._s.latency().items()):
+            latency.add_metric(["raftkv.kv.KV", method], _buckets(histogram), sum_value=histogram.total)
+        yield latency
         requests = CounterMetricFamily("raftkv_stream_requests", "Requests begun on Stream and Pipeline calls, "
                                        "by kind.", labels=["kind"])
         for kind, count in sorted(self._s.stream_requests().items()):

@@ -40,7 +40,7 @@ class Observability:
             counts = HealthCounts()
             registry = registry_of(MetricSources(
                 node, fsm, config.storage.quota_backend_bytes or config.storage.state_max_bytes, counts,
-                handled=lambda: kv_service.handled, stream_requests=lambda: kv_service.stream_requests,
+                handled=lambda: kv_service.handled, latency=lambda: kv_service.latency, stream_requests=lambda: kv_service.stream_requests,
                 pipeline_held=kv_service.pipeline_held, state_checks=lambda: checker.hashed))
             http = HttpEndpoints(listeners, registry, lambda: member_health(node, fsm.alarms), counts)
         return cls(AlarmWatch(node, fsm.alarms, handler.status, PeerStatuses(node)), http,

@@ -81,6 +81,8 @@ def test_metrics_parse_and_proposals_committed_rise_by_at_least_the_puts(cluster
     assert after["etcd_mvcc_db_total_size_in_bytes"] > 0
     assert after["raftkv_stream_requests_total{kind=put}"] >= PUTS  # the client's puts go on a stream
     assert after["raftkv_client_sessions"] >= 1
+    assert after["grpc_server_handled_total{grpc_code=OK,grpc_method=Stream.Put,grpc_service=raftkv.kv.KV}"] >= PUTS
+    assert after["grpc_server_handling_seconds_count{grpc_method=Stream.Put,grpc_service=raftkv.kv.KV}"] >= PUTS
     followers = [n for n in cluster.nodes if n != leader]
     assert all(scrape(cluster, n)["etcd_server_is_leader"] == 0 for n in followers)
 
