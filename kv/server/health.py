@@ -32,12 +32,13 @@ class Health:
     reason: str = ""  # why not, when not
 
 
-def member_health(node: RaftNode, alarms: AlarmHolder) -> Health:
+def member_health(node: RaftNode, alarms: AlarmHolder, exclude: frozenset[str] = frozenset()) -> Health:
+    """`exclude`: alarm types ("NOSPACE", "CORRUPT") not to count, as etcd's /health?exclude=NOSPACE."""
     if node.stopped is not None:
         return Health(False, f"STOPPED {node.stopped}")
-    if alarms.alarms:
-        raised = ", ".join(f"{a.name} (member {a.member_id})" for a in alarms.listed())
-        return Health(False, f"ALARM {raised}")
+    raised = [a for a in alarms.listed() if a.name not in exclude]
+    if raised:
+        return Health(False, "ALARM " + ", ".join(f"{a.name} (member {a.member_id})" for a in raised))
     if not node.leader_is_recent():
         return Health(False, "RAFT NO LEADER")
     if node.core.rejoining:  # lost its data and still catching up: it votes for no one yet

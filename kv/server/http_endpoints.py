@@ -4,7 +4,8 @@ no thread or lock. It serves
 
 - GET /metrics   Prometheus' text format (kv/server/metrics.py);
 - GET /health    etcd's JSON, {"health":"true","reason":""}, status 200, or "false" with the reason
-                 and 503 (kv/server/health.py's rule);
+                 and 503 (kv/server/health.py's rule); ?exclude=NOSPACE (repeatable) leaves that
+                 alarm type out, as etcd's;
 - GET /readyz    Kubernetes' readiness probe: the same rule; "ok" (200) or the reason (503);
 - GET /livez     Kubernetes' liveness probe: "ok" (200) whenever the process answers at all.
 
@@ -16,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -54,7 +55,8 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Re
 
 
 class HttpEndpoints:
-    def __init__(self, listeners: list[tuple[str, int]], registry: CollectorRegistry, health: Callable[[], Health],
+    def __init__(self, listeners: list[tuple[str, int]], registry: CollectorRegistry,
+                 health: Callable[[frozenset[str]], Health],
                  counts: HealthCounts) -> None:
         self._listeners = listeners
         self._registry = registry
@@ -95,27 +97,28 @@ class HttpEndpoints:
             writer.close()
 
     def _route(self, request_line: str) -> _Reply:
-        parts = request_line.split(" ")
-        if len(parts) != 3:
+        words = request_line.split(" ")
+        if len(words) != 3:
             return _Reply(400, "text/plain", b"bad request\n")
-        method, target, _ = parts
+        method, target, _ = words
         if method != "GET":
             return _Reply(405, "text/plain", b"only GET\n")
-        path = urlsplit(target).path
+        parts = urlsplit(target)
+        path, exclude = parts.path, frozenset(parse_qs(parts.query).get("exclude", ()))
         if path == "/metrics":
             return _Reply(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
         if path == "/health":
-            return self._health_json()
+            return self._health_json(exclude)
         if path == "/readyz":
-            health = self._health()
+            health = self._health(exclude)
             return _Reply(200 if health.healthy else 503, "text/plain",
                           b"ok\n" if health.healthy else f"{health.reason}\n".encode())
         if path == "/livez":
             return _Reply(200, "text/plain", b"ok\n")
         return _Reply(404, "text/plain", b"not found: /metrics, /health, /readyz, /livez\n")
 
-    def _health_json(self) -> _Reply:
-        health = self._health()
+    def _health_json(self, exclude: frozenset[str]) -> _Reply:
+        health = self._health(exclude)
         if health.healthy:
             self._counts.success += 1
         else:

@@ -42,7 +42,7 @@ class Observability:
                 node, fsm, config.storage.quota_backend_bytes or config.storage.state_max_bytes, counts,
                 handled=lambda: kv_service.handled, latency=lambda: kv_service.latency, stream_requests=lambda: kv_service.stream_requests,
                 pipeline_held=kv_service.pipeline_held, state_checks=lambda: checker.hashed))
-            http = HttpEndpoints(listeners, registry, lambda: member_health(node, fsm.alarms), counts)
+            http = HttpEndpoints(listeners, registry, lambda exclude: member_health(node, fsm.alarms, exclude), counts)
         return cls(AlarmWatch(node, fsm.alarms, handler.status, PeerStatuses(node)), http,
                    (health_pb2_grpc.add_HealthServicer_to_server, HealthServicer(node, fsm.alarms)))
 

@@ -164,6 +164,7 @@ def test_a_full_quota_raises_nospace_on_every_member_puts_are_refused_and_a_disa
             alarms = wait_until(f"{node_id} lists NOSPACE", lambda: cluster.status(node_id)["alarms"])
             assert {a["alarm"] for a in alarms} == {"NOSPACE"}
             assert health(cluster, node_id)[1]["reason"].startswith("ALARM NOSPACE")
+            assert http_get(f"{cluster.metrics_url(node_id)}/health?exclude=NOSPACE")[0] == 200  # as etcd's
             assert scrape(cluster, node_id)[f"raftkv_alarm{{alarm=NOSPACE,member_id={alarms[0]['member_id']}}}"] == 1
         assert client.alarm_list() == cluster.status("n1")["alarms"]
         with pytest.raises(DiskFullError, match="database space exceeded"):
