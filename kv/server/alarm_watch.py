@@ -78,4 +78,10 @@ class AlarmWatch:
             return
         log.error("raising alarm %s for member %s: %s", alarm.name, alarm.member_id, why)
         self._proposed.add(alarm)
-        future.add_done_callback(lambda f: self._proposed.discard(alarm) or f.cancelled() or f.exception())
+        future.add_done_callback(lambda f: self._settled(alarm, f))
+
+    def _settled(self, alarm: Alarm, future: asyncio.Future[object]) -> None:
+        """Applied (the holder lists it now) or lost with the leadership (the next round tries again)."""
+        self._proposed.discard(alarm)
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log a lost leadership as unhandled
