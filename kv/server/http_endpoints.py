@@ -66,7 +66,12 @@ class HttpEndpoints:
 
     async def start(self) -> None:
         for host, port in self._listeners:
-            self._servers.append(await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_BYTES))
+            try:
+                self._servers.append(await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_BYTES))
+            except OSError as e:
+                await self.stop()
+                raise OSError(e.errno, f"cannot serve metrics on {host}:{port} (--listen-metrics-urls): "
+                                       f"{e.strerror}") from None
 
     @property
     def addresses(self) -> list[str]:
