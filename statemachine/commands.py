@@ -103,8 +103,14 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         raise InvalidCommandError(f"payload of {len(payload)} bytes is not a kv Command: {exc}") from exc
     validate_header(command.header)
     if command.check_state:
-        if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth"):
+        if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth") \
+                or command.HasField("alarm"):
             raise InvalidCommandError("a state check marker carries nothing else")
+        return command
+    if command.HasField("alarm"):
+        if command.ops or command.HasField("header") or command.HasField("registration") or command.user \
+                or command.HasField("auth"):
+            raise InvalidCommandError("an alarm change carries nothing else")
         return command
     if command.HasField("auth"):
         if command.ops or command.HasField("header") or command.HasField("registration") or command.user:

@@ -8,6 +8,8 @@ One LMDB environment (a directory) holds six named databases:
 - ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
 - ``auth``            users, roles, permissions and whether auth is on (statemachine/auth_state.py):
                       never among the user's keys, but in every copy, snapshot and state hash
+- ``alarms``          the raised alarms, NOSPACE and CORRUPT by member (statemachine/alarms.py):
+                      in every copy and snapshot
 
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
 transaction, so the three can never disagree: after any crash the state is exactly "all entries up
@@ -51,6 +53,7 @@ import lmdb
 from raftkv_proto import kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
+from statemachine.alarms import ALARMS_DB_NAME, Alarm, AlarmHolder, apply_alarm, load_alarms
 from statemachine.auth_state import AUTH_DB_NAME, AuthHolder, AuthRefusal, AuthView, apply_auth, load_view
 from statemachine.client_sessions import (
     MAX_SESSIONS,
@@ -72,7 +75,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
-_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME)
+_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME)
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -124,6 +127,7 @@ class KVStateMachine:
         max_sessions: int = MAX_SESSIONS,
         max_readers: int = 1024,
         auth: AuthHolder | None = None,
+        alarms: AlarmHolder | None = None,
     ) -> None:
         self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
@@ -134,13 +138,16 @@ class KVStateMachine:
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
         self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
-        self._data, sessions, results, expiry, self._meta, self._auth_db = self._dbs.values()
+        self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db = self._dbs.values()
         self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
         # Shared with the client service, which checks requests against it (auth_state.AuthHolder).
         self.auth = auth or AuthHolder()
+        # Shared with the client service, which refuses puts while NOSPACE is raised.
+        self.alarms = alarms or AlarmHolder()
         with self._env.begin() as txn:
             self.auth.publish(load_view(txn, self._auth_db))
+            self.alarms.publish(load_alarms(txn, self._alarms_db))
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
@@ -212,6 +219,8 @@ class KVStateMachine:
                 txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
             if batch.auth is not self.auth.view:  # published only once committed
                 self.auth.publish(batch.auth)
+            if batch.alarms is not self.alarms.alarms:
+                self.alarms.publish(batch.alarms)
         except lmdb.MapFullError as exc:
             raise StateFullError(
                 f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
@@ -297,6 +306,14 @@ class KVStateMachine:
         """Bytes of the map in use (pages up to the highest one written)."""
         info = self._env.info()
         return (int(info["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+
+    def in_use_bytes(self) -> int:
+        """Bytes of the pages the tables hold now: less than size_bytes once deletes have freed
+        pages, which LMDB reuses for new writes (what --quota-backend-bytes is checked against)."""
+        with self._env.begin() as txn:
+            stats = [txn.stat(db) for db in self._dbs.values()] + [self._env.stat()]
+        pages = sum(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in stats)
+        return pages * int(stats[-1]["psize"])
 
     def read_view(self) -> ReadView:
         """Pin the current applied state in one read transaction (for point-in-time exports)."""
@@ -407,6 +424,8 @@ class _Batch:
         self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
         self.auth_db = machine._auth_db
         self.auth: AuthView = machine.auth.view  # replaced by every auth change of the batch
+        self.alarms_db = machine._alarms_db
+        self.alarms: frozenset[Alarm] = machine.alarms.alarms  # likewise for alarm changes
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         if entry.type != EntryType.NORMAL:
@@ -425,6 +444,9 @@ class _Batch:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
         if command.HasField("auth"):
             return ApplyOutcome(entry.index, self._apply_auth(command.auth))
+        if command.HasField("alarm"):
+            self.alarms = apply_alarm(self.txn, self.alarms_db, self.alarms, command.alarm)
+            return ApplyOutcome(entry.index, kv_pb2.CommandResult())
         # While auth is on, a write's session must be its user's; otherwise users are not checked.
         user = command.user if self.auth.enabled else None
         if not command.header.client_id:

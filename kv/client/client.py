@@ -38,7 +38,7 @@ from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
-from kv.client.status import status_dict
+from kv.client.status import alarm_dicts, status_dict
 from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
@@ -222,6 +222,20 @@ class Client(AuthAdmin):
             return []
         request = kv_pb2.BatchRequest(ops=ops)
         return list(self._write(lambda stub: stub.Batch, request).existed)
+
+    # ---- alarms ------------------------------------------------------------------------------
+
+    def alarm_list(self) -> list[dict[str, str]]:
+        """The raised alarms, as etcdctl's `alarm list`: [{"member_id": "n2", "alarm": "NOSPACE"}, ...]."""
+        return alarm_dicts(self._call(lambda stub: stub.Alarm, kv_pb2.AlarmRequest()).alarms)
+
+    def alarm_disarm(self, member_id: str = "", alarm: str = "") -> list[dict[str, str]]:
+        """Clear `member_id`'s `alarm` ("NOSPACE", "CORRUPT"), through the log; with neither,
+        every alarm (etcdctl's `alarm disarm`). Returns the alarms still raised after it (one
+        whose cause lasts is raised again within a second). Root only while auth is on."""
+        request = kv_pb2.AlarmRequest(action=kv_pb2.AlarmRequest.DEACTIVATE, member_id=member_id,
+                                      alarm=kv_pb2.AlarmType.Value(alarm) if alarm else kv_pb2.NONE)
+        return alarm_dicts(self._call(lambda stub: stub.Alarm, request).alarms)
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per configured endpoint (asked in parallel); an endpoint that does not answer

@@ -2,6 +2,7 @@
 `raftkv status --json` prints and `Client.status()` returns. Scripts rely on these names."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from raftkv_proto import kv_pb2
@@ -30,7 +31,15 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "max_request_bytes": s.max_request_bytes,
         "pipeline_requests_held": s.pipeline_requests_held,
         "pipeline_reply_bytes_held": s.pipeline_reply_bytes_held,
+        "alarms": alarm_dicts(s.alarms),
+        "nospace": s.nospace or None,
+        "unhealthy": s.unhealthy or None,
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)
     return out
+
+
+def alarm_dicts(alarms: Iterable[kv_pb2.AlarmMember]) -> list[dict[str, str]]:
+    """Raised alarms as [{"member_id": ..., "alarm": "NOSPACE" or "CORRUPT"}, ...]."""
+    return [{"member_id": a.member_id, "alarm": kv_pb2.AlarmType.Name(a.alarm)} for a in alarms]

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,12 +35,15 @@ from statemachine.commands import (
 from statemachine.auth_state import PERMISSION_DENIED, USER_EMPTY, KeyRange, permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.auth_gate import AuthGate, Caller
+from kv.server.health import member_health
 from kv.server.pipeline_call import PipelineCall, refusal
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
+from raft.node.stats import LATENCY_BUCKETS_S, Histogram
 from snapshot.file_format import read_manifest
 from snapshot.transfer import chunk_file
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.alarms import NO_SPACE, encode_alarm
 
 if TYPE_CHECKING:
     from kv.server.auth_service import AuthHandler
@@ -55,6 +59,12 @@ MAX_SCAN_LIMIT = 10_000
 # comes), with `more` set: a scan of large values costs the node a few MiB per page, not the
 # whole range, and a page stays far inside the 64 MiB send limit. Clients continue from the last key.
 SCAN_PAGE_BYTES = 4 << 20
+
+# The method a Stream request is counted as, by its kind (metrics.py: grpc_server_handled_total).
+_STREAM_METHODS = {"put": "Stream.Put", "get": "Stream.Get", "delete": "Stream.Delete"}
+
+# What a write may still do while NOSPACE is raised (etcd: reads and deletes).
+_FREEING_OPS = ("delete", "delete_prefix")
 
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
 
@@ -78,6 +88,7 @@ class KVHandler:
         self._alarm = alarm or CorruptionAlarm(node)
         self._state_checks = state_checks
         self.auth = fsm.auth  # the AuthHolder the state machine publishes into
+        self.alarms = fsm.alarms  # the AlarmHolder likewise: puts are refused while NOSPACE is raised
         config = node.config
         self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
 
@@ -122,6 +133,8 @@ class KVHandler:
         and so is a write `user` may not make."""
         with _INVALID_ARGUMENT:
             validate_header(header)
+        if self.alarms.nospace and not all(op.WhichOneof("op") in _FREEING_OPS for op in ops):
+            raise self._no_space()
         if user is not None:
             denied = self.auth.view.write_refusal(user, ops)
             if denied is not None:
@@ -143,6 +156,41 @@ class KVHandler:
             raise errors.InvalidArgumentError(f"the registration could not be applied: {outcome.error}")
         log.debug("client session %d registered for %r", outcome.index, request.name)
         return kv_pb2.RegisterClientResponse(client_id=session_id(outcome.index, secret), index=outcome.index)
+
+    def _no_space(self) -> errors.DiskFullError:
+        """etcd's refusal while NOSPACE is raised (reads and deletes go on)."""
+        members = ", ".join(a.member_id for a in self.alarms.listed() if a.name == "NOSPACE")
+        return errors.DiskFullError(f"{NO_SPACE}: a NOSPACE alarm is raised (member {members}); reads and "
+                                    "deletes go on; free space, then `raftkv alarm disarm`")
+
+    # ---- alarms ------------------------------------------------------------------------------
+
+    async def alarm(self, request: kv_pb2.AlarmRequest, timeout: float | None = None,
+                    user: str | None = None) -> kv_pb2.AlarmResponse:
+        """etcd's Maintenance.Alarm: GET lists the raised alarms as this member applied them;
+        ACTIVATE and DEACTIVATE (root only while auth is on) go through the log, then list."""
+        if request.action != kv_pb2.AlarmRequest.GET:
+            self.check_root(user)
+            activate = request.action == kv_pb2.AlarmRequest.ACTIVATE
+            if activate and (request.alarm == kv_pb2.NONE or not request.member_id):
+                raise errors.InvalidArgumentError("raising an alarm needs a member id and an alarm type")
+            payload = encode_alarm(activate, request.member_id, request.alarm)
+            await begin_node_call(self._node, lambda: self._node.propose(payload, within_reserve=True), timeout,
+                                  TIMEOUT_MESSAGE, lambda done: done)
+        return kv_pb2.AlarmResponse(alarms=[a.to_proto() for a in self.alarms.listed()])
+
+    def nospace(self) -> str:
+        """Why this member wants a NOSPACE alarm now, or "" (kv/server/alarm_watch.py)."""
+        short = self._node.short_of_space()
+        if short is not None:
+            return short
+        storage = self._node.config.storage
+        quota = storage.quota_backend_bytes or storage.state_max_bytes
+        in_use = self._fsm.in_use_bytes()
+        if in_use >= quota:
+            return (f"node {self._node.id}: its state uses {in_use} bytes, over the quota of {quota} "
+                    "(--quota-backend-bytes)")
+        return ""
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -231,7 +279,9 @@ class KVHandler:
             state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
             disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks(),
-            max_request_bytes=self._node.config.limits.max_request_bytes)
+            max_request_bytes=self._node.config.limits.max_request_bytes, nospace=self.nospace(),
+            alarms=[a.to_proto() for a in self.alarms.listed()],
+            unhealthy=member_health(self._node, self.alarms).reason)
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
@@ -357,41 +407,71 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         self._stoppable_calls: dict[asyncio.Task[Any], grpc.aio.ServicerContext] = {}
         self._ending = False
         self._pipelines: set[PipelineCall] = set()  # every open Pipeline call, for status and end_streams
+        # Plain counts for metrics.py, read at scrape time: finished unary calls by (method, code),
+        # and requests begun on Stream and Pipeline calls by kind (put, get, delete).
+        self.handled: dict[tuple[str, str], int] = {}
+        self.latency: dict[str, Histogram] = {}  # method -> seconds from the call (or stream request) to its reply
+        self.stream_requests: dict[str, int] = {"put": 0, "get": 0, "delete": 0}
 
     async def Put(self, request: kv_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kv_pb2.PutResponse:
-        return await self._serve(context, lambda user: self._handler.put(request, context.time_remaining(), user))
+        return await self._serve(context, lambda user: self._handler.put(request, context.time_remaining(), user),
+                                 "Put")
 
     async def Get(self, request: kv_pb2.GetRequest, context: grpc.aio.ServicerContext) -> kv_pb2.GetResponse:
-        return await self._serve(context, lambda user: self._handler.get(request, context.time_remaining(), user))
+        return await self._serve(context, lambda user: self._handler.get(request, context.time_remaining(), user),
+                                 "Get")
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> kv_pb2.DeleteResponse:
-        return await self._serve(context, lambda user: self._handler.delete(request, context.time_remaining(), user))
+        return await self._serve(context, lambda user: self._handler.delete(request, context.time_remaining(), user),
+                                 "Delete")
 
     async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> kv_pb2.ScanResponse:
-        return await self._serve(context, lambda user: self._handler.scan(request, context.time_remaining(), user))
+        return await self._serve(context, lambda user: self._handler.scan(request, context.time_remaining(), user),
+                                 "Scan")
 
     async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
-        return await self._serve(context, lambda user: self._handler.batch(request, context.time_remaining(), user))
+        return await self._serve(context, lambda user: self._handler.batch(request, context.time_remaining(), user),
+                                 "Batch")
 
     async def RegisterClient(self, request: kv_pb2.RegisterClientRequest,
                              context: grpc.aio.ServicerContext) -> kv_pb2.RegisterClientResponse:
         return await self._serve(context, lambda user: self._handler.register_client(
-            request, context.time_remaining(), user))
+            request, context.time_remaining(), user), "RegisterClient")
 
-    async def _serve(self, context: grpc.aio.ServicerContext, work: Callable[[str | None], Awaitable[T]]) -> T:
+    async def _serve(self, context: grpc.aio.ServicerContext, work: Callable[[str | None], Awaitable[T]],
+                     method: str) -> T:
         """`work(user)` for the call's user (None while auth is off); a RaftKVError, a refused
-        identity included, ends the RPC with its status."""
+        identity included, ends the RPC with its status. Counted by `method` and code (metrics.py)."""
+        started = time.perf_counter()
         try:
-            return await work(self._gate.user(context) if self._auth.enabled else None)
+            reply = await work(self._gate.user(context) if self._auth.enabled else None)
         except errors.RaftKVError as e:
+            self._count(method, e.code.name, started)
+            log.debug("%s refused: %s: %s", method, e.kind, e, extra={"grpc_method": method})
             await errors.abort(context, e)
             raise  # unreachable: abort raises
+        self._count(method, "OK", started)
+        return reply
+
+    def _count(self, method: str, code: str, started: float) -> None:
+        """One finished call or stream request: its count by code and its latency (about 0.4 µs)."""
+        key = (method, code)
+        self.handled[key] = self.handled.get(key, 0) + 1
+        latency = self.latency.get(method)
+        if latency is None:
+            latency = self.latency[method] = Histogram(LATENCY_BUCKETS_S)
+        latency.observe(time.perf_counter() - started)
+
+    async def Alarm(self, request: kv_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> kv_pb2.AlarmResponse:
+        return await self._serve(context, lambda user: self._handler.alarm(request, context.time_remaining(), user),
+                                 "Alarm")
 
     async def AuthAdmin(self, request: kv_pb2.AuthAdminRequest,
                         context: grpc.aio.ServicerContext) -> kv_pb2.AuthAdminResponse:
         assert self._auth_handler is not None, "served with an AuthHandler (kv/server/server.py)"
         auth = self._auth_handler
-        return await self._serve(context, lambda user: auth.admin(request, user, context.time_remaining()))
+        return await self._serve(context, lambda user: auth.admin(request, user, context.time_remaining()),
+                                 "AuthAdmin")
 
     async def Authenticate(self, request: kv_pb2.AuthenticateRequest,
                            context: grpc.aio.ServicerContext) -> kv_pb2.AuthenticateResponse:
@@ -400,9 +480,12 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     async def Status(self, request: kv_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> kv_pb2.StatusResponse:
         reply = self._handler.status()
-        reply.pipeline_requests_held = sum(p.held for p in self._pipelines)
-        reply.pipeline_reply_bytes_held = sum(p.held_bytes for p in self._pipelines)
+        reply.pipeline_requests_held, reply.pipeline_reply_bytes_held = self.pipeline_held()
         return reply
+
+    def pipeline_held(self) -> tuple[int, int]:
+        """Requests and reply bytes the open Pipeline calls hold."""
+        return sum(p.held for p in self._pipelines), sum(p.held_bytes for p in self._pipelines)
 
     async def Stream(self, requests: AsyncIterator[kv_pb2.StreamRequest],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.StreamReply]:
@@ -467,11 +550,17 @@ class KVServicer(kv_pb2_grpc.KVServicer):
             task.cancel()
 
     async def _stream_reply(self, request: kv_pb2.StreamRequest, caller: Caller) -> kv_pb2.StreamReply:
+        started = time.perf_counter()
+        method = _STREAM_METHODS.get(request.WhichOneof("request") or "", "Stream")
         try:
             kind, pending = self._begin(request, caller)
-            return kv_pb2.StreamReply(**{kind: await pending})
+            reply = kv_pb2.StreamReply(**{kind: await pending})
         except errors.RaftKVError as e:
+            self._count(method, e.code.name, started)
+            log.debug("%s refused: %s: %s", method, e.kind, e, extra={"grpc_method": method})
             return refusal(e)
+        self._count(method, "OK", started)
+        return reply
 
     def _begin(self, request: kv_pb2.StreamRequest, caller: Caller | None = None) -> tuple[str, asyncio.Future[Any]]:
         """Start a stream or pipeline request of `caller`: its kind and the handler's future of
@@ -483,6 +572,8 @@ class KVServicer(kv_pb2_grpc.KVServicer):
                 raise errors.UnauthenticatedError(USER_EMPTY)
             user = caller.user()
         kind = request.WhichOneof("request")
+        if kind in self.stream_requests:
+            self.stream_requests[kind] += 1
         if kind == "put":
             return kind, self._handler.begin_put(request.put, timeout, user)
         if kind == "get":
@@ -493,7 +584,8 @@ class KVServicer(kv_pb2_grpc.KVServicer):
 
     async def SaveSnapshot(self, request: kv_pb2.SaveSnapshotRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[kv_pb2.SnapshotFileChunk]:
-        info = await self._serve(context, lambda user: self._handler.save_snapshot(context.time_remaining(), user))
+        info = await self._serve(context, lambda user: self._handler.save_snapshot(context.time_remaining(), user),
+                                 "SaveSnapshot")
         manifest_json = (await asyncio.to_thread(read_manifest, info.path))[0].to_json()
         chunks = chunk_file(info.path)
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:

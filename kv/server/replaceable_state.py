@@ -15,7 +15,9 @@ from typing import Any
 from raft.core import Entry
 from snapshot.install import install_into_state
 from snapshot.manifest import SnapshotManifest
+from statemachine.alarms import AlarmHolder
 from statemachine.auth_state import AuthHolder
+from statemachine.client_sessions import SessionStats
 from statemachine.kv_state import KVStateMachine
 
 
@@ -102,6 +104,11 @@ class ReplaceableStateMachine:
         publishes its auth tables into it)."""
         return self._machine.auth
 
+    @property
+    def alarms(self) -> AlarmHolder:
+        """The raised alarms' holder, the same object across replacements (as `auth`)."""
+        return self._machine.alarms
+
     # The StateMachine the driver uses, and the reads the services use.
     @property
     def applied_index(self) -> int:
@@ -129,6 +136,15 @@ class ReplaceableStateMachine:
 
     def size_bytes(self) -> int:
         return self._call("size_bytes")
+
+    def in_use_bytes(self) -> int:
+        return self._call("in_use_bytes")
+
+    def count(self) -> int:
+        return self._call("count")
+
+    def session_stats(self) -> SessionStats:
+        return self._call("session_stats")
 
     def take_state_checks(self) -> list[Any]:
         return self._call("take_state_checks")

@@ -17,6 +17,7 @@ from kv.server.data_dir import DataDirLock, DataDirSpace, RejoinFile
 from kv.server.auth_service import AuthHandler
 from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
+from kv.server.observability import Observability
 from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
@@ -33,6 +34,7 @@ from raft.transport.address import split_address
 from raft.transport.tcp_transport import TcpTransport
 from statemachine.errors import StateFullError
 from snapshot.install import recover_state_dir
+from statemachine.alarms import AlarmHolder
 from statemachine.auth_state import AuthHolder
 from statemachine.kv_state import KVStateMachine
 
@@ -55,6 +57,7 @@ class RunningServer:
     data_dir_lock: DataDirLock
     state_checker: StateChecker
     auth: AuthHandler
+    observability: Observability
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -64,6 +67,7 @@ class RunningServer:
             return
         self._stopped = True
         await self.state_checker.stop()
+        await self.observability.stop()
         await self.kv_service.end_streams()
         await self.servers.stop(grace)
         await self.node.stop()
@@ -94,8 +98,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
         auth = AuthHolder()  # one for the node's life: a snapshot install reopens the state into it
+        alarms = AlarmHolder()  # likewise
         fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes,
-                                                                          auth=auth))
+                                                                          auth=auth, alarms=alarms))
         cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.members,
                                         config.initial_cluster_token)
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,
@@ -106,19 +111,24 @@ async def start_server(config: NodeConfig) -> RunningServer:
                         fsm_full_errors=(StateFullError,), rejoin_record=RejoinFile(config.data_dir),
                         disk_space=DataDirSpace(config.data_dir))
         alarm = CorruptionAlarm(node)
-        checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s,
-                               PeerStatuses(node, member_channel_credentials(config.security)))
+        # The peers' status, over their client ports (TLS when those serve it): for the state check
+        # and the alarm watch.
+        peer_statuses = PeerStatuses(node, member_channel_credentials(config.security))
+        checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, peer_statuses)
         handler = KVHandler(node, fsm, alarm, checker.status)
         auth_handler = AuthHandler(node, handler, config.security.auth_token_ttl_s)
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
+        observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
+            observability.health_service,
         ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
         await node.start()
         await servers.start()
         checker.start()
+        await observability.start()
     except BaseException:
         # Undo what was started, so that the caller (an embedding service) can fix the cause and
         # start again in the same process: the gRPC port and the peer port free, the stores closed.
@@ -142,7 +152,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler)
+                         auth_handler, observability)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

@@ -64,6 +64,7 @@ class StateChecker:
         self._interval_s = interval_s
         self._peer_status = peer_status
         self.hashes: dict[int, str] = {}  # check index -> hex sha256 of the state as of it
+        self.hashed = 0  # checks hashed since the start (raftkv_state_checks_total)
         self._judged: set[int] = set()
         self._warned: set[tuple[int, str]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -120,6 +121,7 @@ class StateChecker:
             finally:
                 view.close()
             self.hashes[view.index] = digest
+            self.hashed += 1
             for old in sorted(self.hashes)[:-KEPT_CHECKS]:
                 del self.hashes[old]
                 self._judged.discard(old)

@@ -18,6 +18,7 @@ POLLING_IO_CHOSEN = prefer_polling_io_manager()
 
 # noqa: E402 below: these come after the gRPC runtime choice.
 from kv.errors import RaftKVError  # noqa: E402
+from kv.tools.alarm_commands import add_alarm_commands  # noqa: E402
 from kv.tools.arguments import Formatter  # noqa: E402
 from kv.tools.auth_commands import add_auth_commands  # noqa: E402
 from kv.tools.certs import add_certs_command  # noqa: E402
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_commands(commands, options)
     add_cluster_commands(commands, options)
     add_auth_commands(commands, options)
+    add_alarm_commands(commands, options)
     add_snapshot_commands(commands)
     add_certs_command(commands)
     spark_cli.add_parsers(commands)  # export / import (pyarrow is imported only when they run)

@@ -44,8 +44,9 @@ def _add_endpoint(commands: Any, client_options: argparse.ArgumentParser) -> Non
         "health", parents=[client_options], formatter_class=Formatter,
         help="check that each endpoint serves linearizable reads",
         description="For each endpoint, in parallel: a linearizable read through it (a quorum must\n"
-                    "answer), then its status, which must know a leader and raise no alarm (corrupt\n"
-                    "state, full disk, rejoining after lost data). One line per endpoint, as etcdctl:\n"
+                    "answer), then the member's own health, the rule of its /health: a leader heard from\n"
+                    "within the election timeout, no alarm raised (NOSPACE, CORRUPT), not rejoining after\n"
+                    "lost data, not stopped. One line per endpoint, as etcdctl:\n"
                     "  ADDRESS is healthy: took X ms\n"
                     "  ADDRESS is unhealthy: REASON\n"
                     "Exit code 1 when any endpoint is unhealthy.")
@@ -137,7 +138,9 @@ def check_health(address: str, timeout: float, tls: TLS | None = None) -> dict[s
 
 def _health_problem(client: Client) -> str | None:
     """Why the client's one endpoint is unhealthy, or None. The read goes first: it proves a quorum
-    answers through this endpoint, and its error names its kind (UNAVAILABLE, TIMEOUT, ...)."""
+    answers through this endpoint, and its error names its kind (UNAVAILABLE, TIMEOUT, ...). Then
+    the member's own verdict (status `unhealthy`), by the rule its /health and gRPC health service
+    follow (kv/server/health.py)."""
     try:
         client.get(HEALTH_KEY, consistency="linearizable")
     except RaftKVError as error:
@@ -145,11 +148,7 @@ def _health_problem(client: Client) -> str | None:
     (status,) = client.status()
     if "error" in status:
         return f"status: {status['error']}"
-    for alarm, reason in (("corrupt", "corrupt state: {}"), ("disk_full", "disk full (writes are refused)"),
-                          ("rejoining", "rejoining after losing its data (still catching up)")):
-        if status.get(alarm):
-            return reason.format(status[alarm])
-    return None if status.get("leader") else "no leader known"
+    return status.get("unhealthy")
 
 
 STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")

@@ -58,13 +58,18 @@ class NodeSpec:
     peers: dict[str, str]
     extra_args: tuple[str, ...] = ()
     listen_peer: str | None = None
+    metrics_url: str | None = None  # --listen-metrics-urls: /metrics, /health, /readyz, /livez
 
     def serve_args(self) -> list[str]:
         peers = ",".join(f"{name}={addr}" for name, addr in sorted(self.peers.items()))
         listen_peer = ["--listen-peer", self.listen_peer] if self.listen_peer is not None else []
+        metrics = ["--listen-metrics-urls", self.metrics_url] if self.metrics_url is not None else []
         return ["--id", self.node_id, "--listen", self.listen, "--data-dir", str(self.data_dir),
-                "--peers", peers, *listen_peer, *self.extra_args]
+                "--peers", peers, *listen_peer, *metrics, *self.extra_args]
 
+
+# Each member's metrics listener is on its client port + this (7001 -> 7201).
+METRICS_PORT_OFFSET = 200
 
 # free_ports picks from FIRST_PICKED_PORT up to the kernel's ephemeral range.
 FIRST_PICKED_PORT = 20000
@@ -122,7 +127,8 @@ def child_env() -> dict[str, str]:
 def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (),
                 base_peer_port: int | None = None) -> list[NodeSpec]:
     """n1..nN taking clients on 127.0.0.1:base_port.. and peers on 127.0.0.1:base_peer_port..
-    (default: base_port + 100..), each with its data in data_dir/nI."""
+    (default: base_port + 100..), metrics and health on http://127.0.0.1:base_port + 200.., each
+    with its data in data_dir/nI."""
     if base_peer_port is None:
         base_peer_port = base_port + 100
     clients = range(base_port, base_port + nodes)
@@ -130,11 +136,17 @@ def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence
     if set(clients) & set(peer_ports):
         raise ValueError(f"client ports {base_port}..{clients[-1]} and peer ports {base_peer_port}..{peer_ports[-1]} "
                          f"overlap: give another --base-peer-port")
-    if max(clients[-1], peer_ports[-1]) > 65535:
-        raise ValueError(f"{nodes} members need ports up to {max(clients[-1], peer_ports[-1])}, past 65535")
+    metrics_ports = range(base_port + METRICS_PORT_OFFSET, base_port + METRICS_PORT_OFFSET + nodes)
+    if set(metrics_ports) & (set(clients) | set(peer_ports)):
+        raise ValueError(f"metrics ports {metrics_ports[0]}..{metrics_ports[-1]} overlap the client or peer ports: "
+                         "give another --base-peer-port")
+    if max(clients[-1], peer_ports[-1], metrics_ports[-1]) > 65535:
+        raise ValueError(f"{nodes} members need ports up to {max(clients[-1], peer_ports[-1], metrics_ports[-1])}, "
+                         "past 65535")
     peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(peer_ports)}
-    return [NodeSpec(name, f"127.0.0.1:{port}", data_dir / name, peers, tuple(extra_args))
-            for name, port in zip(peers, clients)]
+    return [NodeSpec(name, f"127.0.0.1:{port}", data_dir / name, peers, tuple(extra_args),
+                     metrics_url=f"http://127.0.0.1:{metrics}")
+            for name, port, metrics in zip(peers, clients, metrics_ports)]
 
 
 CERTS_DIR = "certs"
@@ -277,8 +289,9 @@ def _print_members(cluster: LocalCluster, out: IO[str], client_files: ClientFile
     endpoints = ",".join(spec.listen for spec in cluster.specs)
     for spec in cluster.specs:
         pid = cluster.processes[spec.node_id].pid
-        print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}  pid {pid}  data {spec.data_dir}  "
-              f"log {cluster.log_path(spec.node_id)}", file=out)
+        metrics = f"  metrics {spec.metrics_url}/metrics" if spec.metrics_url else ""
+        print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}{metrics}  pid {pid}  "
+              f"data {spec.data_dir}  log {cluster.log_path(spec.node_id)}", file=out)
     if client_files is not None:
         print(f"TLS on every port; certificates in {client_files.ca.parent}. For the CLI (or Client(tls=...)):",
               file=out)

@@ -7,7 +7,6 @@ out of the main help."""
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from pathlib import Path
@@ -170,6 +169,15 @@ def add_serve_parser(commands: Any) -> None:
               "(default: 1572864, 1.5MiB)")
     _add_security_flags(serve)
     _add(serve, "--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
+    _add(serve, "--log-format", choices=("text", "json"), default="text",
+         help="json: one object per line (time, level, member, term, logger, message) for log shippers")
+    _add(serve, "--listen-metrics-urls", default="", metavar="http://HOST:PORT",
+         help="as etcd's flag: serve /metrics (Prometheus), /health, /readyz and /livez there; "
+              "comma-separated; default: nowhere (docs/operations.md)")
+    _add(serve, "--quota-backend-bytes", type=byte_size, default=_STORAGE.quota_backend_bytes, metavar="SIZE",
+         help="as etcd's flag: once the state uses more, a NOSPACE alarm is raised and puts are refused "
+              "cluster-wide (reads and deletes go on) until `raftkv alarm disarm`; 0: --state-max-bytes "
+              "(default: 0)")
     _add(serve, "--help-tuning", action=_TuningHelp)
     for flags, keywords in TUNING_FLAGS:
         _add(serve, *flags, **{**keywords, "help": argparse.SUPPRESS})
@@ -208,7 +216,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         cluster_id=args.cluster_id, initial_cluster_token=args.initial_cluster_token, core=core,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
-                              state_max_bytes=args.state_max_bytes,
+                              state_max_bytes=args.state_max_bytes, quota_backend_bytes=args.quota_backend_bytes,
                               state_check_interval_s=args.state_check_interval),
         limits=Limits(max_value_bytes=args.max_value_bytes, max_request_bytes=args.max_request_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
@@ -218,7 +226,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
             client=TLSFiles(args.cert_file, args.key_file, args.trusted_ca_file, args.client_cert_auth),
             peer=TLSFiles(args.peer_cert_file, args.peer_key_file, args.peer_trusted_ca_file,
                           args.peer_client_cert_auth),
-            auth_token_ttl_s=args.auth_token_ttl))
+            auth_token_ttl_s=args.auth_token_ttl),
+        listen_metrics_urls=args.listen_metrics_urls)
     config.validate_addresses()
     config.security.check_files()
     return config
@@ -237,8 +246,8 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         config = node_config(args)
     except ValueError as bad:
         parser.error(in_flags(str(bad)))  # exits 2 with the usage line
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s")
+    from kv.server.log_format import configure_logging  # no dependency beyond the standard library
+    configure_logging(args.log_level, args.log_format, config.node_id)
     try:
         # Imported here: the client commands do not need the server's dependencies.
         from kv.server.server import serve

@@ -13,6 +13,12 @@ class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE: _ClassVar[Consistency]
     STALE: _ClassVar[Consistency]
 
+class AlarmType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NONE: _ClassVar[AlarmType]
+    NOSPACE: _ClassVar[AlarmType]
+    CORRUPT: _ClassVar[AlarmType]
+
 class AuthAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     AUTH_ACTION_UNSPECIFIED: _ClassVar[AuthAction]
@@ -35,6 +41,9 @@ class AuthAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 LINEARIZABLE: Consistency
 LEASE: Consistency
 STALE: Consistency
+NONE: AlarmType
+NOSPACE: AlarmType
+CORRUPT: AlarmType
 AUTH_ACTION_UNSPECIFIED: AuthAction
 AUTH_ENABLE: AuthAction
 AUTH_DISABLE: AuthAction
@@ -198,7 +207,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full", "max_request_bytes", "pipeline_requests_held", "pipeline_reply_bytes_held", "corrupt", "state_checks")
+    __slots__ = ("id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index", "peers", "cluster_id", "last_index", "leader_address", "log_size_bytes", "state_size_bytes", "address", "log_begin_index", "log_begin_term", "rejoining", "disk_full", "max_request_bytes", "pipeline_requests_held", "pipeline_reply_bytes_held", "corrupt", "state_checks", "nospace", "alarms", "unhealthy")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +238,9 @@ class StatusResponse(_message.Message):
     PIPELINE_REPLY_BYTES_HELD_FIELD_NUMBER: _ClassVar[int]
     CORRUPT_FIELD_NUMBER: _ClassVar[int]
     STATE_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    NOSPACE_FIELD_NUMBER: _ClassVar[int]
+    ALARMS_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     id: str
     role: str
     term: int
@@ -252,7 +264,10 @@ class StatusResponse(_message.Message):
     pipeline_reply_bytes_held: int
     corrupt: str
     state_checks: _containers.RepeatedCompositeFieldContainer[StateCheck]
-    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ..., max_request_bytes: _Optional[int] = ..., pipeline_requests_held: _Optional[int] = ..., pipeline_reply_bytes_held: _Optional[int] = ..., corrupt: _Optional[str] = ..., state_checks: _Optional[_Iterable[_Union[StateCheck, _Mapping]]] = ...) -> None: ...
+    nospace: str
+    alarms: _containers.RepeatedCompositeFieldContainer[AlarmMember]
+    unhealthy: str
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ..., peers: _Optional[_Mapping[str, int]] = ..., cluster_id: _Optional[str] = ..., last_index: _Optional[int] = ..., leader_address: _Optional[str] = ..., log_size_bytes: _Optional[int] = ..., state_size_bytes: _Optional[int] = ..., address: _Optional[str] = ..., log_begin_index: _Optional[int] = ..., log_begin_term: _Optional[int] = ..., rejoining: _Optional[bool] = ..., disk_full: _Optional[bool] = ..., max_request_bytes: _Optional[int] = ..., pipeline_requests_held: _Optional[int] = ..., pipeline_reply_bytes_held: _Optional[int] = ..., corrupt: _Optional[str] = ..., state_checks: _Optional[_Iterable[_Union[StateCheck, _Mapping]]] = ..., nospace: _Optional[str] = ..., alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class StateCheck(_message.Message):
     __slots__ = ("index", "sha256")
@@ -291,20 +306,62 @@ class Registration(_message.Message):
     def __init__(self, secret: _Optional[bytes] = ..., user: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user")
+    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user", "alarm")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
     CHECK_STATE_FIELD_NUMBER: _ClassVar[int]
     AUTH_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
     registration: Registration
     check_state: bool
     auth: AuthCommand
     user: str
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
+    alarm: AlarmCommand
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ...) -> None: ...
+
+class AlarmMember(_message.Message):
+    __slots__ = ("member_id", "alarm")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    alarm: AlarmType
+    def __init__(self, member_id: _Optional[str] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmCommand(_message.Message):
+    __slots__ = ("activate", "member")
+    ACTIVATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    activate: bool
+    member: AlarmMember
+    def __init__(self, activate: _Optional[bool] = ..., member: _Optional[_Union[AlarmMember, _Mapping]] = ...) -> None: ...
+
+class AlarmRequest(_message.Message):
+    __slots__ = ("action", "member_id", "alarm")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        GET: _ClassVar[AlarmRequest.Action]
+        ACTIVATE: _ClassVar[AlarmRequest.Action]
+        DEACTIVATE: _ClassVar[AlarmRequest.Action]
+    GET: AlarmRequest.Action
+    ACTIVATE: AlarmRequest.Action
+    DEACTIVATE: AlarmRequest.Action
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    action: AlarmRequest.Action
+    member_id: str
+    alarm: AlarmType
+    def __init__(self, action: _Optional[_Union[AlarmRequest.Action, str]] = ..., member_id: _Optional[str] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmResponse(_message.Message):
+    __slots__ = ("alarms",)
+    ALARMS_FIELD_NUMBER: _ClassVar[int]
+    alarms: _containers.RepeatedCompositeFieldContainer[AlarmMember]
+    def __init__(self, alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("existed", "refusal_kind", "refusal")

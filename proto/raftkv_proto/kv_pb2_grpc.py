@@ -69,6 +69,11 @@ class KVStub:
                 request_serializer=raftkv__proto_dot_kv__pb2.StatusRequest.SerializeToString,
                 response_deserializer=raftkv__proto_dot_kv__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.Alarm = channel.unary_unary(
+                '/raftkv.kv.KV/Alarm',
+                request_serializer=raftkv__proto_dot_kv__pb2.AlarmRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.AlarmResponse.FromString,
+                _registered_method=True)
         self.Stream = channel.stream_stream(
                 '/raftkv.kv.KV/Stream',
                 request_serializer=raftkv__proto_dot_kv__pb2.StreamRequest.SerializeToString,
@@ -136,6 +141,12 @@ class KVServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Status(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Alarm(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,6 +222,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=raftkv__proto_dot_kv__pb2.StatusRequest.FromString,
                     response_serializer=raftkv__proto_dot_kv__pb2.StatusResponse.SerializeToString,
+            ),
+            'Alarm': grpc.unary_unary_rpc_method_handler(
+                    servicer.Alarm,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.AlarmRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.AlarmResponse.SerializeToString,
             ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
@@ -427,6 +443,33 @@ class KV:
             '/raftkv.kv.KV/Status',
             raftkv__proto_dot_kv__pb2.StatusRequest.SerializeToString,
             raftkv__proto_dot_kv__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Alarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftkv.kv.KV/Alarm',
+            raftkv__proto_dot_kv__pb2.AlarmRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.AlarmResponse.FromString,
             options,
             channel_credentials,
             insecure,

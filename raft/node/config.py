@@ -29,6 +29,10 @@ class StorageConfig:
     # costs nothing until used): past either, writes are refused as DISK_FULL.
     log_max_bytes: int = 8 << 30
     state_max_bytes: int = 8 << 30
+    # etcd's --quota-backend-bytes: past this many bytes in use in the state, the leader raises a
+    # NOSPACE alarm and the cluster refuses puts until it is disarmed (kv/server/alarm_watch.py).
+    # 0: the state's map size (state_max_bytes), where writes are refused anyway.
+    quota_backend_bytes: int = 0
     # New writes are refused as DISK_FULL while less than this is free on the data directory's
     # file system: room for the next log segment (64 MiB) and for entries already committed to
     # reach the state, so a disk that fills never leaves committed entries it cannot apply (and
@@ -55,6 +59,9 @@ class StorageConfig:
         for name in ("log_max_bytes", "state_max_bytes"):
             if getattr(self, name) < 1 << 20:
                 raise ValueError(f"{name} must be at least 1MiB, got {getattr(self, name)}")
+        if not 0 <= self.quota_backend_bytes <= self.state_max_bytes:
+            raise ValueError(f"quota_backend_bytes must be between 0 and state_max_bytes ({self.state_max_bytes}), "
+                             f"got {self.quota_backend_bytes}")
         if self.reserve_free_bytes < 0:
             raise ValueError("reserve_free_bytes must not be negative")
         if self.state_check_interval_s < 0:
@@ -242,6 +249,9 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
     security: Security = field(default_factory=Security)
+    # etcd's --listen-metrics-urls: where /metrics, /health, /readyz and /livez are served, as
+    # comma-separated http://HOST:PORT (kv/server/http_endpoints.py); empty: nowhere.
+    listen_metrics_urls: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

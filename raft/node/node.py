@@ -40,6 +40,7 @@ from raft.node.proposals import Proposals
 from raft.node.reads import Reads
 from raft.node.ready_handler import ReadyHandler
 from raft.node.snapshot_driver import SnapshotDriver
+from raft.node.stats import NodeStats
 from raft.node.workers import Workers
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,9 @@ class RaftNode:
             self, rejoin_record, starts_empty(log_store, self.applied_index, snapshots is not None and
                                               snapshots.newest() is not None))
         self.core = self._new_core()
+        self.stats = NodeStats()  # read by kv/server/metrics.py at scrape time
+        # The node's clock (ms) when a message from the leader it knows last arrived.
+        self.leader_heard_ms = -(1 << 62)
         self.proposals = Proposals()
         self.reads = Reads(self)
         self.snapshots = SnapshotDriver(self, snapshots)
@@ -159,12 +163,16 @@ class RaftNode:
         """Messages from peers (called by the transport on the loop)."""
         if self._stopped is not None or (self._joining is not None and self._joining.holding):
             return  # stopped, or not yet knowing whether it founds or rejoins its cluster
-        self.core.clock(self._clock())
+        now = self._clock()
+        self.core.clock(now)
         for m in messages:
             try:
                 self.core.step(m)
             except Exception:  # a message the core chokes on must not take the node down
                 log.exception("core refused message %r", m)
+        # A link carries one peer's messages, so the last one says who spoke (health.py's rule).
+        if messages and messages[-1].src == self.core.leader:
+            self.leader_heard_ms = now
         # A follower answers a heartbeat at once; a leader serves its reads at once only when no
         # other read waits: with many, the driver's turn lets the next round gather more reads.
         self.ready_soon(at_once=self.core.role is not Role.LEADER or not self.reads.many_waiting)
@@ -179,12 +187,17 @@ class RaftNode:
                                sha256: str, chunks: Chunks) -> tuple[bool, str]:
         return await self.snapshots.receive(leader, term, meta, total_size, sha256, chunks)
 
-    def propose(self, payload: bytes) -> asyncio.Future[Any]:
+    def propose(self, payload: bytes, *, within_reserve: bool = False) -> asyncio.Future[Any]:
         """Replicate one command; the future resolves to the state machine's result for it once
         applied. Raises (at once) NotLeaderError, QueueFullError, DiskFullError, NodeStoppedError;
-        the future may fail with NotLeaderError or NodeStoppedError."""
+        the future may fail with NotLeaderError or NodeStoppedError. `within_reserve`: a small
+        command that may use the disk's reserve (an alarm saying the disk is short: the reserve
+        is kept for what must still be written then)."""
         self._check_running()
-        self._check_space(len(payload))
+        if not within_reserve:
+            self._check_space(len(payload))
+        elif self.disk_full is not None:
+            raise DiskFullError(self.disk_full)
         self._check_queue()
         self.core.clock(self._clock())
         index, term = self.core.propose([payload])
@@ -294,6 +307,17 @@ class RaftNode:
                 self._give_way()
         raise DiskFullError(why)
 
+    def short_of_space(self) -> str | None:
+        """Why this member refuses writes for space now (a full store, or its disk below the
+        reserve), or None."""
+        if self.disk_full is not None:
+            return self.disk_full
+        free = self._free_below_reserve()
+        if free is None:
+            return None
+        return (f"node {self.id}: {free / 2**20:.1f} MiB free on the data directory's disk, below the "
+                f"{self.config.storage.reserve_free_bytes / 2**20:.0f} MiB reserve (--reserve-free-bytes)")
+
     def _free_below_reserve(self, payload_bytes: int = 0) -> int | None:
         """The free bytes when they are short of the reserve plus `payload_bytes`, else None."""
         reserve = self.config.storage.reserve_free_bytes
@@ -389,6 +413,8 @@ class RaftNode:
             log.info("node %s elected leader in term %d", self.id, ss.term)
         elif was_leader and ss.role is not Role.LEADER:
             log.info("node %s stepped down in term %d (leader now %s)", self.id, ss.term, ss.leader or "unknown")
+        if ss.leader is not None and (old is None or old.leader != ss.leader):
+            self.stats.leader_changes += 1  # as etcd counts: the first leader seen too
         if ss.leader is not None and ss.leader != self.id and (old is None or old.leader != ss.leader):
             log.info("node %s sees new leader %s in term %d", self.id, ss.leader, ss.term)
         if self._joining is not None and self._joining.floor is not None and not self._joining.holding \
@@ -413,6 +439,14 @@ class RaftNode:
     @property
     def leader(self) -> str | None:
         return self.core.leader
+
+    def leader_is_recent(self) -> bool:
+        """Leader (which steps down after an election timeout without a live quorum), or a
+        member that heard from its leader within the election timeout."""
+        if self.core.role is Role.LEADER:
+            return True
+        return self.core.leader is not None and \
+            self._clock() - self.leader_heard_ms < self.config.core.election_timeout_ms
 
     @property
     def spinning(self) -> bool:

@@ -26,6 +26,7 @@ class _Proposal:
 class Proposals:
     def __init__(self) -> None:
         self._by_index: dict[int, _Proposal] = {}
+        self.failed = 0  # proposals that ended in an error (etcd_server_proposals_failed_total)
 
     def __len__(self) -> int:
         return len(self._by_index)
@@ -44,6 +45,7 @@ class Proposals:
         if proposal.term == entry.term:
             proposal.future.set_result(result)
         else:  # another leader's entry took this index: ours was lost with our leadership
+            self.failed += 1
             proposal.future.set_exception(NotLeaderError(leader, term))
 
     def dropped(self, dp: DroppedProposals, term: int) -> None:
@@ -51,6 +53,7 @@ class Proposals:
             proposal = self._by_index.get(index)
             if proposal is not None and proposal.term == dp.term:
                 del self._by_index[index]
+                self.failed += 1
                 if not proposal.future.done():
                     proposal.future.set_exception(NotLeaderError(dp.leader, term))
 
@@ -72,5 +75,6 @@ class Proposals:
     def _fail(self, which: Callable[[int], bool], error: Callable[[], Exception]) -> None:
         for index in [i for i in self._by_index if which(i)]:
             proposal = self._by_index.pop(index)
+            self.failed += 1
             if not proposal.future.done():
                 proposal.future.set_exception(error())

@@ -66,6 +66,7 @@ class Reads:
             raise ValueError(f"consistency must be one of {CONSISTENCIES}, not {consistency!r}")
         node, core = self._node, self._node.core
         loop = asyncio.get_running_loop()
+        node.stats.reads[consistency] += 1  # a lease read that finds no lease counts as one still
         if consistency == "stale":
             done = loop.create_future()
             done.set_result(node.applied_index)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,8 @@ class ReadyHandler:
             return
         for send in rd.snapshot_sends:
             node.snapshots.send(send.peer, send.term)
+        if rd.reads:
+            node.stats.read_index_rounds += 1  # one round's reads come out in one Ready
         for rs in rd.reads:
             node.reads.served(rs)
         for fr in rd.failed_reads:
@@ -94,11 +97,13 @@ class ReadyHandler:
         node = self._node
         if self._gives_way(len(rd.entries)):
             yield_cpu()
+        started = time.perf_counter()
         try:
             node.log.save(rd.hard_state, rd.truncate_from, rd.entries)
         except LogFullError as e:
             node.on_log_full(e)
             return
+        node.stats.wal_fsync_seconds.observe(time.perf_counter() - started)  # one per write batch
         if rd.entries:
             node.store_accepts_writes("log")
 
@@ -108,6 +113,7 @@ class ReadyHandler:
         it out again later (RaftNode.on_state_full)."""
         node = self._node
         payload_bytes = sum(len(e.payload) for e in entries)
+        started = time.perf_counter()
         try:
             if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
                 results = node.fsm.apply(entries)
@@ -122,6 +128,7 @@ class ReadyHandler:
             node.applied(node.fsm.applied_index)
             node.on_state_full(e)
             return
+        node.stats.apply_seconds.observe(time.perf_counter() - started)  # one per apply transaction
         node.store_accepts_writes("state machine")
         node.snapshots.bytes_since += payload_bytes
         core = node.core

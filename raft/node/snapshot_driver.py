@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
@@ -121,7 +122,12 @@ class SnapshotDriver:
             rate = node.config.tuning.snapshot_bandwidth_bytes_per_s
             timeout = 60.0 + (info.file_size / rate if rate else 0.0)
             log.info("node %s sending snapshot at index %d (%d bytes) to %s", node.id, info.index, info.file_size, peer)
+            started = time.perf_counter()
             ok, why = await node.transport.send_snapshot(peer, term, meta, info, self._throttled_chunks(info), timeout)
+            if ok:
+                node.stats.snapshots_sent += 1
+                node.stats.snapshot_sent_bytes += info.file_size
+                node.stats.snapshot_send_seconds.observe(time.perf_counter() - started)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -199,7 +205,11 @@ class SnapshotDriver:
         if received is None or (received[0].index, received[0].term) != (meta.index, meta.term):
             raise RuntimeError(f"the core installs snapshot {meta} but no such file was received")
         self._received = None
+        started = time.perf_counter()
         info = await node.workers.apply.run(self._host.install, received[1])
         await node.workers.log.run(node.log.reset_to_snapshot, info.index, info.term)
         self.newest, self.bytes_since = info, 0
+        node.stats.snapshots_installed += 1
+        node.stats.snapshot_installed_bytes += info.file_size
+        node.stats.snapshot_install_seconds.observe(time.perf_counter() - started)
         log.info("node %s installed a snapshot at index %d (term %d)", node.id, info.index, info.term)

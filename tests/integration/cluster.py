@@ -175,15 +175,23 @@ class Cluster:
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
     _clients: list[Client] = field(default_factory=list)
     _channels: list[grpc.Channel] = field(default_factory=list)
+    metrics: bool = False  # each member serves /metrics and /health (--listen-metrics-urls)
 
     def __post_init__(self) -> None:
-        ports = free_ports(2 * self.size)  # one call, so that no port is handed out twice
+        ports = free_ports(3 * self.size)  # one call, so that no port is handed out twice
         names = [f"n{i + 1}" for i in range(self.size)]
         peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
-        for name, port in zip(names, ports):
+        metrics_ports = ports[2 * self.size:]
+        for i, (name, port) in enumerate(zip(names, ports)):
             args = (*self.extra_args, *(self.node_args(name) if self.node_args is not None else ()))
-            spec = NodeSpec(name, f"127.0.0.1:{port}", self.base_dir / name, peers, args)
+            spec = NodeSpec(name, f"127.0.0.1:{port}", self.base_dir / name, peers, args,
+                            metrics_url=f"http://127.0.0.1:{metrics_ports[i]}" if self.metrics else None)
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
+
+    def metrics_url(self, node_id: str) -> str:
+        url = self.nodes[node_id].spec.metrics_url
+        assert url is not None, "start the Cluster with metrics=True"
+        return url
 
     # ---- processes ---------------------------------------------------------------------------
 

@@ -78,3 +78,7 @@ def test_a_member_whose_state_differs_from_the_majority_finds_it_and_stops_servi
     client.put("after", "1")
     assert client.get("k") == PRECIOUS and client.get("after") == b"1"
     assert all(not cluster.status(n)["corrupt"] for n in others)
+    # The leader raises CORRUPT for it through the log: every member that still applies it lists it.
+    for node_id in others:
+        assert wait_until(f"{node_id} lists CORRUPT", lambda: cluster.status(node_id)["alarms"]) == \
+            [{"member_id": victim, "alarm": "CORRUPT"}]

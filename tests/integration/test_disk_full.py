@@ -1,6 +1,8 @@
 """A full disk on a real node: a small tmpfs holds the data directory, and a ballast file takes
-the rest of its space. Writes are refused as DISK_FULL, reads go on, and writes resume by
-themselves once the ballast is removed, in the same process."""
+the rest of its space. Writes are refused as DISK_FULL, reads go on. Below the reserve the leader
+raises a NOSPACE alarm, and writes resume once the ballast is removed and the alarm disarmed; a
+state that fills with no reserve left resumes by itself (no alarm could be written), in the same
+process."""
 from __future__ import annotations
 
 import subprocess
@@ -62,7 +64,8 @@ def test_writes_are_refused_below_the_reserve_reads_go_on_and_writes_resume(smal
             client.put(f"before/{i}", VALUE)
         pid = cluster.nodes["n1"].process.pid  # type: ignore[union-attr]
         ballast = fill(small_disk)
-        with pytest.raises(DiskFullError, match="reserve"):
+        # Refused for the reserve, or already for the NOSPACE alarm the leader raised meanwhile.
+        with pytest.raises(DiskFullError, match="reserve|database space exceeded"):
             client.put("refused", "x")
         assert client.get("before/3") == VALUE.encode()  # linearizable: nothing is left unapplied
         assert client.get("before/4", consistency="stale") == VALUE.encode()
@@ -70,10 +73,18 @@ def test_writes_are_refused_below_the_reserve_reads_go_on_and_writes_resume(smal
         assert status["disk_full"] is True and status["applied_index"] == status["commit_index"]
         assert client.get("refused") is None
 
+        # The leader raises NOSPACE through the log (an entry the reserve has room for), as etcd.
+        log = cluster.nodes["n1"].log_path
+        wait_until("NOSPACE proposed", lambda: "raising alarm NOSPACE for member n1" in log.read_text(errors="replace"))
+
         ballast.unlink()
+        assert wait_until("NOSPACE listed", lambda: client.alarm_list()) == [{"member_id": "n1", "alarm": "NOSPACE"}]
+        assert cluster.status("n1")["disk_full"] is False
+        with pytest.raises(DiskFullError, match="database space exceeded"):  # until an operator disarms it
+            client.put("after", "1")
+        assert client.alarm_disarm() == []
         client.put("after", "1")
         assert client.get("after") == b"1"
-        assert cluster.status("n1")["disk_full"] is False
         assert cluster.nodes["n1"].process.pid == pid  # type: ignore[union-attr]  # no restart needed
     finally:
         cluster.close()

@@ -261,6 +261,7 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     assert config.node_id == "n2" and config.listen == "127.0.0.1:7002"
     assert config.peers == {"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"}
     assert config.peer_listen_address == "127.0.0.1:7102"
+    assert config.listen_metrics_urls == "http://127.0.0.1:7202"  # client port + 200
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")
@@ -309,17 +310,16 @@ def test_scan_limit_0_lists_every_page(start_node, capsys, monkeypatch):  # noqa
     assert run(capsys, "scan", "--limit", "0", *endpoints)[1].count("\n") == 7
 
 
-@pytest.mark.parametrize("fields, reason", [({"disk_full": True}, "unhealthy: disk full"),
-                                            ({"corrupt": "checksum"}, "unhealthy: corrupt state: checksum"),
-                                            ({"rejoining": True}, "unhealthy: rejoining"),
-                                            ({"leader": ""}, "unhealthy: no leader known")])
-def test_endpoint_health_reports_an_alarm_or_no_leader(start_node, capsys, fields, reason):  # noqa: F811
+@pytest.mark.parametrize("fields, reason", [({"unhealthy": "ALARM NOSPACE (member n1)"}, "unhealthy: ALARM NOSPACE"),
+                                            ({"unhealthy": "RAFT NO LEADER"}, "unhealthy: RAFT NO LEADER"),
+                                            ({"unhealthy": ""}, "healthy: took")])
+def test_endpoint_health_reports_the_members_own_verdict(start_node, capsys, fields, reason):  # noqa: F811
     from raftkv_proto import kv_pb2
     node = start_node()
     status = {"id": "n1", "role": "follower", "term": 3, "leader": "n1", **fields}
     node.kv.script["Status"] = lambda request, context: kv_pb2.StatusResponse(**status)
     code, out, _ = run(capsys, "endpoint", "health", "--endpoints", node.address, "--timeout", "2")
-    assert code == 1 and out.startswith(f"{node.address} is {reason}"), out
+    assert code == (0 if fields["unhealthy"] == "" else 1) and out.startswith(f"{node.address} is {reason}"), out
 
 
 def test_snapshot_save_into_a_missing_directory_and_import_of_a_missing_file_are_one_line_errors(tmp_path, capsys):

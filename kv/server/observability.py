@@ -1,0 +1,58 @@
+"""What a node offers its operators beside its client API, started and stopped together: the alarm
+watch (alarm_watch.py), the gRPC health service on --listen (health.py) and, with
+--listen-metrics-urls, the HTTP listener of /metrics, /health, /readyz and /livez
+(http_endpoints.py, metrics.py)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from grpc_health.v1 import health_pb2_grpc
+
+from kv.server.alarm_watch import AlarmWatch
+from kv.server.health import HealthServicer, member_health
+from kv.server.http_endpoints import HttpEndpoints, parse_metrics_urls
+from kv.server.kv_service import KVHandler, KVServicer
+from kv.server.log_format import follow_term
+from kv.server.metrics import HealthCounts, MetricSources, registry_of
+from kv.server.replaceable_state import ReplaceableStateMachine
+from kv.server.server_group import Service
+from kv.server.state_check import PeerStatuses, StateChecker
+from raft.node.node import RaftNode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Observability:
+    alarm_watch: AlarmWatch
+    http: HttpEndpoints | None
+    health_service: Service
+
+    @classmethod
+    def of(cls, node: RaftNode, fsm: ReplaceableStateMachine, handler: KVHandler, kv_service: KVServicer,
+           checker: StateChecker, peer_statuses: PeerStatuses) -> Observability:
+        config = node.config
+        follow_term(lambda: node.core.term)
+        listeners = parse_metrics_urls(config.listen_metrics_urls)  # ValueError before anything starts
+        http = None
+        if listeners:
+            counts = HealthCounts()
+            registry = registry_of(MetricSources(
+                node, fsm, config.storage.quota_backend_bytes or config.storage.state_max_bytes, counts,
+                handled=lambda: kv_service.handled, latency=lambda: kv_service.latency, stream_requests=lambda: kv_service.stream_requests,
+                pipeline_held=kv_service.pipeline_held, state_checks=lambda: checker.hashed))
+            http = HttpEndpoints(listeners, registry, lambda exclude: member_health(node, fsm.alarms, exclude), counts)
+        return cls(AlarmWatch(node, fsm.alarms, handler.status, peer_statuses), http,
+                   (health_pb2_grpc.add_HealthServicer_to_server, HealthServicer(node, fsm.alarms)))
+
+    async def start(self) -> None:
+        if self.http is not None:  # first: a port in use fails the start with nothing else running
+            await self.http.start()
+            log.info("metrics and health on %s", ", ".join(f"http://{a}" for a in self.http.addresses))
+        self.alarm_watch.start()
+
+    async def stop(self) -> None:
+        await self.alarm_watch.stop()
+        if self.http is not None:
+            await self.http.stop()
