@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 from typing import Any
 
@@ -14,6 +15,7 @@ from kv.client.client import Client
 from kv.errors import FailedPreconditionError
 from kv.tools.arguments import Formatter
 from kv.tools.client_options import client_of
+from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table
 from statemachine.auth_state import ROOT, ROOT_ROLE_MISSING
 
 _SETUP = ("examples (the first setup, as with etcdctl):\n"
@@ -114,7 +116,7 @@ def _add_user(commands: Any, client_options: argparse.ArgumentParser) -> None:
                             help="the password (shows in the process list: prefer stdin or the prompt)")
     _action(actions, client_options, "delete", "Delete a user; its tokens stop working.", _run_user_delete, _NAME)
     _action(actions, client_options, "get", "Print a user's roles.", _run_user_get, _NAME)
-    _action(actions, client_options, "list", "List the users.", _run_user_list)
+    _add_list_output(_action(actions, client_options, "list", "List the users.", _run_user_list), "user")
     _action(actions, client_options, "grant-role", "Grant a role to a user.", _run_user_grant_role, _NAME,
             ("role", "the role's name"))
     _action(actions, client_options, "revoke-role", "Revoke a role from a user.", _run_user_revoke_role, _NAME,
@@ -165,9 +167,24 @@ def _run_user_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 def _run_user_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
-        for name in client.user_list():
-            print(name)
+        _print_names(args.write_out, "user", client.user_list())
     return 0
+
+
+def _add_list_output(parser: argparse.ArgumentParser, kind: str) -> None:
+    add_write_out(parser, SIMPLE, simple="one name a line", table=f"one column, {kind.upper()}",
+                  json=f'{{"{kind}s": [NAME, ...]}}')
+
+
+def _print_names(write_out: str, kind: str, names: list[str]) -> None:
+    """`user list` / `role list` in the -w form asked for."""
+    if write_out == JSON:
+        print(json.dumps({f"{kind}s": names}))
+    elif write_out == TABLE:
+        print_table((kind.upper(),), [(name,) for name in names])
+    else:
+        for name in names:
+            print(name)
 
 
 def _run_user_grant_role(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -195,7 +212,7 @@ def _add_role(commands: Any, client_options: argparse.ArgumentParser) -> None:
     _action(actions, client_options, "add", "Add a role (with no permissions).", _run_role_add, _ROLE)
     _action(actions, client_options, "delete", "Delete a role; its users lose it.", _run_role_delete, _ROLE)
     _action(actions, client_options, "get", "Print a role's permissions.", _run_role_get, _ROLE)
-    _action(actions, client_options, "list", "List the roles.", _run_role_list)
+    _add_list_output(_action(actions, client_options, "list", "List the roles.", _run_role_list), "role")
     grant = _action(actions, client_options, "grant-permission",
                     "Let a role read, write or readwrite KEY, the range [KEY, RANGE_END), or with\n"
                     "--prefix every key starting with KEY. A grant on the same key and range end\n"
@@ -252,8 +269,7 @@ def _describe_range(key: bytes, range_end: bytes) -> str:
 
 def _run_role_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
-        for name in client.role_list():
-            print(name)
+        _print_names(args.write_out, "role", client.role_list())
     return 0
 
 

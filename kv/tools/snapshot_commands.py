@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from kv.client.client import Client
 from kv.tools.arguments import Formatter
 from kv.tools.client_options import EXIT_FAILED, SNAPSHOT_SAVE_TIMEOUT_S, client_of, client_options
+from kv.tools.write_out import byte_progress
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
 
 
@@ -23,8 +23,10 @@ def add_snapshot_commands(commands: Any) -> None:
                               help="stream a consistent snapshot from the leader to FILE",
                               description="Ask the leader for a snapshot holding every write acknowledged "
                                           "before this command (confirmed by a ReadIndex round), stream it to "
-                                          "FILE and verify its size and sha256.")
+                                          "FILE and verify its size and sha256. A progress bar on stderr "
+                                          "(its final state only when stderr is not a terminal).")
     save.add_argument("file", type=Path, metavar="FILE")
+    save.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     save.set_defaults(run=_run_snapshot_save, command_parser=save)
     inspect = actions.add_parser("inspect", formatter_class=Formatter,
                                  help="print a snapshot's manifest and key count, verify its checksum",
@@ -51,14 +53,12 @@ def add_snapshot_commands(commands: Any) -> None:
 
 
 def _run_snapshot_save(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    def progress(received: int, total: int) -> None:
-        if sys.stderr.isatty() or received == total:
-            width = 30
-            done = width * received // max(total, 1)
-            print(f"\r[{'#' * done}{'.' * (width - done)}] {received / 1e6:8.1f} / {total / 1e6:.1f} MB",
-                  end="" if received < total else "\n", file=sys.stderr, flush=True)
+    with client_of(args) as client, byte_progress(enabled=args.progress) as bar:
+        task = bar.add_task("snapshot save", total=None)  # the size comes with the first chunk
 
-    with client_of(args) as client:
+        def progress(received: int, total: int) -> None:
+            bar.update(task, completed=received, total=total)
+
         manifest = client.save_snapshot(args.file, timeout=args.timeout, progress=progress)
     size = args.file.stat().st_size
     print(f"saved {args.file}: index {manifest['index']} term {manifest['term']}, {manifest['key_count']} keys, "
