@@ -101,8 +101,10 @@ def test_endpoint_health_and_user_and_role_list_tables(node: str):  # noqa: F811
     health = raftkv("endpoint", "health", "-w", "table", "--endpoints", node)
     header, row = table_rows(health.stdout)
     assert header == ["ENDPOINT", "HEALTH", "TOOK", "ERROR"] and row[:2] == [node, "true"]
-    assert table_rows(raftkv("role", "list", "-w", "table", "--endpoints", node).stdout) == [["ROLE"]]
-    assert json.loads(raftkv("user", "list", "--json", "--endpoints", node).stdout) == {"users": []}
+    assert raftkv("user", "add", "wo-listed", "--new-user-password", "pw", "--endpoints", node).returncode == 0
+    assert ["wo-listed"] in table_rows(raftkv("user", "list", "-w", "table", "--endpoints", node).stdout)
+    assert "wo-listed" in json.loads(raftkv("user", "list", "--json", "--endpoints", node).stdout)["users"]
+    assert table_rows(raftkv("role", "list", "-w", "table", "--endpoints", node).stdout)[0] == ["ROLE"]
 
 
 def test_a_bad_write_out_is_a_usage_error(node: str):  # noqa: F811
@@ -138,3 +140,24 @@ def test_import_progress_into_a_file_has_no_frames(node: str, tmp_path: Path):  
         loaded = raftkv("import", "--parquet", str(tmp_path / "in.parquet"), "--endpoints", node, stderr=err)
     assert loaded.returncode == 0 and json.loads(loaded.stdout)["rows"] == rows
     assert f"{rows}/{rows}" in _no_frames(log, "import")
+
+
+def test_auth_status_user_get_and_role_get_in_each_write_out_form(node: str):  # noqa: F811
+    endpoints = ("--endpoints", node)
+    assert raftkv("user", "add", "wo-alice", "--new-user-password", "pw", *endpoints).returncode == 0
+    assert raftkv("role", "add", "wo-reader", *endpoints).returncode == 0
+    assert raftkv("role", "grant-permission", "wo-reader", "read", "wo/", "--prefix", *endpoints).returncode == 0
+    assert raftkv("user", "grant-role", "wo-alice", "wo-reader", *endpoints).returncode == 0
+    assert raftkv("user", "get", "wo-alice", *endpoints).stdout == "User: wo-alice\nRoles: wo-reader\n"
+    assert table_rows(raftkv("user", "get", "wo-alice", "-w", "table", *endpoints).stdout) == [
+        ["USER", "ROLES"], ["wo-alice", "wo-reader"]]
+    assert json.loads(raftkv("user", "get", "wo-alice", "--json", *endpoints).stdout) == {
+        "name": "wo-alice", "roles": ["wo-reader"]}
+    assert raftkv("role", "get", "wo-reader", *endpoints).stdout == "Role wo-reader\nKV Read:\n\t[wo/, wo0)\nKV Write:\n"
+    assert table_rows(raftkv("role", "get", "wo-reader", "-w", "table", *endpoints).stdout) == [
+        ["PERMISSION", "RANGE"], ["read", "[wo/,", "wo0)"]]
+    assert json.loads(raftkv("role", "get", "wo-reader", "-w", "json", *endpoints).stdout) == {
+        "name": "wo-reader", "permissions": [{"perm": "read", "key": b64(b"wo/"), "range_end": b64(b"wo0")}]}
+    assert raftkv("auth", "status", *endpoints).stdout == "Authentication Status: false\n"
+    assert json.loads(raftkv("auth", "status", "-w", "json", *endpoints).stdout) == {"enabled": False}
+    assert table_rows(raftkv("auth", "status", "-w", "table", *endpoints).stdout) == [["ENABLED"], ["false"]]
