@@ -120,12 +120,20 @@ def _no_frames(log: Path, what: str) -> str:
     return line
 
 
-def test_snapshot_save_progress_into_a_file_has_no_frames(node: str, pairs, tmp_path: Path):  # noqa: F811
+def test_snapshot_save_progress_into_a_file_has_no_frames_and_save_and_inspect_write_out(node: str, pairs, tmp_path: Path):  # noqa: F811
     log = tmp_path / "stderr.log"
     with log.open("w") as err:
         saved = raftkv("snapshot", "save", str(tmp_path / "s.snap"), "--endpoints", node, stderr=err)
     assert saved.returncode == 0 and saved.stdout.startswith("saved ")
     assert "kB" in _no_frames(log, "snapshot save")
+    saved = json.loads(raftkv("snapshot", "save", str(tmp_path / "t.snap"), "-w", "json", "--endpoints", node).stdout)
+    assert saved["file"] == str(tmp_path / "t.snap") and saved["key_count"] >= len(pairs)
+    inspected = raftkv("snapshot", "inspect", str(tmp_path / "t.snap"), "-w", "simple").stdout.strip().split(", ")
+    assert inspected == [saved["file"], str(saved["index"]), str(saved["term"]), str(saved["key_count"]),
+                         str(saved["size"]), saved["sha256"], "ok"]
+    header, row = table_rows(raftkv("snapshot", "inspect", str(tmp_path / "t.snap"), "-w", "table").stdout)
+    assert header == ["FILE", "INDEX", "TERM", "KEYS", "BYTES", "SHA256", "CHECKSUM"] and row == inspected
+    assert json.loads(raftkv("snapshot", "inspect", str(tmp_path / "t.snap")).stdout)["checksum_ok"] is True
 
 
 def test_import_progress_into_a_file_has_no_frames(node: str, tmp_path: Path):  # noqa: F811
