@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 # rich is imported where it draws: importing it takes ~0.1 s, which every `raftkv get` (and
@@ -57,23 +58,35 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> int:
     return table.row_count
 
 
-def byte_progress(enabled: bool = True) -> Progress:
+@contextmanager
+def byte_progress(enabled: bool = True) -> Iterator[Progress]:
     """Bars for transfers of bytes on stderr: size done, speed, time left."""
     from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    return _progress(enabled, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    yield from _progress(enabled, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
 
 
-def row_progress(enabled: bool = True) -> Progress:
+@contextmanager
+def row_progress(enabled: bool = True) -> Iterator[Progress]:
     """Bars for rows on stderr: rows done of all, percent, time so far."""
     from rich.progress import MofNCompleteColumn, TaskProgressColumn, TimeElapsedColumn
 
-    return _progress(enabled, MofNCompleteColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    yield from _progress(enabled, MofNCompleteColumn(), TaskProgressColumn(), TimeElapsedColumn())
 
 
-def _progress(enabled: bool, *columns: ProgressColumn) -> Progress:
+def _progress(enabled: bool, *columns: ProgressColumn) -> Iterator[Progress]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), *columns, console=Console(file=sys.stderr),
-                    disable=not enabled)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), *columns, console=Console(file=sys.stderr),
+                        disable=not enabled)
+    progress.start()
+    try:
+        yield progress
+    except BaseException:
+        # A failed command's stderr is its one error line: the bar leaves nothing behind (erased
+        # on a terminal, never written to a file; Progress.stop would add an empty line to a file).
+        progress.live.transient = True
+        progress.live.stop()
+        raise
+    progress.stop()

@@ -169,3 +169,13 @@ def test_auth_status_user_get_and_role_get_in_each_write_out_form(node: str):  #
     assert raftkv("auth", "status", *endpoints).stdout == "Authentication Status: false\n"
     assert json.loads(raftkv("auth", "status", "-w", "json", *endpoints).stdout) == {"enabled": False}
     assert table_rows(raftkv("auth", "status", "-w", "table", *endpoints).stdout) == [["ENABLED"], ["false"]]
+
+
+def test_a_failed_snapshot_save_leaves_only_its_error_line_on_stderr(tmp_path: Path):
+    log = tmp_path / "stderr.log"
+    with log.open("w") as err:
+        failed = raftkv("snapshot", "save", str(tmp_path / "s.snap"), "--endpoints", unreachable(), "--timeout", "1",
+                        stderr=err)
+    assert failed.returncode == 1
+    (line,) = log.read_text().splitlines()
+    assert line.startswith("raftkv snapshot: error: UNAVAILABLE"), line
