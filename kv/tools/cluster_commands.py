@@ -126,9 +126,10 @@ def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentPars
         print_table(("ENDPOINT", "HEALTH", "TOOK", "ERROR"),
                     [(r["endpoint"], str(r["health"]).lower(), f"{r['took_ms']:.1f} ms", r.get("error", ""))
                      for r in reports])
-    for report in reports if args.write_out == SIMPLE else ():
-        verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
-        print(f"{report['endpoint']} is {verdict}")
+    else:
+        for report in reports:
+            verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
+            print(f"{report['endpoint']} is {verdict}")
     return 0 if all(report["health"] for report in reports) else EXIT_FAILED
 
 
