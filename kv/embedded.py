@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kv import errors
-from kv.client.client import Client, KeyLike, batch_ops, consistency_level, paged_scan, to_bytes
+from kv.client.client import Client, KeyLike, batch_request, consistency_level, paged_scan, to_bytes
 from kv.client.tls import TLS
 from kv.server.auth_gate import AuthGate
 from kv.server.server import RunningServer, start_server
@@ -78,10 +78,9 @@ class EmbeddedNode:
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
               deletes: Iterable[KeyLike] = ()) -> list[bool]:
         """The puts, then the deletes, atomically; per op whether the key existed before."""
-        ops = batch_ops(puts, deletes)
-        if not ops:
+        request = batch_request(puts, deletes)
+        if not request.ops:
             return []
-        request = kv_pb2.BatchRequest(ops=ops)
         return list(self._call(lambda t, user: self._handler.batch(request, t, user)).existed)
 
     def status(self) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 from typing import Any
 
@@ -13,7 +14,8 @@ from kv.client.auth_admin import PERMISSION_TYPES
 from kv.client.client import Client
 from kv.errors import FailedPreconditionError
 from kv.tools.arguments import Formatter
-from kv.tools.client_options import client_of
+from kv.tools.client_options import b64, client_of
+from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table
 from statemachine.auth_state import ROOT, ROOT_ROLE_MISSING
 
 _SETUP = ("examples (the first setup, as with etcdctl):\n"
@@ -61,7 +63,9 @@ def _add_auth(commands: Any, client_options: argparse.ArgumentParser) -> None:
             "granted to root when root does not have it. From then on every request needs a user.",
             _run_auth_enable)
     _action(actions, client_options, "disable", "Disable authentication (root only).", _run_auth_disable)
-    _action(actions, client_options, "status", "Print whether authentication is enabled.", _run_auth_status)
+    status = _action(actions, client_options, "status", "Print whether authentication is enabled.", _run_auth_status)
+    add_write_out(status, SIMPLE, simple="Authentication Status: true or false", table="one column, ENABLED",
+                  json='{"enabled": true or false}')
 
 
 def _run_auth_enable(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -92,8 +96,13 @@ def _run_auth_disable(args: argparse.Namespace, parser: argparse.ArgumentParser)
 
 def _run_auth_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
-        enabled = client.auth_status()["enabled"]
-    print(f"Authentication Status: {str(enabled).lower()}")
+        enabled = bool(client.auth_status()["enabled"])
+    if args.write_out == JSON:
+        print(json.dumps({"enabled": enabled}))
+    elif args.write_out == TABLE:
+        print_table(("ENABLED",), [(str(enabled).lower(),)])
+    else:
+        print(f"Authentication Status: {str(enabled).lower()}")
     return 0
 
 
@@ -113,8 +122,10 @@ def _add_user(commands: Any, client_options: argparse.ArgumentParser) -> None:
         parser.add_argument("--new-user-password", default=None, metavar="PASSWORD",
                             help="the password (shows in the process list: prefer stdin or the prompt)")
     _action(actions, client_options, "delete", "Delete a user; its tokens stop working.", _run_user_delete, _NAME)
-    _action(actions, client_options, "get", "Print a user's roles.", _run_user_get, _NAME)
-    _action(actions, client_options, "list", "List the users.", _run_user_list)
+    get = _action(actions, client_options, "get", "Print a user's roles.", _run_user_get, _NAME)
+    add_write_out(get, SIMPLE, simple="User: NAME and Roles: ROLE ... lines", table="USER and ROLES",
+                  json='{"name": NAME, "roles": [ROLE, ...]}')
+    _add_list_output(_action(actions, client_options, "list", "List the users.", _run_user_list), "user")
     _action(actions, client_options, "grant-role", "Grant a role to a user.", _run_user_grant_role, _NAME,
             ("role", "the role's name"))
     _action(actions, client_options, "revoke-role", "Revoke a role from a user.", _run_user_revoke_role, _NAME,
@@ -159,15 +170,35 @@ def _run_user_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 def _run_user_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
         user = client.user_get(args.name)
-    print(f"User: {user['name']}\nRoles: {' '.join(user['roles'])}")
+    if args.write_out == JSON:
+        print(json.dumps({"name": user["name"], "roles": list(user["roles"])}))
+    elif args.write_out == TABLE:
+        print_table(("USER", "ROLES"), [(user["name"], " ".join(user["roles"]))])
+    else:
+        print(f"User: {user['name']}\nRoles: {' '.join(user['roles'])}")
     return 0
 
 
 def _run_user_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
-        for name in client.user_list():
-            print(name)
+        _print_names(args.write_out, "user", client.user_list())
     return 0
+
+
+def _add_list_output(parser: argparse.ArgumentParser, kind: str) -> None:
+    add_write_out(parser, SIMPLE, simple="one name a line", table=f"one column, {kind.upper()}",
+                  json=f'{{"{kind}s": [NAME, ...]}}')
+
+
+def _print_names(write_out: str, kind: str, names: list[str]) -> None:
+    """`user list` / `role list` in the -w form asked for."""
+    if write_out == JSON:
+        print(json.dumps({f"{kind}s": names}))
+    elif write_out == TABLE:
+        print_table((kind.upper(),), [(name,) for name in names])
+    else:
+        for name in names:
+            print(name)
 
 
 def _run_user_grant_role(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -194,8 +225,11 @@ def _add_role(commands: Any, client_options: argparse.ArgumentParser) -> None:
                      "Roles and their key permissions (etcdctl role). Once auth is enabled, root only.")
     _action(actions, client_options, "add", "Add a role (with no permissions).", _run_role_add, _ROLE)
     _action(actions, client_options, "delete", "Delete a role; its users lose it.", _run_role_delete, _ROLE)
-    _action(actions, client_options, "get", "Print a role's permissions.", _run_role_get, _ROLE)
-    _action(actions, client_options, "list", "List the roles.", _run_role_list)
+    get = _action(actions, client_options, "get", "Print a role's permissions.", _run_role_get, _ROLE)
+    add_write_out(get, SIMPLE, simple="etcdctl's KV Read: and KV Write: lists", table="PERMISSION and RANGE, a row each",
+                  json='{"name": ROLE, "permissions": [{"perm": read|write|readwrite, "key": KEY, "range_end": END}, '
+                       '...]}, keys in base64')
+    _add_list_output(_action(actions, client_options, "list", "List the roles.", _run_role_list), "role")
     grant = _action(actions, client_options, "grant-permission",
                     "Let a role read, write or readwrite KEY, the range [KEY, RANGE_END), or with\n"
                     "--prefix every key starting with KEY. A grant on the same key and range end\n"
@@ -232,13 +266,25 @@ def _run_role_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 def _run_role_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
         role = client.role_get(args.role)
+    if args.write_out == JSON:
+        print(json.dumps({"name": role["name"], "permissions": [
+            {"perm": p["perm"], "key": b64(p["key"]), "range_end": b64(p["range_end"])} for p in role["permissions"]]}))
+    elif args.write_out == TABLE:
+        print_table(("PERMISSION", "RANGE"),
+                    [(p["perm"], _describe_range(p["key"], p["range_end"])) for p in role["permissions"]])
+    else:
+        _print_role_lines(role)
+    return 0
+
+
+def _print_role_lines(role: dict[str, Any]) -> None:
+    """etcdctl's `role get` lines."""
     print(f"Role {role['name']}")
     for title, kinds in (("KV Read:", ("read", "readwrite")), ("KV Write:", ("write", "readwrite"))):
         print(title)
         for perm in role["permissions"]:
             if perm["perm"] in kinds:
                 print(f"\t{_describe_range(perm['key'], perm['range_end'])}")
-    return 0
 
 
 def _describe_range(key: bytes, range_end: bytes) -> str:
@@ -252,8 +298,7 @@ def _describe_range(key: bytes, range_end: bytes) -> str:
 
 def _run_role_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
-        for name in client.role_list():
-            print(name)
+        _print_names(args.write_out, "role", client.role_list())
     return 0
 
 

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  raftkv serve                       a single-node store in ./raftkv-data on 127.0.0.1:7001\n"
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
                "  raftkv cluster restart n1           start its member n1 again after it died\n"
-               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
+               "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv scan --prefix user/ -w table  -w/--write-out simple|table|json\n"
+               "  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
                "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
                "  raftkv endpoint health              exit 1 when a member is unhealthy")
     parser.add_argument("--version", action="version", version=f"raftkv {package_version()}",

@@ -1,5 +1,5 @@
 """What every `raftkv` command that talks to a cluster shares: --endpoints and --timeout, TLS
-(--cacert, --cert, --key), the Client they make, --json, exit codes and how an error is told on
+(--cacert, --cert, --key), the Client they make, base64 for JSON, exit codes and how an error is told on
 stderr."""
 from __future__ import annotations
 
@@ -66,11 +66,6 @@ def tls_of(args: argparse.Namespace) -> TLS | None:
 
 def client_of(args: argparse.Namespace) -> Client:
     return Client(args.endpoints, timeout=args.timeout, tls=tls_of(args), **credentials_of(args))
-
-
-def add_json(parser: argparse.ArgumentParser, shape: str) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help=f"print JSON, keys and values in base64 (as etcdctl): {shape}")
 
 
 def b64(data: bytes) -> str:

@@ -16,6 +16,7 @@ from kv.client.tls import TLS
 from kv.errors import RaftKVError
 from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_int
 from kv.tools.client_options import EXIT_FAILED, client_of, describe, tls_of
+from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table
 
 
 def add_cluster_commands(commands: Any, client_options: argparse.ArgumentParser) -> None:
@@ -30,9 +31,10 @@ def _add_status(commands: Any, client_options: argparse.ArgumentParser) -> None:
                                  description="Ask every endpoint for its status and print what answered; an "
                                              "endpoint that did not answer shows its error, and the exit code "
                                              "is then 1.")
-    status.add_argument("--json", action="store_true",
-                        help="print a JSON list with one object per endpoint (id, role, term, leader, "
-                             "commit_index, applied_index, snapshot_index, peers on the leader)")
+    add_write_out(status, TABLE, simple="one line per endpoint, the table's cells separated by ', ' (as etcdctl)",
+                  table="one row per endpoint, and an ERROR column when one did not answer",
+                  json="a list with one object per endpoint (address, id, role, term, leader, commit_index, "
+                       "applied_index, snapshot_index, peers on the leader; error when it did not answer)")
     status.set_defaults(run=_run_status, command_parser=status)
 
 
@@ -50,9 +52,9 @@ def _add_endpoint(commands: Any, client_options: argparse.ArgumentParser) -> Non
                     "  ADDRESS is healthy: took X ms\n"
                     "  ADDRESS is unhealthy: REASON\n"
                     "Exit code 1 when any endpoint is unhealthy.")
-    health.add_argument("--json", action="store_true",
-                        help="print a JSON list with one object per endpoint: endpoint, health (true or "
-                             "false), took_ms, and error when unhealthy")
+    add_write_out(health, SIMPLE, simple="the lines above", table="ENDPOINT, HEALTH, TOOK and ERROR (as etcdctl)",
+                  json="a list with one object per endpoint: endpoint, health (true or false), took_ms, and "
+                       "error when unhealthy")
     health.set_defaults(run=_run_endpoint_health, command_parser=health)
 
 
@@ -103,7 +105,10 @@ def _add_cluster(commands: Any) -> None:
 def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
         statuses = client.status()
-    print(json.dumps(statuses, indent=2) if args.json else format_status_table(statuses))
+    if args.write_out == JSON:
+        print(json.dumps(statuses, indent=2))
+    else:
+        _print_rows(args.write_out, *status_rows(statuses))
     # An operator (or a script) asking for every member's status wants to know that one is missing.
     return EXIT_FAILED if any("error" in s for s in statuses) else 0
 
@@ -116,11 +121,16 @@ def _run_endpoint_health(args: argparse.Namespace, parser: argparse.ArgumentPars
     addresses, tls = parse_endpoints(args.endpoints), tls_of(args)
     with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
         reports = list(pool.map(lambda address: check_health(address, args.timeout, tls), addresses))
-    if args.json:
+    if args.write_out == JSON:
         print(json.dumps(reports, indent=2))
-    for report in reports if not args.json else ():
-        verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
-        print(f"{report['endpoint']} is {verdict}")
+    elif args.write_out == TABLE:
+        print_table(("ENDPOINT", "HEALTH", "TOOK", "ERROR"),
+                    [(r["endpoint"], str(r["health"]).lower(), f"{r['took_ms']:.1f} ms", r.get("error", ""))
+                     for r in reports])
+    else:
+        for report in reports:
+            verdict = f"healthy: took {report['took_ms']:.1f} ms" if report["health"] else f"unhealthy: {report['error']}"
+            print(f"{report['endpoint']} is {verdict}")
     return 0 if all(report["health"] for report in reports) else EXIT_FAILED
 
 
@@ -154,20 +164,21 @@ def _health_problem(client: Client) -> str | None:
 STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")
 
 
-def format_status_table(statuses: Sequence[dict[str, Any]]) -> str:
-    """One row per endpoint; an unreachable one shows its error instead."""
-    header = [c.upper() for c in STATUS_COLUMNS]
-    rows = [["-" if s.get(c) is None else str(s[c]) for c in STATUS_COLUMNS] for s in statuses if "error" not in s]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(STATUS_COLUMNS))]
-    widths[0] = max([widths[0]] + [len(s["address"]) for s in statuses if "error" in s])
-    lines = []
-    next_row = iter(rows)  # the rows of the answering endpoints, in order
-    for status in statuses:
-        if "error" in status:
-            lines.append(f"{status['address'].ljust(widths[0])}  error: {status['error']}")
-        else:
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(next(next_row), widths)).rstrip())
-    return "\n".join(["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), *lines])
+def status_rows(statuses: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The header and one row per endpoint; an ERROR column only when an endpoint did not answer
+    (its other cells are then '-')."""
+    columns = [*STATUS_COLUMNS, *(("error",) if any("error" in s for s in statuses) else ())]
+    rows = [[s["address"], *("-" if s.get(c) is None else str(s[c]) for c in columns[1:])] for s in statuses]
+    return [c.upper() for c in columns], rows
+
+
+def _print_rows(write_out: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table, or etcdctl's simple lines: the cells of each row separated by ', '."""
+    if write_out == TABLE:
+        print_table(header, rows)
+    else:
+        for row in rows:
+            print(", ".join(row))
 
 
 # ---- cluster up ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The data commands: `raftkv put`, `get`, `delete` and `scan`. Values are bytes end to end: put
 takes them from the command line, stdin or a file; get writes them unchanged; scan escapes them so
-that one line is always one pair; --json carries them in base64, as etcdctl does."""
+that one line is always one pair; -w json (--json) carries them in base64, as etcdctl does, and
+-w table shows them escaped as scan does."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,8 @@ from typing import Any, TextIO
 
 from kv.client.client import CONSISTENCY, Client, to_bytes
 from kv.tools.arguments import Formatter, non_negative_int
-from kv.tools.client_options import EXIT_FAILED, add_json, b64, client_of
+from kv.tools.client_options import EXIT_FAILED, b64, client_of
+from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table
 from raftkv_proto.key_ranges import prefix_end
 
 
@@ -38,7 +40,8 @@ def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
                      help="the value (UTF-8); '-' reads it from stdin")
     put.add_argument("--value-file", type=Path, default=None, metavar="PATH",
                      help="read the value from this file instead of VALUE")
-    add_json(put, '{"key": KEY, "index": N}')
+    add_write_out(put, SIMPLE, simple="OK index=N", table="KEY and INDEX",
+                  json='{"key": KEY, "index": N}, the key in base64')
     put.set_defaults(run=_run_put, command_parser=put)
 
 
@@ -47,7 +50,8 @@ def _add_get(commands: Any, client_options: argparse.ArgumentParser) -> None:
                               help="read a value", description="Print the value under KEY; exit 1 when it is absent.")
     get.add_argument("key", metavar="KEY", help="the key")
     _add_consistency(get)
-    add_json(get, '{"key": KEY, "value": VALUE or null, "found": true or false}')
+    add_write_out(get, SIMPLE, simple="the value's bytes as they are", table="KEY and VALUE, escaped as scan's",
+                  json='{"key": KEY, "value": VALUE or null, "found": true or false}, in base64')
     get.set_defaults(run=_run_get, command_parser=get)
 
 
@@ -55,7 +59,8 @@ def _add_delete(commands: Any, client_options: argparse.ArgumentParser) -> None:
     delete = commands.add_parser("delete", parents=[client_options], formatter_class=Formatter,
                                  help="delete a key", description="Delete KEY; prints whether it existed.")
     delete.add_argument("key", metavar="KEY", help="the key")
-    add_json(delete, '{"key": KEY, "deleted": true or false}')
+    add_write_out(delete, SIMPLE, simple="'deleted' or 'not found ...'", table="KEY and DELETED",
+                  json='{"key": KEY, "deleted": true or false}, the key in base64')
     delete.set_defaults(run=_run_delete, command_parser=delete)
 
 
@@ -73,8 +78,10 @@ def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
     scan.add_argument("--limit", type=non_negative_int, default=100, metavar="N",
                       help="at most N pairs; 0: all of them, fetched a page at a time")
     _add_consistency(scan)
-    add_json(scan, '{"kvs": [{"key": KEY, "value": VALUE}, ...], "count": N, "more": true when --limit '
-                    'cut it short}')
+    add_write_out(scan, SIMPLE, simple="KEY<TAB>VALUE lines, escaped",
+                  table="KEY and VALUE columns, escaped (the whole listing is held to lay it out)",
+                  json='{"kvs": [{"key": KEY, "value": VALUE}, ...], "count": N, "more": true when --limit '
+                       'cut it short}, keys and values in base64')
     scan.set_defaults(run=_run_scan, command_parser=scan)
 
 
@@ -95,7 +102,12 @@ def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     value = _put_value(args, parser)
     with client_of(args) as client:
         index = client.put(args.key, value)
-    print(json.dumps({"key": b64(to_bytes(args.key)), "index": index}) if args.json else f"OK index={index}")
+    if args.write_out == JSON:
+        print(json.dumps({"key": b64(to_bytes(args.key)), "index": index}))
+    elif args.write_out == TABLE:
+        print_table(("KEY", "INDEX"), [(args.key, str(index))])
+    else:
+        print(f"OK index={index}")
     return 0
 
 
@@ -119,13 +131,15 @@ def _put_value(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
 def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
         value = client.get(args.key, consistency=args.consistency)
-    if args.json:
+    if args.write_out == JSON:  # printed when absent too: "found" says so
         print(json.dumps({"key": b64(to_bytes(args.key)), "value": None if value is None else b64(value),
                           "found": value is not None}))
     if value is None:
         print(f"not found: {args.key}", file=sys.stderr)
         return EXIT_FAILED
-    if not args.json:
+    if args.write_out == TABLE:
+        print_table(("KEY", "VALUE"), [(args.key, escaped(value))])
+    elif args.write_out == SIMPLE:
         _write_line(value, sys.stdout)
     return 0
 
@@ -133,8 +147,10 @@ def _run_get(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _run_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with client_of(args) as client:
         existed = client.delete(args.key)
-    if args.json:
+    if args.write_out == JSON:
         print(json.dumps({"key": b64(to_bytes(args.key)), "deleted": existed}))
+    elif args.write_out == TABLE:
+        print_table(("KEY", "DELETED"), [(args.key, str(existed).lower())])
     else:
         print("deleted" if existed else "not found (nothing to delete)")
     return 0
@@ -150,7 +166,7 @@ def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             more = len(page) > args.limit
         else:
             pairs, more = itertools.chain.from_iterable(_scan_pages(client, args)), False
-        shown = _print_scan_json(pairs, more) if args.json else _print_scan_lines(pairs)
+        shown = _print_scan(args.write_out, pairs, more)
     if more:
         print(f"raftkv scan: {shown} keys shown, more exist; --limit 0 shows all", file=sys.stderr)
     return 0
@@ -182,6 +198,15 @@ def _scan_pages(client: Client, args: argparse.Namespace) -> Iterator[list[Pair]
         start = page[-1][0] + b"\x00"  # the smallest key after the last one listed
 
 
+def _print_scan(write_out: str, pairs: Iterable[Pair], more: bool) -> int:
+    """The pairs in the -w form asked for; returns how many."""
+    if write_out == JSON:
+        return _print_scan_json(pairs, more)
+    if write_out == TABLE:
+        return print_table(("KEY", "VALUE"), ((escaped(key), escaped(value)) for key, value in pairs))
+    return _print_scan_lines(pairs)
+
+
 def _print_scan_lines(pairs: Iterable[Pair]) -> int:
     """KEY<TAB>VALUE lines, escaped; returns how many."""
     shown = 0
@@ -207,6 +232,11 @@ def escape(data: bytes) -> bytes:
     if data.isascii() and data.decode("ascii").isprintable() and b"\\" not in data:
         return data  # the common case, untouched
     return "".join(_escape_char(c) for c in data.decode("utf-8", "surrogateescape")).encode("utf-8")
+
+
+def escaped(data: bytes) -> str:
+    """escape() as text, for a table cell."""
+    return escape(data).decode("utf-8")
 
 
 def _escape_char(char: str) -> str:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from kv.client.client import Client
 from kv.tools.arguments import Formatter
 from kv.tools.client_options import EXIT_FAILED, SNAPSHOT_SAVE_TIMEOUT_S, client_of, client_options
+from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, byte_progress, print_table
 from raft.node.config import DEFAULT_LISTEN, DEFAULT_NODE_ID, parse_peers
 
 
@@ -23,13 +23,21 @@ def add_snapshot_commands(commands: Any) -> None:
                               help="stream a consistent snapshot from the leader to FILE",
                               description="Ask the leader for a snapshot holding every write acknowledged "
                                           "before this command (confirmed by a ReadIndex round), stream it to "
-                                          "FILE and verify its size and sha256.")
+                                          "FILE and verify its size and sha256. A progress bar on stderr "
+                                          "(its final state only when stderr is not a terminal).")
     save.add_argument("file", type=Path, metavar="FILE")
+    save.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_write_out(save, SIMPLE, simple="one line: saved FILE: index, term, keys, bytes, sha256",
+                  table=f"{', '.join(SNAPSHOT_COLUMNS)}",
+                  json='{"file", "index", "term", "key_count", "size", "sha256"}')
     save.set_defaults(run=_run_snapshot_save, command_parser=save)
     inspect = actions.add_parser("inspect", formatter_class=Formatter,
                                  help="print a snapshot's manifest and key count, verify its checksum",
                                  description="Exit code 1 when the file does not verify.")
     inspect.add_argument("file", type=Path, metavar="FILE")
+    add_write_out(inspect, JSON, simple="the table's cells separated by ', ' (as etcdctl snapshot status)",
+                  table=f"{', '.join(SNAPSHOT_COLUMNS)} and CHECKSUM (ok or bad)",
+                  json='{"file", "manifest": {...}, "checksum_ok", "error", "key_count", "key_count_matches"}')
     inspect.set_defaults(run=_run_snapshot_inspect, command_parser=inspect)
     restore = actions.add_parser(
         "restore", formatter_class=Formatter, help="prepare a data directory for a new cluster from FILE",
@@ -51,25 +59,48 @@ def add_snapshot_commands(commands: Any) -> None:
 
 
 def _run_snapshot_save(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    def progress(received: int, total: int) -> None:
-        if sys.stderr.isatty() or received == total:
-            width = 30
-            done = width * received // max(total, 1)
-            print(f"\r[{'#' * done}{'.' * (width - done)}] {received / 1e6:8.1f} / {total / 1e6:.1f} MB",
-                  end="" if received < total else "\n", file=sys.stderr, flush=True)
+    with client_of(args) as client, byte_progress(enabled=args.progress) as bar:
+        task = bar.add_task("snapshot save", total=None)  # the size comes with the first chunk
 
-    with client_of(args) as client:
+        def progress(received: int, total: int) -> None:
+            bar.update(task, completed=received, total=total)
+
         manifest = client.save_snapshot(args.file, timeout=args.timeout, progress=progress)
     size = args.file.stat().st_size
-    print(f"saved {args.file}: index {manifest['index']} term {manifest['term']}, {manifest['key_count']} keys, "
-          f"{size} bytes, payload sha256 {manifest['sha256']}")
+    if args.write_out == JSON:
+        print(json.dumps({"file": str(args.file), "index": manifest["index"], "term": manifest["term"],
+                          "key_count": manifest["key_count"], "size": size, "sha256": manifest["sha256"]}))
+    elif args.write_out == TABLE:
+        print_table(SNAPSHOT_COLUMNS, [_snapshot_cells(args.file, manifest, manifest["key_count"], size)])
+    else:
+        print(f"saved {args.file}: index {manifest['index']} term {manifest['term']}, {manifest['key_count']} keys, "
+              f"{size} bytes, payload sha256 {manifest['sha256']}")
     return 0
+
+
+SNAPSHOT_COLUMNS = ("FILE", "INDEX", "TERM", "KEYS", "BYTES", "SHA256")
+
+
+def _snapshot_cells(file: Path, manifest: dict[str, Any], key_count: Any, size: int) -> list[str]:
+    """A row of SNAPSHOT_COLUMNS; '-' for what a damaged file's manifest lacks."""
+    return [str(file), *(str(manifest.get(field, "-")) for field in ("index", "term")), str(key_count), str(size),
+            str(manifest.get("sha256", "-"))]
 
 
 def _run_snapshot_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     report = Client.inspect_snapshot(args.file)
-    print(json.dumps(report, indent=2, default=str))
-    return 0 if report.get("checksum_ok") and not report.get("error") else EXIT_FAILED
+    ok = bool(report.get("checksum_ok")) and not report.get("error")
+    if args.write_out == JSON:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        cells = [*_snapshot_cells(args.file, report.get("manifest") or {}, report.get("key_count", "-"),
+                                  args.file.stat().st_size),
+                 "ok" if ok else f"bad: {report.get('error') or 'checksum mismatch'}"]
+        if args.write_out == TABLE:
+            print_table((*SNAPSHOT_COLUMNS, "CHECKSUM"), [cells])
+        else:
+            print(", ".join(cells))
+    return 0 if ok else EXIT_FAILED
 
 
 def _run_snapshot_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

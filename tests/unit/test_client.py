@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from kv import Client
-from kv.client.client import batch_ops, paged_scan
+from kv.client.client import batch_request, paged_scan
 from raftkv_proto.key_ranges import prefix_end
 from kv.errors import (
     InvalidArgumentError,
@@ -453,7 +453,8 @@ def test_bulk_load_batches_fit_in_any_nodes_request_limit() -> None:
         batches = list(loader._batches((b"k%04d" % i, b"v" * (100 << 10)) for i in range(40)))
     assert sum(map(len, batches)) == 40 and len(batches) > 1
     for batch in batches:
-        request = kv_pb2.BatchRequest(ops=batch_ops(batch), header=kv_pb2.WriteHeader(client_id="c" * 256, seq=2**63))
+        request = batch_request(batch)
+        request.header.CopyFrom(kv_pb2.WriteHeader(client_id="c" * 256, seq=2**63))
         assert request.ByteSize() <= MIN_MAX_REQUEST_BYTES
 
 

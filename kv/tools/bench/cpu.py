@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from kv.tools.bench.systems import Cluster
@@ -56,3 +56,34 @@ class CpuRoles:
             "follower": sum(ms(m) for m in followers) / len(followers) if followers else 0.0,
             CLIENT: ms(CLIENT),
         }
+
+
+def descendants_cpu_s(root: int, exclude: Collection[int] = ()) -> float:
+    """User + system CPU seconds of every running descendant of process `root`, leaving out the
+    processes in `exclude` and theirs (Linux /proc). W10 reads Spark's share with it: its JVM and
+    Python workers are this process's descendants, as the members are."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (parent := _parent_pid(int(entry.name))) is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    total, pending = 0.0, [pid for pid in children.get(root, []) if pid not in exclude]
+    while pending:
+        pid = pending.pop()
+        total += _cpu_s_or_zero(pid)
+        pending += [child for child in children.get(pid, []) if child not in exclude]
+    return total
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None  # it has exited meanwhile
+
+
+def _cpu_s_or_zero(pid: int) -> float:
+    try:
+        return process_cpu_s(pid)
+    except (OSError, IndexError, ValueError):
+        return 0.0

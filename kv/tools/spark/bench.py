@@ -27,6 +27,7 @@ from kv.tools.cluster_up import LocalCluster, local_specs
 from kv.tools.spark.parquet_export import export_live
 
 PREFIX = "w10/"
+IMPORT_PREFIX = "w10-import/"
 VALUE_BYTES = 100
 
 
@@ -60,6 +61,19 @@ def w10_bulk_load(spark: Any, endpoints: str, rows: int = 1_000_000, partitions:
     started = time.perf_counter()
     df.write.format("raftkv").option("endpoints", endpoints).options(**tls_options(tls)).mode("append").save()
     return Figure("W10 bulk load from a DataFrame", rows, time.perf_counter() - started, ">= 50,000 rows/s")
+
+
+def import_bulk_load(endpoints: str, rows: int = 1_000_000, tls: TLS | None = None) -> Figure:
+    """W10's rows (under another prefix) through raftkv import's loader, from this process, with
+    no Spark: what W10 costs beyond this is Spark's."""
+    from kv.tools.spark.bulk_load import BulkLoader
+
+    value = b"x" * VALUE_BYTES
+    pairs = [(f"{IMPORT_PREFIX}{i:08d}".encode(), value) for i in range(rows)]  # made before the clock runs
+    started = time.perf_counter()
+    with BulkLoader(endpoints, tls=tls) as loader:
+        loader.load(pairs)
+    return Figure("W10's rows through raftkv import's loader", rows, time.perf_counter() - started, "")
 
 
 def w11_export(spark: Any, endpoints: str, out_dir: Path, partitions: int = 4, tls: TLS | None = None) -> Figure:

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from kv.tools.arguments import Formatter, default_endpoints, endpoints_help, positive_float, positive_int
 from kv.tools.client_options import add_tls_options, tls_of
 from kv.tools.user_options import add_user_options, credentials_of
+from kv.tools.write_out import row_progress
 from raft.node.config import DEFAULT_LISTEN
-
-BAR_WIDTH = 30
 
 
 def add_parsers(commands: Any) -> None:
@@ -69,7 +66,9 @@ def _add_import(commands: Any) -> None:
     imp.add_argument("--batch-rows", type=positive_int, default=1000, metavar="N", help="puts per request (at most 1000)")
     imp.add_argument("--rows-per-second", type=float, default=0.0, metavar="N", help="throttle (0: none)")
     imp.add_argument("--bytes-per-second", type=float, default=0.0, metavar="N", help="throttle (0: none)")
-    imp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    imp.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress bar on stderr (when stderr is not a terminal the bar writes its final "
+                          "state only)")
     imp.set_defaults(run=run_import, command_parser=imp)
 
 
@@ -113,24 +112,23 @@ def run_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         raise ValueError(f"{args.parquet} has columns {dataset.schema.names}; raftkv import needs key and value "
                          "(binary or string)")
     total = dataset.count_rows()
-    progress = Progress(total, sys.stderr if args.progress else None)
     stage = new_stage() if args.atomic else b""
     credentials = credentials_of(args)
     tls = tls_of(args)
     started = time.monotonic()
     try:
-        with BulkLoader(args.endpoints, batch_rows=args.batch_rows, stage=stage, timeout=args.timeout,
-                        throttle=Throttle(args.rows_per_second, args.bytes_per_second),
-                        on_batch=progress.advance, tls=tls, **credentials) as loader:
-            rows = loader.load(_pairs(dataset))
+        with row_progress(enabled=args.progress) as bar:
+            task = bar.add_task("import", total=total)
+            with BulkLoader(args.endpoints, batch_rows=args.batch_rows, stage=stage, timeout=args.timeout,
+                            throttle=Throttle(args.rows_per_second, args.bytes_per_second),
+                            on_batch=lambda rows: bar.advance(task, rows), tls=tls, **credentials) as loader:
+                rows = loader.load(_pairs(dataset))
         if stage:
             publish_staged(args.endpoints, stage, args.timeout * 4, tls, **credentials)
     except BaseException:
         if stage:
             discard_staged(args.endpoints, stage, args.timeout * 4, tls, **credentials)
         raise
-    finally:
-        progress.finish()
     seconds = time.monotonic() - started
     print(json.dumps({"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / max(seconds, 1e-9)),
                       "atomic": bool(stage)}))
@@ -149,38 +147,3 @@ def _pairs(dataset: Any) -> Iterator[tuple[bytes, bytes]]:
 
 def _utf8(text: str | None) -> bytes:
     return text.encode("utf-8") if text else b""
-
-
-@dataclass
-class Progress:
-    """A one-line progress bar on a terminal stream (rows, percent, rate); silent when out is None."""
-
-    total: int
-    out: TextIO | None
-    done: int = 0
-    started: float = field(default_factory=time.monotonic)
-    _shown: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def advance(self, rows: int) -> None:
-        with self._lock:  # called from the loader's threads
-            self.done += rows
-            now = time.monotonic()
-            if self.out is not None and (now - self._shown > 0.2 or self.done >= self.total):
-                self._shown = now
-                self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        assert self.out is not None
-        fraction = self.done / self.total if self.total else 1.0
-        filled = int(BAR_WIDTH * min(fraction, 1.0))
-        rate = self.done / max(now - self.started, 1e-9)
-        self.out.write(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done:,}/{self.total:,} rows "
-                       f"{fraction:6.1%} {rate:,.0f} rows/s")
-        self.out.flush()
-
-    def finish(self) -> None:
-        if self.out is not None:
-            self._draw(time.monotonic())
-            self.out.write("\n")
-            self.out.flush()
