@@ -40,7 +40,7 @@ from kv.tools.cluster_state import (
 
 # The directory holding the kv package: a child process must import the same code as its parent,
 # installed or not.
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # kv/tools/cluster_up.py -> the tree holding kv/
 STOP_GRACE_S = 10.0
 SUPERVISE_POLL_S = 0.5  # how often `cluster up` looks at its members
 RESTART_WAIT_S = 30.0  # how long `cluster restart` waits for the member to take its data directory

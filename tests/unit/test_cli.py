@@ -267,6 +267,8 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")
+    # ... and that is the directory holding the kv package (its child imports the same code).
+    assert (SOURCE_ROOT / "kv" / "tools" / "cluster_up.py").is_file()
 
 
 def test_version_prints_the_installed_distributions_version(capsys, monkeypatch):
