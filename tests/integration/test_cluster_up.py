@@ -8,8 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -21,13 +24,13 @@ pytestmark = pytest.mark.integration
 
 
 def consecutive_free_ports(n: int, attempts: int = 50) -> int:
-    """A base port such that base .. base+n-1 (client ports) and base+100 .. base+100+n-1 (peer
-    ports) were all free a moment ago."""
+    """A base port such that base .. base+n-1 (client ports), base+100 .. (peer ports) and
+    base+200 .. (metrics ports) were all free a moment ago."""
     for _ in range(attempts):
         base = random.randrange(20000, 60000)
         try:
             with ExitStack() as stack:
-                for port in [*range(base, base + n), *range(base + 100, base + 100 + n)]:
+                for port in [p for offset in (0, 100, 200) for p in range(base + offset, base + offset + n)]:
                     stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
         except OSError:
             continue
@@ -35,20 +38,51 @@ def consecutive_free_ports(n: int, attempts: int = 50) -> int:
     raise RuntimeError(f"no {n} consecutive free ports found")
 
 
+@dataclass
+class ClusterUp:
+    """A running `raftkv cluster up`: its process, what it printed up to its endpoints line, the
+    pids of members started again with `cluster restart`."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    restarted: list[int] = field(default_factory=list)
+
+    @property
+    def endpoints(self) -> str:
+        return self.lines[-1].split(":", 1)[1].strip()
+
+
+@contextmanager
+def cluster_up(tmp_path: Path, base: int, *flags: str, stderr: IO[bytes] | int = subprocess.STDOUT) -> Iterator[ClusterUp]:
+    """Run `raftkv cluster up --nodes 3 --base-port BASE FLAGS` until its endpoints line; at the
+    end stop it (SIGINT, so that it stops its members) and kill whatever is left of them."""
+    up = ClusterUp(subprocess.Popen(
+        [sys.executable, "-m", "kv", "cluster", "up", "--nodes", "3", "--base-port", str(base), *flags],
+        stdout=subprocess.PIPE, stderr=stderr, text=True, env=child_env(), cwd=tmp_path))
+    try:
+        for line in up.process.stdout:  # type: ignore[union-attr]
+            up.lines.append(line)
+            if line.startswith("endpoints:"):
+                break
+        yield up
+    finally:
+        if up.process.poll() is None:
+            up.process.send_signal(signal.SIGINT)
+            try:
+                up.process.wait(30)
+            except subprocess.TimeoutExpired:
+                up.process.kill()
+                up.process.wait()
+        for pid in [*member_pids(up.lines), *up.restarted]:  # in their own sessions
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: signal.Signals):
     base = consecutive_free_ports(3)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kv", "cluster", "up", "--nodes", "3", "--base-port", str(base),
-         "--data-dir", str(tmp_path / "c")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), cwd=tmp_path)
-    lines: list[str] = []
-    try:
-        for line in process.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith("endpoints:"):
-                break
-        endpoints = lines[-1].split(":", 1)[1].strip()
+    with cluster_up(tmp_path, base, "--data-dir", str(tmp_path / "c")) as up:
+        endpoints = up.endpoints
         assert endpoints == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
         with Client(endpoints, timeout=15.0) as client:
             client.put("k", "v")
@@ -57,21 +91,10 @@ def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: s
                                lambda: sorted(s.get("role", "") for s in client.status()) == ["follower", "follower", "leader"])
             assert roles
 
-        process.send_signal(stop_signal)
-        assert process.wait(30) == 0
+        up.process.send_signal(stop_signal)
+        assert up.process.wait(30) == 0
         with Client(endpoints, timeout=0.5) as client:
             assert all("error" in s for s in client.status())  # every member stopped
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # lets it stop its members
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in member_pids(lines):  # whatever is left of them, in their own sessions
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def member_pids(lines: list[str]) -> list[int]:
@@ -83,20 +106,10 @@ def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings
     base = consecutive_free_ports(3)
     data_dir = tmp_path / "c"
     stderr_path = tmp_path / "cluster-up.stderr"
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kv", "cluster", "up", "--nodes", "3", "--base-port", str(base), "--no-fsync",
-             "--data-dir", str(data_dir)],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, env=child_env(), cwd=tmp_path)
-    lines: list[str] = []
-    restarted_pid: int | None = None
-    try:
-        for line in process.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith("endpoints:"):
-                break
+    with open(stderr_path, "wb") as stderr, \
+            cluster_up(tmp_path, base, "--no-fsync", "--data-dir", str(data_dir), stderr=stderr) as up:
         addresses = {f"n{i + 1}": f"127.0.0.1:{base + i}" for i in range(3)}
-        pids = dict(zip(addresses, member_pids(lines)))
+        pids = dict(zip(addresses, member_pids(up.lines)))
         with Client(",".join(addresses.values()), timeout=15.0) as client:
             leader = wait_until("a leader", lambda: next((s["id"] for s in client.status() if s.get("role") == "leader"), None))
 
@@ -109,12 +122,13 @@ def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings
         report = wait_until("cluster up to report the death",
                             lambda: leader in (text := stderr_path.read_text()) and "SIGKILL" in text and text)
         assert str(data_dir / f"{leader}.log") in report and f"raftkv cluster restart {leader}" in report
-        assert process.poll() is None  # cluster up still runs
+        assert up.process.poll() is None  # cluster up still runs
 
         restart = subprocess.run([sys.executable, "-m", "kv", "cluster", "restart", leader, "--data-dir", str(data_dir)],
                                  capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60, check=False)
         assert restart.returncode == 0, restart.stderr
         restarted_pid = int(re.search(r"\bpid (\d+)", restart.stdout).group(1))  # type: ignore[union-attr]
+        up.restarted.append(restarted_pid)
         with Client(addresses[leader], timeout=5.0) as client:
             wait_until(f"{leader} to catch up to index {index}",
                        lambda: client.status()[0].get("applied_index", -1) >= index, timeout=60)
@@ -122,56 +136,24 @@ def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings
                                capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60, check=False)
         assert again.returncode == 1 and f"process {restarted_pid}" in again.stderr  # it runs: refused
 
-        process.send_signal(signal.SIGINT)
-        assert process.wait(30) == 0
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(30) == 0
         with Client(",".join(addresses.values()), timeout=0.5) as client:
             assert all("error" in s for s in client.status())  # every member stopped, the restarted one too
         assert not (data_dir / "cluster.json").exists()
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in [*member_pids(lines), *([restarted_pid] if restarted_pid else [])]:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_cluster_up_tls_serves_only_tls_clients_and_prints_their_variables(tmp_path: Path):
     base = consecutive_free_ports(3)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kv", "cluster", "up", "--tls", "--nodes", "3", "--base-port", str(base),
-         "--data-dir", str(tmp_path / "c")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), cwd=tmp_path)
-    lines: list[str] = []
-    try:
-        for line in process.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith("endpoints:"):
-                break
-        exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in lines
+    with cluster_up(tmp_path, base, "--tls", "--data-dir", str(tmp_path / "c")) as up:
+        exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in up.lines
                        if line.strip().startswith("export "))
         certs = tmp_path / "c" / "certs"
         assert exports == {"RAFTKV_CACERT": str(certs / "ca.pem"), "RAFTKV_CERT": str(certs / "root.pem"),
                            "RAFTKV_KEY": str(certs / "root-key.pem")}
-        endpoints = lines[-1].split(":", 1)[1].strip()
-        env = {**child_env(), **exports, "RAFTKV_ENDPOINTS": endpoints}
+        env = {**child_env(), **exports, "RAFTKV_ENDPOINTS": up.endpoints}
         put = subprocess.run([sys.executable, "-m", "kv", "put", "k", "v", "--timeout", "15"], env=env,
                              capture_output=True, text=True, timeout=60)
         assert put.returncode == 0, put.stdout + put.stderr
-        with Client(endpoints, timeout=0.5) as plaintext:
+        with Client(up.endpoints, timeout=0.5) as plaintext:
             assert all("TLS: " in s["error"] for s in plaintext.status())
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in member_pids(lines):
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
