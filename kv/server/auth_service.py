@@ -20,7 +20,7 @@ from kv.server.credentials import (
     password_matches,
     sign_token,
 )
-from kv.server.kv_service import TIMEOUT_MESSAGE, KVHandler, node_call
+from kv.server.kv_handler import TIMEOUT_MESSAGE, KVHandler, node_call
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2
 from statemachine.auth_state import (

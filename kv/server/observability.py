@@ -12,7 +12,8 @@ from grpc_health.v1 import health_pb2_grpc
 from kv.server.alarm_watch import AlarmWatch
 from kv.server.health import HealthServicer, member_health
 from kv.server.http_endpoints import HttpEndpoints, parse_metrics_urls
-from kv.server.kv_service import KVHandler, KVServicer
+from kv.server.kv_handler import KVHandler
+from kv.server.kv_service import KVServicer
 from kv.server.log_format import follow_term
 from kv.server.metrics import HealthCounts, MetricSources, registry_of
 from kv.server.replaceable_state import ReplaceableStateMachine

@@ -22,7 +22,8 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
-from kv.server.kv_service import KVHandler, KVServicer
+from kv.server.kv_handler import KVHandler
+from kv.server.kv_service import KVServicer
 from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id

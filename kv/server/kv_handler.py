@@ -1,0 +1,373 @@
+"""The client API's work on a node: `KVHandler` takes protobuf requests (validate, propose or wait
+on the read barrier, read the state machine) and raises kv.errors. Its gRPC face is KVServicer
+(kv_service.py); the embedded API calls it directly, so a local caller gets the same semantics
+without a gRPC hop. Also here: how a call waits on the node (`begin_node_call`, `node_call`) and how
+node errors become kv.errors (`kv_error`)."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+
+from kv import errors
+from raftkv_proto import kv_pb2
+from raft.node import errors as node_errors
+from raft.node.node import RaftNode
+from statemachine.commands import (
+    SESSION_SECRET_BYTES,
+    CommandLimits,
+    delete_op,
+    encode_command,
+    encode_registration,
+    put_op,
+    session_id,
+    validate_header,
+    validate_key,
+    validate_ops,
+    validate_value,
+)
+from statemachine.auth_state import PERMISSION_DENIED, KeyRange, permission_range, prefix_range
+from statemachine.errors import CorruptStateError, InvalidCommandError
+from kv.server.health import member_health
+from kv.server.state_check import CorruptionAlarm
+from raft.node.ports import SnapshotInfo
+from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.alarms import NO_SPACE, encode_alarm
+
+if TYPE_CHECKING:
+    pass
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCAN_LIMIT = 1000
+MAX_SCAN_LIMIT = 10_000
+# A scan page also stops once its keys and values reach this many bytes (its first pair always
+# comes), with `more` set: a scan of large values costs the node a few MiB per page, not the
+# whole range, and a page stays far inside the 64 MiB send limit. Clients continue from the last key.
+SCAN_PAGE_BYTES = 4 << 20
+
+# What a write may still do while NOSPACE is raised (etcd: reads and deletes).
+_FREEING_OPS = ("delete", "delete_prefix")
+
+_CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
+
+TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
+
+
+class KVHandler:
+    """Each request's work starts in a `begin_*` call, which validates it, hands it to the node
+    and returns a future of the reply, or raises a kv.errors error at once. No task runs per
+    request: the node's own future completes the reply through a callback, which is what lets a
+    pipeline keep hundreds of requests in flight cheaply. The `async` methods await the same.
+
+    `user` is who makes a request while auth is on (the servicer resolved it: AuthGate), None
+    while it is off: a read is checked here, a write here and again by every replica at apply
+    (its command carries the user), so a permission revoked before the write commits holds."""
+
+    def __init__(self, node: RaftNode, fsm: KVStateMachine, alarm: CorruptionAlarm | None = None,
+                 state_checks: Callable[[], list[kv_pb2.StateCheck]] = list) -> None:
+        self._node = node
+        self._fsm = fsm
+        self._alarm = alarm or CorruptionAlarm(node)
+        self._state_checks = state_checks
+        self.auth = fsm.auth  # the AuthHolder the state machine publishes into
+        self.alarms = fsm.alarms  # the AlarmHolder likewise: puts are refused while NOSPACE is raised
+        config = node.config
+        self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None,
+                  user: str | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
+        with _INVALID_ARGUMENT:
+            validate_key(request.key, self._limits.max_key_bytes)
+            validate_value(request.value, self._limits.max_value_bytes)
+        return self._begin_write([put_op(request.key, request.value)], request.header, timeout,
+                                 lambda outcome: kv_pb2.PutResponse(index=outcome.index), user)
+
+    def begin_delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None,
+                     user: str | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
+        with _INVALID_ARGUMENT:
+            validate_key(request.key, self._limits.max_key_bytes)
+        return self._begin_write([delete_op(request.key)], request.header, timeout,
+                                 lambda outcome: kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]),
+                                                                       index=outcome.index), user)
+
+    async def put(self, request: kv_pb2.PutRequest, timeout: float | None = None,
+                  user: str | None = None) -> kv_pb2.PutResponse:
+        return await self.begin_put(request, timeout, user)
+
+    async def delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None,
+                     user: str | None = None) -> kv_pb2.DeleteResponse:
+        return await self.begin_delete(request, timeout, user)
+
+    async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None,
+                    user: str | None = None) -> kv_pb2.BatchResponse:
+        ops = list(request.ops)
+        with _INVALID_ARGUMENT:
+            validate_ops(ops, self._limits)
+        return await self._begin_write(ops, request.header, timeout, lambda outcome: kv_pb2.BatchResponse(
+            index=outcome.index, existed=list(outcome.result.existed)), user)
+
+    def _begin_write(self, ops: list[kv_pb2.Op], header: kv_pb2.WriteHeader, timeout: float | None,
+                     reply: Callable[[ApplyOutcome], R], user: str | None = None) -> asyncio.Future[R]:
+        """Propose already validated ops as one Command; a future of `reply(outcome)`. A bad
+        header is refused here, before it reaches the log (every replica would refuse to apply it),
+        and so is a write `user` may not make."""
+        with _INVALID_ARGUMENT:
+            validate_header(header)
+        if self.alarms.nospace and not all(op.WhichOneof("op") in _FREEING_OPS for op in ops):
+            raise self._no_space()
+        if user is not None:
+            denied = self.auth.view.write_refusal(user, ops)
+            if denied is not None:
+                raise errors.of_kind(denied.kind, str(denied))
+        payload = encode_command(ops, header.client_id, header.seq, user)
+        return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
+                               lambda outcome: reply(_applied(outcome, header)))
+
+    async def register_client(self, request: kv_pb2.RegisterClientRequest, timeout: float | None = None,
+                              user: str | None = None) -> kv_pb2.RegisterClientResponse:
+        """Open a client session (the Raft thesis, 6.3): append a registration entry with a secret
+        chosen here; the client id is the entry's index and that secret, so no one can use an id
+        the cluster did not issue to them. While auth is on the session is `user`'s alone."""
+        secret = secrets.token_bytes(SESSION_SECRET_BYTES)
+        outcome: ApplyOutcome = await begin_node_call(
+            self._node, lambda: self._node.propose(encode_registration(secret, user)), timeout, TIMEOUT_MESSAGE,
+            lambda done: done)
+        if outcome.error is not None:
+            raise errors.InvalidArgumentError(f"the registration could not be applied: {outcome.error}")
+        log.debug("client session %d registered for %r", outcome.index, request.name)
+        return kv_pb2.RegisterClientResponse(client_id=session_id(outcome.index, secret), index=outcome.index)
+
+    def _no_space(self) -> errors.DiskFullError:
+        """etcd's refusal while NOSPACE is raised (reads and deletes go on)."""
+        members = ", ".join(a.member_id for a in self.alarms.listed() if a.name == "NOSPACE")
+        return errors.DiskFullError(f"{NO_SPACE}: a NOSPACE alarm is raised (member {members}); reads and "
+                                    "deletes go on; free space, then `raftkv alarm disarm`")
+
+    # ---- alarms ------------------------------------------------------------------------------
+
+    async def alarm(self, request: kv_pb2.AlarmRequest, timeout: float | None = None,
+                    user: str | None = None) -> kv_pb2.AlarmResponse:
+        """etcd's Maintenance.Alarm: GET lists the raised alarms as this member applied them;
+        ACTIVATE and DEACTIVATE (root only while auth is on) go through the log, then list."""
+        if request.action != kv_pb2.AlarmRequest.GET:
+            self.check_root(user)
+            activate = request.action == kv_pb2.AlarmRequest.ACTIVATE
+            if activate and (request.alarm == kv_pb2.NONE or not request.member_id):
+                raise errors.InvalidArgumentError("raising an alarm needs a member id and an alarm type")
+            payload = encode_alarm(activate, request.member_id, request.alarm)
+            await begin_node_call(self._node, lambda: self._node.propose(payload, within_reserve=True), timeout,
+                                  TIMEOUT_MESSAGE, lambda done: done)
+        return kv_pb2.AlarmResponse(alarms=[a.to_proto() for a in self.alarms.listed()])
+
+    def nospace(self) -> str:
+        """Why this member wants a NOSPACE alarm now, or "" (kv/server/alarm_watch.py)."""
+        short = self._node.short_of_space()
+        if short is not None:
+            return short
+        storage = self._node.config.storage
+        quota = storage.quota_backend_bytes or storage.state_max_bytes
+        in_use = self._fsm.in_use_bytes()
+        if in_use >= quota:
+            return (f"node {self._node.id}: its state uses {in_use} bytes, over the quota of {quota} "
+                    "(--quota-backend-bytes)")
+        return ""
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
+                  user: str | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
+        with _INVALID_ARGUMENT:
+            validate_key(request.key, self._limits.max_key_bytes)
+        if user is not None:
+            self.check_read(user, permission_range(request.key, b""))
+        return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
+
+    async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
+                  user: str | None = None) -> kv_pb2.GetResponse:
+        return await self.begin_get(request, timeout, user)
+
+    def check_read(self, user: str, span: KeyRange) -> None:
+        """PermissionDeniedError unless `user` may read every key of `span` (auth on)."""
+        if not self.auth.view.may_read(user, span):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
+
+    def check_root(self, user: str | None) -> None:
+        """PermissionDeniedError unless auth is off (`user` None) or `user` has the root role."""
+        if user is not None and not self.auth.view.is_root(user):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
+
+    def _read(self, key: bytes) -> kv_pb2.GetResponse:
+        index = self._node.applied_index  # read after the barrier: the value is at least this fresh
+        try:
+            value = self._fsm.get(key)
+        except CorruptStateError as e:
+            raise self._refused_as_corrupt(e) from None
+        return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
+
+    def _refused_as_corrupt(self, e: CorruptStateError) -> errors.UnavailableError:
+        """A value that fails its checksum is never served: the member raises its alarm and stops
+        serving, and the read is refused as UNAVAILABLE (a client goes to another member). (A
+        try/except, not a context manager: a get is on the hot path.)"""
+        return errors.UnavailableError(self._alarm.raise_(str(e)))
+
+    async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None,
+                   user: str | None = None) -> kv_pb2.ScanResponse:
+        if request.prefix and (request.start or request.end):
+            raise errors.InvalidArgumentError("give either prefix or start/end, not both")
+        if user is not None:
+            self.check_read(user, prefix_range(request.prefix) if request.prefix
+                            else (request.start, request.end or None))
+        limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
+        await self._begin_barrier(request.consistency, timeout, lambda _: None)
+        index = self._node.applied_index
+        try:
+            with _INVALID_ARGUMENT:
+                if request.prefix:
+                    items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit,
+                                                          SCAN_PAGE_BYTES)
+                else:
+                    items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
+                                                          SCAN_PAGE_BYTES)
+        except CorruptStateError as e:
+            raise self._refused_as_corrupt(e) from None
+        return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
+
+    def _begin_barrier(self, consistency: int, timeout: float | None, then: Callable[[int], R]) -> asyncio.Future[R]:
+        level = _CONSISTENCY.get(consistency)
+        if level is None:
+            raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
+        return begin_node_call(self._node, lambda: self._node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    async def save_snapshot(self, timeout: float | None = None, user: str | None = None) -> SnapshotInfo:
+        """A snapshot holding everything committed before this call (linearizable: confirmed by a
+        ReadIndex round on the leader), taken now if the newest one is older. Root only (auth on)."""
+        self.check_root(user)
+        index = await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+        return await node_call(self._node, lambda: self._node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    def status(self) -> kv_pb2.StatusResponse:
+        s = self._node.status()
+        return kv_pb2.StatusResponse(
+            id=s["id"], role=s["role"], term=s["term"], leader=s["leader"] or "",
+            commit_index=s["commit_index"], applied_index=s["applied_index"], snapshot_index=s["snapshot_index"],
+            peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
+            leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
+            state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
+            log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
+            disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks(),
+            max_request_bytes=self._node.config.limits.max_request_bytes, nospace=self.nospace(),
+            alarms=[a.to_proto() for a in self.alarms.listed()],
+            unhealthy=member_health(self._node, self.alarms).reason)
+
+
+def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
+    """A write's outcome, or the refusal it stands for."""
+    if outcome.other_user:
+        raise errors.PermissionDeniedError(
+            f"{PERMISSION_DENIED}: client session {header.client_id!r} belongs to another user")
+    if outcome.result.refusal_kind:  # refused at apply (a permission revoked meanwhile, ...)
+        raise errors.of_kind(outcome.result.refusal_kind, outcome.result.refusal)
+    if outcome.unknown_session:
+        raise errors.UnknownSessionError(
+            f"client id {header.client_id!r} names no client session this cluster keeps (never registered, "
+            "expired, or a wrong secret); this write was not applied: register again (RegisterClient)")
+    if outcome.expired:
+        raise errors.InvalidArgumentError(
+            f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
+            "whether it was applied is unknown (use a fresh sequence number)")
+    if outcome.error is not None:
+        raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
+    return outcome
+
+
+def kv_error(node: RaftNode, e: BaseException) -> BaseException:
+    """The client API's error (kv.errors) for one the node raised: NOT_LEADER with the leader's
+    address, QUEUE_FULL, DISK_FULL, UNAVAILABLE; any other exception as it is."""
+    if isinstance(e, node_errors.NotLeaderError):
+        return errors.NotLeaderError(e.leader, node.transport.client_address(e.leader) if e.leader else None)
+    if isinstance(e, node_errors.QueueFullError):
+        return errors.QueueFullError(str(e))
+    if isinstance(e, node_errors.DiskFullError):
+        return errors.DiskFullError(str(e))
+    if isinstance(e, node_errors.NodeStoppedError):
+        return errors.UnavailableError(str(e))
+    return e
+
+
+def begin_node_call(node: RaftNode, start: Callable[[], asyncio.Future[T]], timeout: float | None,
+                    timeout_message: str, then: Callable[[T], R]) -> asyncio.Future[R]:
+    """Start a node operation (`start` returns its future); a future of `then(its result)`,
+    failed with TimeoutError after `timeout` (`timeout_message` formatted with it) and with the
+    client API's errors (`kv_error`) for the node's. Errors the start raises are raised here."""
+    try:
+        started = start()
+    except (node_errors.NodeError, node_errors.NotLeaderError) as e:
+        raise kv_error(node, e) from None
+    loop = asyncio.get_running_loop()
+    out: asyncio.Future[R] = loop.create_future()
+    if timeout is not None:
+        timer = loop.call_later(timeout, _expire, out, timeout_message.format(timeout))
+        # However `out` ends (settled, timed out, or cancelled by a caller that gave up), the
+        # timer goes with it.
+        out.add_done_callback(lambda _: timer.cancel())
+    started.add_done_callback(functools.partial(_settle, node, out, then))
+    return out
+
+
+def _expire(out: asyncio.Future[Any], message: str) -> None:
+    if not out.done():
+        out.set_exception(errors.TimeoutError(message))
+
+
+def _settle(node: RaftNode, out: asyncio.Future[R], then: Callable[[T], R], started: asyncio.Future[T]) -> None:
+    if out.done():  # timed out, or its caller gave up
+        return
+    if started.cancelled():
+        out.cancel()
+        return
+    error = started.exception()
+    if error is not None:
+        out.set_exception(kv_error(node, error))
+        return
+    try:
+        out.set_result(then(started.result()))
+    except Exception as e:  # noqa: BLE001 - a refusal (InvalidArgumentError) or a failed read: the caller's
+        out.set_exception(e)
+
+
+async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: float | None,
+                    timeout_message: str) -> T:
+    """`begin_node_call` for any awaitable (a coroutine runs as a task), awaited."""
+    return await begin_node_call(node, lambda: asyncio.ensure_future(start()), timeout, timeout_message,
+                                 lambda result: result)
+
+
+class _InvalidArgument:
+    """`with _INVALID_ARGUMENT:` turns the state machine's InvalidCommandError into kv.errors'
+    InvalidArgumentError. A class rather than @contextmanager: it wraps every request's checks,
+    and a generator per use cost more than the checks."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc_type is not None and issubclass(exc_type, InvalidCommandError):
+            raise errors.InvalidArgumentError(str(exc)) from None
+        return False
+
+
+_INVALID_ARGUMENT = _InvalidArgument()
