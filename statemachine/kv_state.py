@@ -38,12 +38,11 @@ take a snapshot) before the log is compacted past `applied_index`.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -67,6 +66,7 @@ from statemachine.client_sessions import (
 from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.read_view import ReadView, take_page, unsealed_range
 from statemachine.value_checksum import seal, unseal
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,6 @@ _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME)
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
-_U16 = struct.Struct(">H")
 _APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
 
 
@@ -237,7 +236,7 @@ class KVStateMachine:
                 "writes resume by themselves once space is freed.") from exc
         self._applied = (last.index, last.term)
         if outcomes[-1] is not None and outcomes[-1].state_check:
-            self._state_checks.append(ReadView(self))
+            self._state_checks.append(self.read_view())
         return outcomes
 
     def take_state_checks(self) -> list[ReadView]:
@@ -275,7 +274,7 @@ class KVStateMachine:
         if len(start) > LMDB_MAX_KEY_BYTES:
             raise InvalidCommandError(f"scan start is {len(start)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
         with self._env.begin(db=self._data) as txn:
-            return _take(_range(txn.cursor(), start, end or None), limit, max_bytes)
+            return take_page(unsealed_range(txn.cursor(), start, end or None), limit, max_bytes)
 
     def scan_prefix(self, prefix: bytes, limit: int = 1000,
                     max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
@@ -316,8 +315,11 @@ class KVStateMachine:
         return pages * int(stats[-1]["psize"])
 
     def read_view(self) -> ReadView:
-        """Pin the current applied state in one read transaction (for point-in-time exports)."""
-        return ReadView(self)
+        """Pin the current applied state in one read transaction (point-in-time exports, state
+        checks); close it when done."""
+        txn = self._env.begin()
+        raw = txn.get(_APPLIED_KEY, db=self._meta)
+        return ReadView(txn, self._data, self._auth_db, _APPLIED.unpack(raw) if raw is not None else (0, 0))
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
         """Write a packed copy of the whole state (data, sessions, applied index) to
@@ -358,60 +360,6 @@ def _append_all(source: lmdb.Transaction, source_db: lmdb._Database, copy: lmdb.
                 _, added = txn.cursor(copy_db).putmulti(itertools.islice(items, _COPY_CHUNK), append=True)
             if added < _COPY_CHUNK:
                 return
-
-
-class ReadView:
-    """One LMDB read transaction of the state machine, pinned: every read through it sees the
-    state exactly as of `index`, however far `apply` moves on. While it is open LMDB cannot reuse
-    the pages it sees, so the file grows under writes: close it promptly. py-lmdb transactions
-    may move between threads but must not be used by two at once; the caller serialises."""
-
-    def __init__(self, machine: KVStateMachine) -> None:
-        self._txn = machine._env.begin()
-        self._data = machine._data
-        self._auth_db = machine._auth_db
-        raw = self._txn.get(_APPLIED_KEY, db=machine._meta)
-        self.index, self.term = _APPLIED.unpack(raw) if raw is not None else (0, 0)
-        self.closed = False
-
-    def scan(self, start: bytes, end: bytes | None, limit: int,
-             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """Like KVStateMachine.scan, at this view's index."""
-        return _take(_range(self._txn.cursor(db=self._data), start, end or None), limit, max_bytes)
-
-    def keys(self, start: bytes, end: bytes | None) -> Iterator[bytes]:
-        """Keys in [start, end) in order, without copying values (for split points)."""
-        cursor = self._txn.cursor(db=self._data)
-        if not (cursor.set_range(start) if start else cursor.first()):
-            return
-        for key in cursor.iternext(keys=True, values=False):
-            if end and key >= end:
-                return
-            yield key
-
-    def count(self) -> int:
-        return int(self._txn.stat(self._data)["entries"])
-
-    def state_hash(self) -> str:
-        """Hex sha256 over every (key, value) in key order, each length-prefixed so different
-        contents never hash alike: equal on members that applied the same entries. Raises
-        CorruptStateError for a value that fails its checksum."""
-        digest = hashlib.sha256()
-        for key, record in self._txn.cursor(db=self._data).iternext():
-            value = unseal(key, record)
-            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
-            digest.update(value)
-        # The auth tables too, marked off from the data, so members that disagree on users or
-        # permissions are caught as those that disagree on keys.
-        digest.update(b"\xffauth")
-        for key, value in self._txn.cursor(db=self._auth_db).iternext():
-            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)) + value)
-        return digest.hexdigest()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._txn.abort()
 
 
 class _Batch:
@@ -534,31 +482,3 @@ class _Batch:
         for new_key, record in landing_inside:
             self.txn.put(new_key, record, db=self.data_db)
         return moved
-
-
-def _range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) in [start, end), values checked against their checksums."""
-    found = cursor.set_range(start) if start else cursor.first()
-    while found:
-        key = cursor.key()
-        if end is not None and key >= end:
-            return
-        yield key, unseal(key, cursor.value())
-        found = cursor.next()
-
-
-def _take(items: Iterator[tuple[bytes, bytes]], limit: int,
-          max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
-    """Up to `limit` items and, with `max_bytes`, keys and values of at most that many bytes
-    (at least one item, however large); (page, whether items were left)."""
-    page: list[tuple[bytes, bytes]] = []
-    taken = 0
-    for item in items:
-        if len(page) == limit:
-            return page, True
-        if max_bytes is not None:
-            taken += len(item[0]) + len(item[1])
-            if taken > max_bytes and page:
-                return page, True
-        page.append(item)
-    return page, False

@@ -8,22 +8,19 @@ sequence number, so that a retry is applied at most once.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 from tenacity import Retrying, retry_if_exception
 
 from kv.client.auth_admin import AuthAdmin
+from kv.client.maintenance import Maintenance
 from kv.client.credentials import Credentials
 from kv.errors import (
     FailedPreconditionError,
@@ -38,7 +35,6 @@ from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
-from kv.client.status import alarm_dicts, status_dict
 from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
@@ -113,7 +109,7 @@ class _Session:
             self.client_id = None
 
 
-class Client(AuthAdmin):
+class Client(AuthAdmin, Maintenance):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
@@ -223,88 +219,6 @@ class Client(AuthAdmin):
 
     def _apply(self, request: kv_pb2.BatchRequest) -> list[bool]:
         return list(self._write(lambda stub: stub.Batch, request).existed)
-
-    # ---- alarms ------------------------------------------------------------------------------
-
-    def alarm_list(self) -> list[dict[str, str]]:
-        """The raised alarms, as etcdctl's `alarm list`: [{"member_id": "n2", "alarm": "NOSPACE"}, ...]."""
-        return alarm_dicts(self._call(lambda stub: stub.Alarm, kv_pb2.AlarmRequest()).alarms)
-
-    def alarm_disarm(self, member_id: str = "", alarm: str = "") -> list[dict[str, str]]:
-        """Clear `member_id`'s `alarm` ("NOSPACE", "CORRUPT"), through the log; with neither,
-        every alarm (etcdctl's `alarm disarm`). Returns the alarms still raised after it (one
-        whose cause lasts is raised again within a second). Root only while auth is on."""
-        request = kv_pb2.AlarmRequest(action=kv_pb2.AlarmRequest.DEACTIVATE, member_id=member_id,
-                                      alarm=kv_pb2.AlarmType.Value(alarm) if alarm else kv_pb2.NONE)
-        return alarm_dicts(self._call(lambda stub: stub.Alarm, request).alarms)
-
-    def status(self) -> list[dict[str, Any]]:
-        """One dict per configured endpoint (asked in parallel); an endpoint that does not answer
-        gives {"address": ..., "error": ...}."""
-        futures = [(address, self._stub(address).Status.future(kv_pb2.StatusRequest(), timeout=self.timeout,
-                                                               metadata=self._credentials.metadata))
-                   for address in self.endpoints]
-        return [_status_dict(address, future, self.tls) for address, future in futures]
-
-    # ---- snapshots ---------------------------------------------------------------------------
-
-    def save_snapshot(self, path: str | os.PathLike[str], timeout: float = 600.0,
-                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-        """Stream a consistent snapshot from the leader (taken after a ReadIndex round: it holds
-        every write acknowledged before this call) into `path`, verified by size and sha256
-        before it is renamed into place. `progress(received, total)` is called per chunk.
-        Returns the manifest as a dict."""
-        destination = Path(path)
-        if not destination.parent.is_dir():  # a typo in the path should not become a new directory
-            raise FileNotFoundError(f"{destination.parent} is not a directory: create it first, or save elsewhere")
-        self._log_in_once(time.monotonic() + timeout)
-        target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
-        for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
-            try:
-                return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
-            except grpc.RpcError as rpc_error:
-                last_error = self._hinted(from_rpc_error(rpc_error))
-                if not last_error.retryable or time.monotonic() >= deadline:
-                    raise last_error from None
-                hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
-                target = hint or self._next_endpoint(target)
-        raise last_error or UnavailableError("no node could stream a snapshot")
-
-    def _save_snapshot_from(self, address: str, destination: Path, timeout: float,
-                            progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-        # The operator's snapshot methods use the snapshot and server packages (installed with
-        # raftkv), imported here so that the client's data path imports only the protocol.
-        from snapshot.transfer import SnapshotReceiver
-
-        chunks = self._stub(address).SaveSnapshot(kv_pb2.SaveSnapshotRequest(), timeout=max(timeout, MIN_ATTEMPT_S),
-                                                  metadata=self._credentials.metadata)
-        with SnapshotReceiver(destination.parent, source=f"snapshot from {address}") as receiver:
-            first = None
-            for chunk in chunks:
-                first = first or chunk
-                receiver.feed(chunk.offset, chunk.data)
-                if progress is not None:
-                    progress(receiver.received, first.total_size)
-                if chunk.done:
-                    verified = receiver.finish(first.total_size, first.sha256)
-                    os.replace(verified, destination)
-                    return json.loads(first.manifest_json)
-        raise UnavailableError(f"the snapshot stream from {address} ended before its last chunk")
-
-    @staticmethod
-    def inspect_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The manifest, key count and checksum verdict of a snapshot file."""
-        from snapshot.inspection import inspect
-        return inspect(path)
-
-    @staticmethod
-    def restore_snapshot(path: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str = "n1",
-                         peers: Mapping[str, str] | None = None, cluster_id: str | None = None) -> str:
-        """Prepare `data_dir` so that `raftkv serve --data-dir data_dir ...` starts a new cluster
-        holding the snapshot's data; returns the new cluster's id (pass the same --cluster-id to
-        every member restored for a multi-node cluster)."""
-        from kv.server.restore import restore
-        return restore(path, data_dir, node_id, dict(peers or {node_id: "127.0.0.1:7001"}), cluster_id)
 
     # ---- routing and retries ---------------------------------------------------------------
 
@@ -603,11 +517,3 @@ def consistency_level(name: str) -> int:
         return CONSISTENCY[name.lower()]
     except (KeyError, AttributeError):
         raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY)}, not {name!r}") from None
-
-
-def _status_dict(address: str, future: Future, tls: TLS | None) -> dict[str, Any]:
-    try:
-        return status_dict(future.result(), address)
-    except grpc.RpcError as rpc_error:
-        return {"address": address, "error": with_hint(str(from_rpc_error(rpc_error)), tls)}
-

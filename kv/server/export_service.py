@@ -1,6 +1,6 @@
 """Point-in-time live export on a node (proto/export.proto): BeginExport confirms leadership and an
 index with one ReadIndex round, then pins ONE LMDB read transaction of the state machine
-(statemachine.kv_state.ReadView); every ReadExport of that export, from any number of readers,
+(statemachine.read_view.ReadView); every ReadExport of that export, from any number of readers,
 sees exactly that state while writes go on. EndExport releases it.
 
 A pinned read transaction stops LMDB from reusing the pages it sees, so the state file grows while
@@ -32,7 +32,8 @@ from raft.node.node import RaftNode
 from raftkv_proto.key_ranges import prefix_end
 from statemachine.auth_state import PERMISSION_DENIED, AuthHolder
 from statemachine.commands import LMDB_MAX_KEY_BYTES
-from statemachine.kv_state import KVStateMachine, ReadView
+from statemachine.kv_state import KVStateMachine
+from statemachine.read_view import ReadView
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 
 from kv import errors
@@ -37,9 +37,6 @@ from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
 from statemachine.alarms import NO_SPACE, encode_alarm
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -29,9 +29,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 # out a data directory with the server's restore; they import them when called, so the client's
 # data path imports only the protocol.
 EXCEPTIONS = {
-    ("kv.client.client", "snapshot.transfer"),
-    ("kv.client.client", "snapshot.inspection"),
-    ("kv.client.client", "kv.server.restore"),
+    ("kv.client.maintenance", "snapshot.transfer"),
+    ("kv.client.maintenance", "snapshot.inspection"),
+    ("kv.client.maintenance", "kv.server.restore"),
 }
 
 

@@ -1,0 +1,98 @@
+"""ReadView: the state machine as of one applied index, pinned in an LMDB read transaction (live
+exports for Spark, the cross-member state check), and the range reads it shares with
+KVStateMachine: values checked against their checksums, pages bounded by count and bytes."""
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterator
+
+import lmdb
+
+from statemachine.value_checksum import unseal
+
+_U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+
+
+class ReadView:
+    """One LMDB read transaction of the state machine, pinned: every read through it sees the
+    state exactly as of `index`, however far `apply` moves on. While it is open LMDB cannot reuse
+    the pages it sees, so the file grows under writes: close it promptly. py-lmdb transactions
+    may move between threads but must not be used by two at once; the caller serialises.
+    KVStateMachine.read_view() makes one."""
+
+    def __init__(self, txn: lmdb.Transaction, data: lmdb._Database, auth: lmdb._Database,
+                 applied: tuple[int, int]) -> None:
+        self._txn = txn
+        self._data = data
+        self._auth_db = auth
+        self.index, self.term = applied
+        self.closed = False
+
+    def scan(self, start: bytes, end: bytes | None, limit: int,
+             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Like KVStateMachine.scan, at this view's index."""
+        return take_page(unsealed_range(self._txn.cursor(db=self._data), start, end or None), limit, max_bytes)
+
+    def keys(self, start: bytes, end: bytes | None) -> Iterator[bytes]:
+        """Keys in [start, end) in order, without copying values (for split points)."""
+        cursor = self._txn.cursor(db=self._data)
+        if not (cursor.set_range(start) if start else cursor.first()):
+            return
+        for key in cursor.iternext(keys=True, values=False):
+            if end and key >= end:
+                return
+            yield key
+
+    def count(self) -> int:
+        return int(self._txn.stat(self._data)["entries"])
+
+    def state_hash(self) -> str:
+        """Hex sha256 over every (key, value) in key order, each length-prefixed so different
+        contents never hash alike: equal on members that applied the same entries. Raises
+        CorruptStateError for a value that fails its checksum."""
+        digest = hashlib.sha256()
+        for key, record in self._txn.cursor(db=self._data).iternext():
+            value = unseal(key, record)
+            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
+            digest.update(value)
+        # The auth tables too, marked off from the data, so members that disagree on users or
+        # permissions are caught as those that disagree on keys.
+        digest.update(b"\xffauth")
+        for key, value in self._txn.cursor(db=self._auth_db).iternext():
+            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)) + value)
+        return digest.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._txn.abort()
+
+
+def unsealed_range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) in [start, end), values checked against their checksums."""
+    found = cursor.set_range(start) if start else cursor.first()
+    while found:
+        key = cursor.key()
+        if end is not None and key >= end:
+            return
+        yield key, unseal(key, cursor.value())
+        found = cursor.next()
+
+
+def take_page(items: Iterator[tuple[bytes, bytes]], limit: int,
+              max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """Up to `limit` items and, with `max_bytes`, keys and values of at most that many bytes
+    (at least one item, however large); (page, whether items were left)."""
+    page: list[tuple[bytes, bytes]] = []
+    taken = 0
+    for item in items:
+        if len(page) == limit:
+            return page, True
+        if max_bytes is not None:
+            taken += len(item[0]) + len(item[1])
+            if taken > max_bytes and page:
+                return page, True
+        page.append(item)
+    return page, False
