@@ -188,16 +188,17 @@ class PeerStatuses:
             return None
 
     def _log_failure(self, peer: str, address: str, details: str) -> None:
-        """A peer that is down is the state check's everyday case (debug); a TLS handshake that
-        fails is a configuration to fix, without which no state is compared: a warning, once per
-        address, since it repeats every round."""
+        """A peer that is down is the everyday case of the state check and the alarm watch, which
+        share these calls (debug); a TLS handshake that fails is a configuration to fix, without
+        which no state is compared and no peer's alarm seen: a warning, once per address, since it
+        repeats every round."""
         text = details.lower()
         if ("handshake" in text or "hostname verification" in text) and address not in self._tls_failures_logged:
             self._tls_failures_logged.add(address)
-            log.warning("state check: cannot reach %s's client port %s over TLS: %s (the members dial each other's "
+            log.warning("peer status: cannot reach %s's client port %s over TLS: %s (the members dial each other's "
                         "client ports with their --cert-file; docs/security.md)", peer, address, details)
             return
-        log.debug("state check: no status from %s at %s: %s", peer, address, details)
+        log.debug("peer status: no status from %s at %s: %s", peer, address, details)
 
     async def close(self) -> None:
         for channel in self._channels.values():
