@@ -1,6 +1,7 @@
 """A local three-member etcd cluster (Debian's etcd-server, as shipped: fsync on, default timing)
 and a Python gRPC client of it built like kv.Client: same grpc channel options, same tenacity
-backoff, per-call deadline over all retries. Only the subset of etcd's API in proto/raftkv_proto/etcd_kv.proto."""
+backoff, per-call deadline over all retries. It speaks etcd 3.4's own API (proto/raftkv_proto/etcd_rpc.proto,
+package etcdserverpb) and uses KV.Put, KV.Range, KV.Txn (puts only, no compares) and Maintenance.Status."""
 from __future__ import annotations
 
 import shutil
@@ -18,8 +19,8 @@ from kv.tools.cluster_up import free_ports
 from kv.tools.bench.systems import LINEARIZABLE, STALE
 from kv.client.client import CHANNEL_OPTIONS
 from kv.client.retries import BACKOFF_BASE_S, BACKOFF_MAX_S
-from raftkv_proto import etcd_kv_pb2 as pb
-from raftkv_proto import etcd_kv_pb2_grpc as pb_grpc
+from raftkv_proto import etcd_rpc_pb2 as pb
+from raftkv_proto import etcd_rpc_pb2_grpc as pb_grpc
 
 ETCD_BINARY = "etcd"
 INSTALL_HINT = "etcd is not installed; for the comparison run: sudo apt-get update && sudo apt-get install -y etcd-server"
@@ -64,7 +65,7 @@ class EtcdTarget:
 
     def bulk_put(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         ops = [pb.RequestOp(request_put=pb.PutRequest(key=k, value=v)) for k, v in pairs]
-        request = pb.TxnRequest(success=ops)
+        request = pb.TxnRequest(success=ops)  # no compares: the success branch always runs
         self._call(lambda stub, t: stub.Txn(request, timeout=t))
 
     def close(self) -> None:
