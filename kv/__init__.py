@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kv.client.client import Client
+    from kv.client.revisions import KeyValue, TxnResult
     from kv.client.tls import TLS
     from kv.errors import (
         DiskFullError,
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
         PermissionDeniedError,
         QueueFullError,
         RaftKVError,
+        RevisionError,
         TimeoutError,
         UnauthenticatedError,
         UnavailableError,
@@ -35,6 +37,9 @@ _HOMES = {
     "NotLeaderError": "kv.errors",
     "QueueFullError": "kv.errors",
     "RaftKVError": "kv.errors",
+    "RevisionError": "kv.errors",
+    "KeyValue": "kv.client.revisions",
+    "TxnResult": "kv.client.revisions",
     "TimeoutError": "kv.errors",
     "UnavailableError": "kv.errors",
     "WrongClusterError": "kv.errors",

@@ -123,11 +123,20 @@ class FailedPreconditionError(RaftKVError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class RevisionError(RaftKVError):
+    """A read or compaction at a revision the store cannot serve: below the compacted revision
+    ("required revision has been compacted") or above the store's ("is a future revision"), with
+    etcd's message."""
+
+    kind = "OUT_OF_RANGE"
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
                 WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError,
-                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError)
+                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, RevisionError)
 }
 
 
@@ -172,6 +181,8 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
         return PermissionDeniedError(details)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return UnauthenticatedError(details)
+    if code == grpc.StatusCode.OUT_OF_RANGE:
+        return RevisionError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if OVERSIZED_MARK in details.lower():
             # gRPC refused the message itself: no retry can make it fit.

@@ -179,6 +179,17 @@ class AuthView:
             return False
         return rights.root or all(_covers(rights.write, span) for span in spans)
 
+    def spans_refusal(self, user: str, reads: Iterable[tuple[bytes, bytes]],
+                      writes: Iterable[tuple[bytes, bytes]]) -> AuthRefusal | None:
+        """Why `user` may not read and write these (key, range_end) pairs now (an etcd
+        transaction's: statemachine/etcd_txn.txn_spans); None when it may."""
+        if not user:
+            return AuthRefusal(KIND_PERMISSION_DENIED, USER_EMPTY)
+        if not all(self.may_read(user, permission_range(*span)) for span in reads) or \
+                not self.may_write(user, (permission_range(*span) for span in writes)):
+            return AuthRefusal(KIND_PERMISSION_DENIED, PERMISSION_DENIED)
+        return None
+
     def write_refusal(self, user: str, ops: Sequence[kv_pb2.Op]) -> AuthRefusal | None:
         """Why `user` may not apply `ops` now; None when it may."""
         if not user:

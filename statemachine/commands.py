@@ -52,13 +52,26 @@ def delete_op(key: bytes) -> kv_pb2.Op:
 def encode_command(ops: Iterable[kv_pb2.Op], client_id: str = "", seq: int = 0, user: str | None = None) -> bytes:
     """The entry payload for `ops`. An empty client_id means "no exactly-once tracking"; `user`
     (auth on) is who makes the write, checked again at apply."""
-    command = kv_pb2.Command(ops=ops)
+    return _signed(kv_pb2.Command(ops=ops), client_id, seq, user)
+
+
+def _signed(command: kv_pb2.Command, client_id: str, seq: int, user: str | None) -> bytes:
     if user:
         command.user = user
     if client_id:
         command.header.client_id = client_id
         command.header.seq = seq
     return command.SerializeToString()
+
+
+def encode_etcd_txn(request: bytes, user: str | None = None, client_id: str = "", seq: int = 0) -> bytes:
+    """The entry payload of an etcd write: `request` a serialized etcdserverpb.TxnRequest."""
+    return _signed(kv_pb2.Command(etcd_txn=request), client_id, seq, user)
+
+
+def encode_compaction(revision: int, user: str | None = None) -> bytes:
+    """The entry payload of etcd's Compact at `revision`."""
+    return kv_pb2.Command(compact=revision, user=user or "").SerializeToString()
 
 
 def check_state_command() -> bytes:
@@ -104,8 +117,15 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
     validate_header(command.header)
     if command.check_state:
         if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth") \
-                or command.HasField("alarm"):
+                or command.HasField("alarm") or command.etcd_txn or command.compact:
             raise InvalidCommandError("a state check marker carries nothing else")
+        return command
+    if command.etcd_txn or command.compact:
+        if command.ops or command.HasField("registration") or command.HasField("auth") or command.HasField("alarm") \
+                or (command.etcd_txn and command.compact):
+            raise InvalidCommandError("an etcd request carries nothing else")
+        if command.compact and command.HasField("header"):
+            raise InvalidCommandError("a compaction carries no write header")
         return command
     if command.HasField("alarm"):
         if command.ops or command.HasField("header") or command.HasField("registration") or command.user \

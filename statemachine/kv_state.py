@@ -1,11 +1,15 @@
 """The key-value state machine: committed log entries applied into an LMDB environment.
 
-One LMDB environment (a directory) holds six named databases:
+One LMDB environment (a directory) holds these named databases:
 
-- ``data``            user key -> value, stored with a checksum (statemachine/value_checksum.py)
+- ``data``            user key -> its live version: revisions and value, with a checksum
+                      (statemachine/key_record.py, statemachine/value_checksum.py)
+- ``history``, ``history_index``: the versions that later changes replaced or deleted, so a read
+                      at a past revision sees that revision's store (statemachine/mvcc.py)
 - ``sessions``, ``session_results``, ``session_expiry``: the client sessions that apply each
                       write exactly once (statemachine/client_sessions.py: rules, key layouts)
-- ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version
+- ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version;
+                      b"revision", b"compacted" -> the store's revision and the compacted one
 - ``auth``            users, roles, permissions and whether auth is on (statemachine/auth_state.py):
                       never among the user's keys, but in every copy, snapshot and state hash
 - ``alarms``          the raised alarms, NOSPACE and CORRUPT by member (statemachine/alarms.py):
@@ -38,22 +42,24 @@ take a snapshot) before the log is compacted past `applied_index`.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import lmdb
+from google.protobuf.message import DecodeError
 
-from raftkv_proto import kv_pb2
+from raftkv_proto import etcd_rpc_pb2, kv_pb2
 from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
 from statemachine.alarms import ALARMS_DB_NAME, Alarm, AlarmHolder, apply_alarm, load_alarms
-from statemachine.auth_state import AUTH_DB_NAME, AuthHolder, AuthRefusal, AuthView, apply_auth, load_view
+from statemachine.auth_state import AUTH_DB_NAME, PERMISSION_DENIED, AuthHolder, AuthRefusal, AuthView, apply_auth, load_view
 from statemachine.client_sessions import (
     MAX_SESSIONS,
     SESSION_DB_NAMES,
@@ -66,16 +72,32 @@ from statemachine.client_sessions import (
 from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.etcd_txn import EtcdRefusal, apply_txn, read_range, refusal_of, txn_spans
+from statemachine.key_record import KeyVersion, stored_value
+from statemachine.mvcc import (
+    HISTORY_DB_NAME,
+    HISTORY_INDEX_DB_NAME,
+    MvccTables,
+    RevisionWriter,
+    check_revision,
+    compacted_revision,
+    history_hash,
+    range_at,
+    store_revision,
+    version_at,
+)
 from statemachine.read_view import ReadView, take_page, unsealed_range
-from statemachine.value_checksum import seal, unseal
 
 log = logging.getLogger(__name__)
 
 # 2: values stored with a checksum; session tables keyed by registration index.
-FORMAT_VERSION = 2
+# 3: revisions (MVCC): each value stored with its key's revisions, superseded versions in history.
+FORMAT_VERSION = 3
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
-_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME)
+_DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, HISTORY_DB_NAME,
+             HISTORY_INDEX_DB_NAME)
+_DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME})
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -136,8 +158,10 @@ class KVStateMachine:
             str(self.path), map_size=map_size, subdir=True, max_dbs=len(_DB_NAMES), max_readers=max_readers,
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
-        self._dbs = {name: self._env.open_db(name) for name in _DB_NAMES}
-        self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db = self._dbs.values()
+        self._dbs = {name: self._env.open_db(name, dupsort=name in _DUPSORT_DB_NAMES) for name in _DB_NAMES}
+        (self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db, history,
+         history_index) = self._dbs.values()
+        self._mvcc = MvccTables(self._data, history, history_index, self._meta)
         self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
         # Shared with the client service, which checks requests against it (auth_state.AuthHolder).
@@ -261,7 +285,51 @@ class KVStateMachine:
             return None  # no such key can exist; the client service reports why before reading
         with self._env.begin(db=self._data) as txn:
             record = txn.get(key)
-        return None if record is None else unseal(key, record)
+        return None if record is None else stored_value(key, record)
+
+    def get_version(self, key: bytes, revision: int = 0) -> KeyVersion | None:
+        """`key` with its revisions, as of `revision` (0: the newest). Raises mvcc.CompactedError
+        or mvcc.FutureRevisionError for a revision no read can be served at."""
+        if not key or len(key) > LMDB_MAX_KEY_BYTES:
+            return None
+        with self._env.begin() as txn:
+            check_revision(txn, self._mvcc, revision)
+            return version_at(txn, self._mvcc, key, revision)
+
+    def versions(self, start: bytes, end: bytes | None, revision: int = 0) -> tuple[int, list[KeyVersion]]:
+        """(store revision, every key version in [start, end) as of `revision`), from one read
+        transaction; for the etcd face's Range, which counts, sorts and filters them."""
+        with self._env.begin() as txn:
+            check_revision(txn, self._mvcc, revision)
+            return store_revision(txn, self._mvcc), list(range_at(txn, self._mvcc, start, end or None, revision))
+
+    def etcd_range(self, request: etcd_rpc_pb2.RangeRequest) -> etcd_rpc_pb2.RangeResponse:
+        """etcd's Range from one read transaction (statemachine/etcd_txn.py): the header carries
+        only the revision. Raises EtcdRefusal for a compacted or future revision."""
+        with self._env.begin() as txn:
+            return read_range(txn, self._mvcc, request)
+
+    def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
+        """etcd's HashKV: (CRC-32 of every key version and tombstone at or below `revision`, the
+        store's revision, the compacted revision), equal on members that applied the same entries."""
+        with self._env.begin() as txn:
+            try:
+                check_revision(txn, self._mvcc, revision)
+            except LookupError as exc:
+                raise refusal_of(exc) from None
+            return (history_hash(txn, self._mvcc, revision), store_revision(txn, self._mvcc),
+                    compacted_revision(txn, self._mvcc))
+
+    @property
+    def revision(self) -> int:
+        """The store's revision: 1 when empty, up by one per command that changed something."""
+        with self._env.begin() as txn:
+            return store_revision(txn, self._mvcc)
+
+    @property
+    def compacted_revision(self) -> int:
+        with self._env.begin() as txn:
+            return compacted_revision(txn, self._mvcc)
 
     def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000,
              max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
@@ -319,7 +387,7 @@ class KVStateMachine:
         checks); close it when done."""
         txn = self._env.begin()
         raw = txn.get(_APPLIED_KEY, db=self._meta)
-        return ReadView(txn, self._data, self._auth_db, _APPLIED.unpack(raw) if raw is not None else (0, 0))
+        return ReadView(txn, self._mvcc, self._auth_db, _APPLIED.unpack(raw) if raw is not None else (0, 0))
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
         """Write a packed copy of the whole state (data, sessions, applied index) to
@@ -340,7 +408,8 @@ class KVStateMachine:
                              sync=False, metasync=False, lock=False)
             try:
                 for name, db in self._dbs.items():
-                    _append_all(txn, db, copy, copy.open_db(name))
+                    dupsort = name in _DUPSORT_DB_NAMES
+                    _append_all(txn, db, copy, copy.open_db(name, dupsort=dupsort), dupsort)
             finally:
                 copy.close()
         return _APPLIED.unpack(raw) if raw is not None else (0, 0)
@@ -351,13 +420,15 @@ _COPY_CHUNK = 65_536
 
 
 def _append_all(source: lmdb.Transaction, source_db: lmdb._Database, copy: lmdb.Environment,
-                copy_db: lmdb._Database) -> None:
-    """Every (key, value) of source_db, in key order, appended to copy_db (which is empty)."""
+                copy_db: lmdb._Database, dupsort: bool = False) -> None:
+    """Every (key, value) of source_db, in key order, appended to copy_db (which is empty). LMDB's
+    append flag takes no second value of a key, so a dupsort table is copied by plain inserts."""
     with source.cursor(source_db) as cursor:
         items = cursor.iternext(keys=True, values=True)
         while True:
             with copy.begin(write=True) as txn:
-                _, added = txn.cursor(copy_db).putmulti(itertools.islice(items, _COPY_CHUNK), append=True)
+                _, added = txn.cursor(copy_db).putmulti(itertools.islice(items, _COPY_CHUNK), append=not dupsort,
+                                                        dupdata=dupsort)
             if added < _COPY_CHUNK:
                 return
 
@@ -367,8 +438,7 @@ class _Batch:
 
     def __init__(self, machine: KVStateMachine, txn: lmdb.Transaction) -> None:
         self.txn = txn
-        self.data_db = machine._data
-        self.data = txn.cursor(db=machine._data)
+        self.mvcc = RevisionWriter(txn, machine._mvcc)
         self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
         self.auth_db = machine._auth_db
         self.auth: AuthView = machine.auth.view  # replaced by every auth change of the batch
@@ -397,15 +467,21 @@ class _Batch:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
         # While auth is on, a write's session must be its user's; otherwise users are not checked.
         user = command.user if self.auth.enabled else None
+        if command.compact:
+            return ApplyOutcome(entry.index, self._compact(user, command.compact))
+        if command.etcd_txn:
+            write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn)
+        else:
+            write = functools.partial(self._apply_checked, user, command.ops)
         if not command.header.client_id:
-            return ApplyOutcome(entry.index, self._apply_checked(user, command.ops))
-        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, command.ops, user)
+            return ApplyOutcome(entry.index, write())
+        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, write, user)
 
-    def _apply_tracked(self, index: int, client_id: str, seq: int, ops: Sequence[kv_pb2.Op],
+    def _apply_tracked(self, index: int, client_id: str, seq: int, write: Callable[[], kv_pb2.CommandResult],
                        user: str | None) -> ApplyOutcome:
         check = self.sessions.check(client_id, seq, index, user)
         if check.verdict is Verdict.APPLY:
-            result = self._apply_checked(user, ops)
+            result = write()
             self.sessions.record(check, result)
             return ApplyOutcome(index, result)
         if check.verdict is Verdict.DUPLICATE:
@@ -422,6 +498,37 @@ class _Batch:
             return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal))
         return kv_pb2.CommandResult()
 
+    def _apply_etcd_txn(self, user: str | None, payload: bytes) -> kv_pb2.CommandResult:
+        """Apply an etcd transaction if `user` may (None: auth is off); its response in the result."""
+        request = etcd_rpc_pb2.TxnRequest()
+        try:
+            request.ParseFromString(payload)
+        except DecodeError as exc:  # deterministic on every replica, as a malformed command
+            return kv_pb2.CommandResult(refusal_kind="INVALID_ARGUMENT", refusal=f"malformed etcd transaction: {exc}",
+                                        revision=self.mvcc.revision)
+        if user is not None:
+            refusal = self.auth.spans_refusal(user, *txn_spans(request))
+            if refusal is not None:
+                return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
+        self.mvcc.begin()
+        try:
+            response = apply_txn(self.txn, self.mvcc.tables, self.mvcc, request)
+        except EtcdRefusal as refusal:  # refused before anything changed
+            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.end())
+        return kv_pb2.CommandResult(revision=self.mvcc.end(), etcd_txn_response=response.SerializeToString())
+
+    def _compact(self, user: str | None, revision: int) -> kv_pb2.CommandResult:
+        """etcd's Compact (root only while auth is on, as etcd)."""
+        if user is not None and not self.auth.is_root(user):
+            return kv_pb2.CommandResult(refusal_kind="PERMISSION_DENIED", refusal=PERMISSION_DENIED,
+                                        revision=self.mvcc.revision)
+        try:
+            self.mvcc.compact(revision)
+        except LookupError as exc:
+            refusal = refusal_of(exc)
+            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
+        return kv_pb2.CommandResult(revision=self.mvcc.revision)
+
     def _apply_checked(self, user: str | None, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
         """Apply `ops` if `user` may write them as of this entry (None: auth is off)."""
         if user is not None:
@@ -431,54 +538,27 @@ class _Batch:
         return self._apply_ops(ops)
 
     def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
+        """Apply a native write: all its changes share one revision (none when nothing changed)."""
         existed: list[bool] = []
-        data = self.data
+        mvcc = self.mvcc
+        mvcc.begin()
         for op in ops:
             if op.HasField("put"):
-                key, value = op.put.key, op.put.value
-                # NOOVERWRITE tells us in one B-tree descent whether the key was there.
-                record = seal(key, value)
-                inserted = data.put(key, record, overwrite=False)
-                if not inserted:
-                    data.put(key, record)
-                existed.append(not inserted)
+                existed.append(mvcc.put(op.put.key, op.put.value) is not None)
             elif op.HasField("delete_prefix"):
-                existed.append(self._delete_prefix(op.delete_prefix))
+                existed.append(bool(mvcc.delete_range(op.delete_prefix, prefix_end(op.delete_prefix) or None)))
             elif op.HasField("move_prefix"):
                 existed.append(self._move_prefix(op.move_prefix.source, op.move_prefix.target))
             else:
-                existed.append(self.txn.delete(op.delete, db=self.data_db))
-        return kv_pb2.CommandResult(existed=existed)
-
-    def _delete_prefix(self, prefix: bytes) -> bool:
-        """Delete every key starting with `prefix`; True when there was one."""
-        cursor = self.txn.cursor(db=self.data_db)
-        found = cursor.set_range(prefix)
-        deleted = False
-        while found and cursor.key().startswith(prefix):
-            found = cursor.delete()  # moves to the next key
-            deleted = True
-        return deleted
+                existed.append(mvcc.delete(op.delete) is not None)
+        return kv_pb2.CommandResult(existed=existed, revision=mvcc.end())
 
     def _move_prefix(self, source: bytes, target: bytes) -> bool:
         """Rename every key under `source` to `target` + rest, overwriting; True when one moved.
-        The keys renamed are those under `source` before the op: a new key that falls under
-        `source` again (when target is a prefix of source) is written only after the walk, so the
-        walk never meets it. commands.validate_prefix_op keeps renamed keys within the key limit."""
-        cursor = self.txn.cursor(db=self.data_db)
-        found = cursor.set_range(source)
-        landing_inside: list[tuple[bytes, bytes]] = []
-        moved = False
-        while found and cursor.key().startswith(source):
-            old_key = cursor.key()
-            new_key = target + old_key[len(source):]
-            record = seal(new_key, unseal(old_key, cursor.value()))
-            found = cursor.delete()
-            moved = True
-            if new_key.startswith(source):
-                landing_inside.append((new_key, record))
-            else:
-                self.txn.put(new_key, record, db=self.data_db)
-        for new_key, record in landing_inside:
-            self.txn.put(new_key, record, db=self.data_db)
-        return moved
+        Every key under `source` is deleted before any is written again, so a renamed key that
+        falls under `source` once more (target a prefix of source) is not moved twice.
+        commands.validate_prefix_op keeps renamed keys within the key limit."""
+        moved = self.mvcc.delete_range(source, prefix_end(source) or None)
+        for old in moved:
+            self.mvcc.put(target + old.key[len(source):], old.value)
+        return bool(moved)

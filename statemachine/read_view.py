@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import lmdb
 
+from statemachine.key_record import stored_value
+from statemachine.mvcc import COMPACTED_KEY, REVISION_KEY, MvccTables, store_revision
 from statemachine.value_checksum import unseal
 
 _U64 = struct.Struct(">Q")
@@ -22,12 +24,14 @@ class ReadView:
     may move between threads but must not be used by two at once; the caller serialises.
     KVStateMachine.read_view() makes one."""
 
-    def __init__(self, txn: lmdb.Transaction, data: lmdb._Database, auth: lmdb._Database,
+    def __init__(self, txn: lmdb.Transaction, mvcc: MvccTables, auth: lmdb._Database,
                  applied: tuple[int, int]) -> None:
         self._txn = txn
-        self._data = data
+        self._mvcc = mvcc
+        self._data = mvcc.data
         self._auth_db = auth
         self.index, self.term = applied
+        self.revision = store_revision(txn, mvcc)
         self.closed = False
 
     def scan(self, start: bytes, end: bytes | None, limit: int,
@@ -49,14 +53,24 @@ class ReadView:
         return int(self._txn.stat(self._data)["entries"])
 
     def state_hash(self) -> str:
-        """Hex sha256 over every (key, value) in key order, each length-prefixed so different
-        contents never hash alike: equal on members that applied the same entries. Raises
-        CorruptStateError for a value that fails its checksum."""
+        """Hex sha256 over every live key version (revisions and value) in key order, the history
+        and the store's revisions, each length-prefixed so different contents never hash alike:
+        equal on members that applied the same entries. Raises CorruptStateError for a record
+        that fails its checksum."""
         digest = hashlib.sha256()
         for key, record in self._txn.cursor(db=self._data).iternext():
-            value = unseal(key, record)
-            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(value)))
-            digest.update(value)
+            body = unseal(key, record)
+            digest.update(_U16.pack(len(key)) + key + _U64.pack(len(body)))
+            digest.update(body)
+        # The history, marked off like the auth tables below: its index names each record's key.
+        digest.update(b"\xffhistory")
+        history = self._txn.cursor(db=self._mvcc.history)
+        for key, change in self._txn.cursor(db=self._mvcc.history_index).iternext():
+            body = unseal(key, history.get(change) or b"")
+            digest.update(_U16.pack(len(key)) + key + change + _U64.pack(len(body)))
+            digest.update(body)
+        for name in (REVISION_KEY, COMPACTED_KEY):
+            digest.update(name + (self._txn.get(name, db=self._mvcc.meta) or b""))
         # The auth tables too, marked off from the data, so members that disagree on users or
         # permissions are caught as those that disagree on keys.
         digest.update(b"\xffauth")
@@ -77,7 +91,7 @@ def unsealed_range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iter
         key = cursor.key()
         if end is not None and key >= end:
             return
-        yield key, unseal(key, cursor.value())
+        yield key, stored_value(key, cursor.value())
         found = cursor.next()
 
 

@@ -21,7 +21,9 @@ from tenacity import Retrying, retry_if_exception
 
 from kv.client.auth_admin import AuthAdmin
 from kv.client.maintenance import Maintenance
+from kv.client.revisions import Revisions
 from kv.client.credentials import Credentials
+from kv.client.key_like import KeyLike, to_bytes
 from kv.errors import (
     FailedPreconditionError,
     NotLeaderError,
@@ -36,10 +38,9 @@ from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
 from kv.client.tls import TLS, open_channel, with_hint
-from raftkv_proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
 
-KeyLike = str | bytes | bytearray | memoryview
 Response = TypeVar("Response")
 
 CONSISTENCY = {
@@ -66,17 +67,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
 )
-
-def to_bytes(value: KeyLike, what: str = "key") -> bytes:
-    """Keys and values travel as bytes; str is UTF-8 encoded."""
-    if type(value) is bytes:  # the common case, and immutable: no copy
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
-
 
 def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
     """"a:1,b:2" or ["a:1", "b:2"] -> ["a:1", "b:2"] (order kept, duplicates dropped)."""
@@ -109,7 +99,7 @@ class _Session:
             self.client_id = None
 
 
-class Client(AuthAdmin, Maintenance):
+class Client(AuthAdmin, Maintenance, Revisions):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
@@ -177,8 +167,12 @@ class Client(AuthAdmin, Maintenance):
         request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"))
         return self._write(lambda stub: stub.Put, request, "put").index
 
-    def get(self, key: KeyLike, consistency: str = "linearizable") -> bytes | None:
-        """The value under `key`, or None when it is absent."""
+    def get(self, key: KeyLike, consistency: str = "linearizable", revision: int | None = None) -> bytes | None:
+        """The value under `key`, or None when it is absent; with `revision`, as it was then
+        (kv.errors.RevisionError for a compacted or future revision)."""
+        if revision is not None:
+            kv = self.get_kv(key, revision, consistency)
+            return None if kv is None else kv.value
         request = kv_pb2.GetRequest(key=to_bytes(key), consistency=consistency_level(consistency))
         response = self._call(lambda stub: stub.Get, request, "get")
         return response.value if response.found else None
@@ -195,10 +189,14 @@ class Client(AuthAdmin, Maintenance):
         end: KeyLike | None = None,
         limit: int = 100,
         consistency: str = "linearizable",
+        revision: int | None = None,
     ) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order: those starting with `prefix`, or those
         in [start, end) (no end: to the last key). When the server cuts a page short of `limit`
-        the client asks for the rest; each page is consistent on its own."""
+        the client asks for the rest; each page is consistent on its own. With `revision`, the
+        pairs as they were then, in one read (scan_at gives their revisions too)."""
+        if revision is not None:
+            return [(kv.key, kv.value) for kv in self.scan_at(revision, prefix, start, end, limit)]
         return paged_scan(lambda request: self._call(lambda stub: stub.Scan, request),
                           prefix, start, end, limit, consistency)
 
@@ -271,6 +269,9 @@ class Client(AuthAdmin, Maintenance):
                 channel = self._open_channel(address)
                 self._channels[address] = channel
                 stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
+                # etcd's KV service on the same channel, for kv.client.revisions' calls: they take
+                # a stub as every call does, and find it here.
+                stub.etcd = etcd_rpc_pb2_grpc.KVStub(channel)  # type: ignore[attr-defined]
             return self._channels[address], stub
 
     def _open_channel(self, address: str) -> grpc.Channel:

@@ -126,6 +126,20 @@ class ReplaceableStateMachine:
     def get(self, key: bytes) -> bytes | None:
         return self._call("get", key)
 
+    def get_version(self, key: bytes, revision: int = 0) -> Any:
+        return self._call("get_version", key, revision)
+
+    def etcd_range(self, request: Any) -> Any:
+        return self._call("etcd_range", request)
+
+    def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
+        return self._call("hash_kv", revision)
+
+    @property
+    def revision(self) -> int:
+        with self._lock.shared():
+            return self._machine.revision
+
     def scan(self, start: bytes, end: bytes | None, limit: int,
              max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
         return self._call("scan", start, end, limit, max_bytes)

@@ -22,9 +22,12 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
+from kv.server.auth_gate import AuthGate
+from kv.server.etcd_face import EtcdFace
+from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
 from kv.server.kv_handler import KVHandler
 from kv.server.kv_service import KVServicer
-from raftkv_proto import export_pb2_grpc, kv_pb2_grpc
+from raftkv_proto import etcd_rpc_pb2_grpc, export_pb2_grpc, kv_pb2_grpc
 from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from raft.node.config import NodeConfig
@@ -59,6 +62,7 @@ class RunningServer:
     state_checker: StateChecker
     auth: AuthHandler
     observability: Observability
+    etcd: EtcdFace
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -71,6 +75,7 @@ class RunningServer:
         await self.observability.stop()
         await self.kv_service.end_streams()
         await self.servers.stop(grace)
+        await self.etcd.close()
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
         self.fsm.close()
@@ -121,8 +126,12 @@ async def start_server(config: NodeConfig) -> RunningServer:
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
+        etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security))
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
+            (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
+            (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd, handler)),
+            (etcd_rpc_pb2_grpc.add_ClusterServicer_to_server, EtcdClusterServicer(etcd)),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
             observability.health_service,
         ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
@@ -153,7 +162,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler, observability)
+                         auth_handler, observability, etcd)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

@@ -306,7 +306,7 @@ class Registration(_message.Message):
     def __init__(self, secret: _Optional[bytes] = ..., user: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user", "alarm")
+    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user", "alarm", "etcd_txn", "compact")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +314,8 @@ class Command(_message.Message):
     AUTH_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     ALARM_FIELD_NUMBER: _ClassVar[int]
+    ETCD_TXN_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
     registration: Registration
@@ -321,7 +323,9 @@ class Command(_message.Message):
     auth: AuthCommand
     user: str
     alarm: AlarmCommand
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ...) -> None: ...
+    etcd_txn: bytes
+    compact: int
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ..., etcd_txn: _Optional[bytes] = ..., compact: _Optional[int] = ...) -> None: ...
 
 class AlarmMember(_message.Message):
     __slots__ = ("member_id", "alarm")
@@ -364,14 +368,18 @@ class AlarmResponse(_message.Message):
     def __init__(self, alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("existed", "refusal_kind", "refusal")
+    __slots__ = ("existed", "refusal_kind", "refusal", "revision", "etcd_txn_response")
     EXISTED_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_KIND_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    ETCD_TXN_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     existed: _containers.RepeatedScalarFieldContainer[bool]
     refusal_kind: str
     refusal: str
-    def __init__(self, existed: _Optional[_Iterable[bool]] = ..., refusal_kind: _Optional[str] = ..., refusal: _Optional[str] = ...) -> None: ...
+    revision: int
+    etcd_txn_response: bytes
+    def __init__(self, existed: _Optional[_Iterable[bool]] = ..., refusal_kind: _Optional[str] = ..., refusal: _Optional[str] = ..., revision: _Optional[int] = ..., etcd_txn_response: _Optional[bytes] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
     __slots__ = ("timeout_ms", "put", "get", "delete")

@@ -375,19 +375,24 @@ def test_get_of_impossible_keys_is_none(filled: KVStateMachine) -> None:
     assert filled.get(b"") is None and filled.get(b"x" * 600) is None
 
 
-def test_state_hash_compares_contents(tmp_path: Path) -> None:
+def test_state_hash_compares_contents_and_history(tmp_path: Path) -> None:
     with KVStateMachine(tmp_path / "a", map_size=16 << 20) as a, \
-            KVStateMachine(tmp_path / "b", map_size=16 << 20) as b:
-        log_a, log_b = Log(), Log(term=2)
+            KVStateMachine(tmp_path / "b", map_size=16 << 20) as b, \
+            KVStateMachine(tmp_path / "c", map_size=16 << 20) as c:
+        log_a, log_b, log_c = Log(), Log(term=2), Log()
         a.apply([log_a.put(b"x", b"1"), log_a.put(b"y", b"2")])
-        # Different history, same contents.
+        c.apply([log_c.put(b"x", b"1"), log_c.put(b"y", b"2")])
+        assert a.state_hash() == c.state_hash()  # the same commands: the same state
+        # The same keys and values by another history: reads at past revisions differ, so the
+        # states do too.
         b.apply([log_b.put(b"y", b"0"), log_b.put(b"z", b"9"), log_b.put(b"x", b"1"),
                  log_b.entry([delete_op(b"z"), put_op(b"y", b"2")])])
-        assert a.state_hash() == b.state_hash()
+        assert a.scan() == b.scan()
+        assert a.state_hash() != b.state_hash()
         # Moving a byte from key to value must change the hash.
         a.apply([log_a.entry([delete_op(b"y"), put_op(b"y2", b"")])])
-        b.apply([log_b.entry([delete_op(b"y"), put_op(b"y", b"2")])])
-        assert a.state_hash() != b.state_hash()
+        c.apply([log_c.entry([delete_op(b"y"), put_op(b"y", b"2")])])
+        assert a.state_hash() != c.state_hash()
 
 
 # ---- damage on the disk, and state checks ---------------------------------------------------

@@ -19,7 +19,7 @@ import lmdb
 from kv.tools.spark.export_client import STAGING_PREFIX
 from snapshot.file_format import copy_payload
 from snapshot.state_payload import STATE_FILE
-from statemachine.value_checksum import unseal
+from statemachine.key_record import stored_value
 
 _DATA_DB = b"data"  # the state machine's user data (statemachine/kv_state.py)
 DEFAULT_BATCH_SIZE = 5000
@@ -79,7 +79,7 @@ class SnapshotSource:
                     break
                 if key.startswith(STAGING_PREFIX):
                     continue  # rows of an atomic write that was not published when the snapshot was taken
-                batch.append((key, unseal(key, value)))
+                batch.append((key, stored_value(key, value)))
                 if len(batch) == batch_size:
                     yield batch
                     batch = []

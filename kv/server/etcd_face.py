@@ -1,0 +1,217 @@
+"""What every etcd service on a node shares (kv/server/etcd_services.py): the response header,
+etcd's errors, the write path through the log, the read barrier, and forwarding to the leader.
+
+Any member answers every request, as etcd does. A follower sends a write, and a linearizable
+read, on to the leader over the leader's client port, with the caller's token, and returns the
+leader's answer: a client that holds one endpoint (etcdctl picks any) never sees "not leader".
+etcd forwards inside Raft and serves linearizable reads on the follower by ReadIndex; raftkv
+forwards the gRPC call (docs/etcd-compatibility.md). A forwarded call that meets a member that is
+no longer the leader is not sent on again: it fails as etcd's "leader changed", which etcd
+clients retry.
+
+Member and cluster ids: raftkv names members by strings ("n1"); etcd by uint64. The uint64 is
+the first 8 bytes of the sha256 of the name, the same on every member and across restarts."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from kv import errors
+from kv.server.auth_gate import TOKEN_METADATA_KEY, AuthGate, token_of
+from kv.server.etcd_checks import EtcdError
+from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call, kv_error
+from raft.node.node import RaftNode
+from raftkv_proto import etcd_rpc_pb2 as pb
+from raftkv_proto import etcd_rpc_pb2_grpc
+from statemachine.auth_state import PERMISSION_DENIED, permission_range
+from statemachine.commands import encode_compaction, encode_etcd_txn
+from statemachine.etcd_txn import txn_spans
+from statemachine.kv_state import ApplyOutcome, KVStateMachine
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# Metadata on a call a follower forwards: the leader that finds it is no longer leader says so
+# instead of forwarding again.
+FORWARDED_METADATA_KEY = "raftkv-forwarded"
+
+NO_LEADER = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: no leader")
+LEADER_CHANGED = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: leader changed")
+NO_SPACE = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded")
+TIMED_OUT = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: request timed out")
+TOO_MANY_REQUESTS = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: too many requests")
+
+_CODE_OF_KIND = {
+    "OUT_OF_RANGE": grpc.StatusCode.OUT_OF_RANGE,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
+    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
+    "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
+}
+
+
+def member_number(name: str) -> int:
+    """etcd's uint64 member (or cluster) id for a raftkv name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
+def etcd_error(e: BaseException) -> BaseException:
+    """The etcd error a raftkv error stands for (etcd's codes and messages), else `e`."""
+    if isinstance(e, EtcdError):
+        return e
+    if isinstance(e, errors.NotLeaderError):
+        return NO_LEADER if e.leader_id is None else LEADER_CHANGED
+    if isinstance(e, errors.TimeoutError):
+        return TIMED_OUT
+    if isinstance(e, errors.DiskFullError):
+        return NO_SPACE
+    if isinstance(e, errors.QueueFullError):
+        return TOO_MANY_REQUESTS
+    if isinstance(e, errors.RaftKVError):
+        return EtcdError(e.code, str(e))
+    return e
+
+
+class EtcdFace:
+    """One node's etcd face: the services call `serve` with their work."""
+
+    def __init__(self, node: RaftNode, fsm: KVStateMachine, gate: AuthGate,
+                 channel_credentials: grpc.ChannelCredentials | None) -> None:
+        self.node = node
+        self.fsm = fsm
+        self.gate = gate
+        self.auth = gate.holder
+        self.cluster_number = member_number(node.cluster_id)
+        self.member_number = member_number(node.id)
+        self._credentials = channel_credentials
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        await asyncio.gather(*(channel.close() for channel in channels.values()), return_exceptions=True)
+
+    # ---- headers and errors --------------------------------------------------------------------
+
+    def header(self, header: pb.ResponseHeader, revision: int | None = None) -> None:
+        """Fill a response header as etcd's does; `revision` None: the store's now."""
+        header.cluster_id = self.cluster_number
+        header.member_id = self.member_number
+        header.revision = self.fsm.revision if revision is None else revision
+        header.raft_term = self.node.core.term
+
+    async def serve(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work`; any error ends the call with etcd's code and message."""
+        try:
+            return await work()
+        except (errors.RaftKVError, EtcdError) as e:
+            error = etcd_error(e)
+            assert isinstance(error, EtcdError)
+            await context.abort(error.code, str(error))
+            raise  # unreachable: abort raises
+
+    def user(self, context: grpc.aio.ServicerContext) -> str | None:
+        """The caller while auth is on (None while off); UnauthenticatedError when it has none."""
+        return self.gate.user(context) if self.auth.enabled else None
+
+    def check_read(self, user: str | None, key: bytes, range_end: bytes) -> None:
+        if user is not None and not self.auth.view.may_read(user, permission_range(key, range_end)):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
+
+    # ---- leadership and forwarding -----------------------------------------------------------
+
+    def leads(self) -> bool:
+        return self.node.leader == self.node.id
+
+    async def forward(self, context: grpc.aio.ServicerContext, service: str, method: str, request: Any) -> Any:
+        """`request` sent on to the leader's `service`.`method`, with the caller's token; its
+        answer, or its refusal as this call's."""
+        if any(key == FORWARDED_METADATA_KEY for key, _ in context.invocation_metadata() or ()):
+            raise LEADER_CHANGED
+        leader = self.node.leader
+        address = self.node.transport.client_address(leader) if leader is not None else None
+        if address is None:
+            raise NO_LEADER
+        metadata: list[tuple[str, str]] = [(FORWARDED_METADATA_KEY, self.node.id)]
+        token = token_of(context)
+        if token is not None:
+            metadata.append((TOKEN_METADATA_KEY, token))
+        elif self.auth.enabled:
+            # The caller proved who it is by its certificate, which cannot travel: it must call the
+            # leader itself.
+            raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"etcdserver: not leader (a client known by its certificate alone writes "
+                            f"through the leader, {leader} at {address})")
+        stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self._channel(address))
+        remaining = context.time_remaining()
+        try:
+            return await getattr(stub, method)(request, metadata=metadata, timeout=remaining)
+        except grpc.aio.AioRpcError as e:
+            code = e.code()
+            if code == grpc.StatusCode.UNAVAILABLE and not (e.details() or "").startswith("etcdserver:"):
+                raise LEADER_CHANGED from None  # the leader went away under the call
+            raise EtcdError(code, e.details() or code.name) from None
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials)
+            self._channels[address] = channel
+        return channel
+
+    # ---- writes and reads --------------------------------------------------------------------
+
+    async def write(self, txn: pb.TxnRequest, user: str | None, timeout: float | None) -> pb.TxnResponse:
+        """An etcd write through the log (on the leader); the transaction's response."""
+        if self.fsm.alarms.nospace and _puts_anything(txn):
+            raise NO_SPACE
+        if user is not None:
+            refusal = self.auth.view.spans_refusal(user, *txn_spans(txn))
+            if refusal is not None:
+                raise errors.of_kind(refusal.kind, str(refusal))
+        outcome = await self._propose(encode_etcd_txn(txn.SerializeToString(), user), timeout)
+        return pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
+
+    async def compact(self, revision: int, user: str | None, timeout: float | None) -> int:
+        """etcd's Compact through the log; the store's revision after it."""
+        outcome = await self._propose(encode_compaction(revision, user), timeout)
+        return outcome.result.revision
+
+    async def _propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
+        outcome: ApplyOutcome = await begin_node_call(
+            self.node, lambda: self.node.propose(payload), timeout, TIMEOUT_MESSAGE, lambda done: done)
+        result = outcome.result
+        if result.refusal_kind:
+            raise EtcdError(_CODE_OF_KIND.get(result.refusal_kind, grpc.StatusCode.UNKNOWN), result.refusal)
+        if outcome.error is not None:
+            raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT, f"the request could not be applied: {outcome.error}")
+        return outcome
+
+    async def barrier(self, serializable: bool, timeout: float | None) -> None:
+        """Wait until a read of the local state is as fresh as asked: serializable reads the
+        member's state as it is (etcd's), others wait for a ReadIndex round (on the leader)."""
+        level = "stale" if serializable else "linearizable"
+        try:
+            await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
+                                  lambda index: index)
+        except errors.RaftKVError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the node's own errors, as the client API's
+            raise kv_error(self.node, e) from None
+
+
+def _puts_anything(txn: pb.TxnRequest) -> bool:
+    """Whether any branch of `txn` may put (etcd refuses such requests while NOSPACE is raised)."""
+    for op in (*txn.success, *txn.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_put" or (kind == "request_txn" and _puts_anything(op.request_txn)):
+            return True
+    return False

@@ -1,0 +1,292 @@
+"""Revisions, as etcd's MVCC store keeps them, on three LMDB tables.
+
+The store has one revision: 1 when empty, up by exactly one for each command that changes
+something (a put, a delete that found a key, a batch, an etcd transaction: all changes of one
+command share its revision, each with a sub of its own). Reads name a revision or take the newest.
+
+- ``data``           key -> its live version (statemachine/key_record.py): what a read at the
+                     newest revision sees, in one lookup, as before revisions existed.
+- ``history``        (mod_revision, mod_sub) -> a superseded version or a tombstone (version 0).
+                     A version enters it when a later change of its key replaces or deletes it,
+                     so it is visible at revisions [its mod_revision, the next change's).
+- ``history_index``  key -> (mod_revision, mod_sub) of each of its history entries, sorted (an
+                     LMDB dupsort table: its values are at most 511 bytes, so the versions
+                     themselves, up to the value limit, cannot live there).
+
+Why this shape: keys may be 511 bytes, LMDB's key limit, so no table can be keyed by key plus
+revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
+index on disk, so a member starts without rebuilding anything.
+
+Compaction at C (`compact`) drops every history entry no read at a revision >= C can see: one whose
+successor's revision is <= C, and every tombstone at or below C. Reads below C are refused.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import lmdb
+
+from statemachine.key_record import KeyVersion, change_of, decode, encode
+
+HISTORY_DB_NAME = b"history"
+HISTORY_INDEX_DB_NAME = b"history_index"
+REVISION_KEY = b"revision"
+COMPACTED_KEY = b"compacted"
+_CHANGE = struct.Struct(">QI")  # (mod_revision, mod_sub): a history key, and an index value
+_I64 = struct.Struct(">q")
+FIRST_REVISION = 1  # an empty store's revision, as etcd's
+
+
+class CompactedError(LookupError):
+    """A read or compaction at a revision below the compacted one (etcd's ErrCompacted)."""
+
+
+class FutureRevisionError(LookupError):
+    """A read or compaction at a revision above the store's (etcd's ErrFutureRev)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MvccTables:
+    data: lmdb._Database
+    history: lmdb._Database
+    history_index: lmdb._Database
+    meta: lmdb._Database
+
+
+def open_tables(env: lmdb.Environment, data: lmdb._Database, meta: lmdb._Database,
+                txn: lmdb.Transaction | None = None) -> MvccTables:
+    history = env.open_db(HISTORY_DB_NAME, txn=txn)
+    index = env.open_db(HISTORY_INDEX_DB_NAME, txn=txn, dupsort=True)
+    return MvccTables(data, history, index, meta)
+
+
+def store_revision(txn: lmdb.Transaction, tables: MvccTables) -> int:
+    raw = txn.get(REVISION_KEY, db=tables.meta)
+    return FIRST_REVISION if raw is None else _I64.unpack(raw)[0]
+
+
+def compacted_revision(txn: lmdb.Transaction, tables: MvccTables) -> int:
+    raw = txn.get(COMPACTED_KEY, db=tables.meta)
+    return 0 if raw is None else _I64.unpack(raw)[0]
+
+
+class RevisionWriter:
+    """The changes of one apply batch, inside its write transaction. Each command calls `begin`,
+    its puts and deletes, then `end`, which moves the store's revision when something changed."""
+
+    def __init__(self, txn: lmdb.Transaction, tables: MvccTables) -> None:
+        self._txn = txn
+        self.tables = tables
+        self.revision = store_revision(txn, tables)
+        self._sub = 0
+        self.changed = False  # whether the command under way has changed something
+
+    def begin(self) -> None:
+        self._sub = 0
+        self.changed = False
+
+    def end(self) -> int:
+        """The store's revision after the command."""
+        if self.changed:
+            self.revision += 1
+            self._txn.put(REVISION_KEY, _I64.pack(self.revision), db=self.tables.meta)
+        return self.revision
+
+    @property
+    def pending(self) -> int:
+        """The revision this command's changes get."""
+        return self.revision + 1
+
+    def _next_change(self) -> tuple[int, int]:
+        self.changed = True
+        sub = self._sub
+        self._sub += 1
+        return self.revision + 1, sub
+
+    def current(self, key: bytes) -> KeyVersion | None:
+        record = self._txn.get(key, db=self.tables.data)
+        return None if record is None else decode(key, record)
+
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> KeyVersion | None:
+        """Write `value` as `key`'s next version; the version it replaced, if any."""
+        record = self._txn.get(key, db=self.tables.data)
+        old = None if record is None else decode(key, record)
+        revision, sub = self._next_change()
+        if old is None:
+            new = KeyVersion(key, value, revision, revision, 1, lease, sub)
+        else:
+            new = KeyVersion(key, value, old.create_revision, revision, old.version + 1, lease, sub)
+            self._keep(key, record, old.mod_revision)
+        self._txn.put(key, encode(new), db=self.tables.data)
+        return old
+
+    def delete(self, key: bytes) -> KeyVersion | None:
+        """Delete `key`; the version it had, or None (then nothing changed)."""
+        record = self._txn.pop(key, db=self.tables.data)
+        if record is None:
+            return None
+        old = decode(key, record)
+        revision, sub = self._next_change()
+        self._keep(key, record, old.mod_revision)
+        self._file(key, encode(KeyVersion(key, b"", 0, revision, 0, 0, sub)))
+        return old
+
+    def delete_range(self, start: bytes, end: bytes | None) -> list[KeyVersion]:
+        """Delete every live key in [start, end) (None: to the last key); the versions they had."""
+        keys = list(live_keys(self._txn, self.tables, start, end))
+        return [old for old in map(self.delete, keys) if old is not None]
+
+    def _keep(self, key: bytes, record: bytes, mod_revision: int) -> None:
+        """File the version `record` holds in the history, unless this command wrote it: a version
+        that lived only inside one revision is visible at none."""
+        if mod_revision < self.revision + 1:
+            self._file(key, record)
+
+    def _file(self, key: bytes, record: bytes) -> None:
+        change = _CHANGE.pack(*change_of(record))
+        self._txn.put(change, record, db=self.tables.history)
+        self._txn.put(key, change, db=self.tables.history_index, dupdata=True)
+
+    def compact(self, revision: int) -> None:
+        """Drop the history no read at `revision` or later can see (module docstring). Raises
+        CompactedError / FutureRevisionError as etcd refuses such a compaction."""
+        check_revision(self._txn, self.tables, revision, current=self.revision)
+        txn, tables = self._txn, self.tables
+        index = txn.cursor(db=tables.history_index)
+        found = index.first()
+        while found:
+            key = index.key()
+            changes = [_CHANGE.unpack(raw) for raw in index.iternext_dup()]
+            live = txn.get(key, db=tables.data)
+            successors = [change[0] for change in changes[1:]] + [change_of(live)[0] if live else None]
+            for change, successor in zip(changes, successors):
+                raw = _CHANGE.pack(*change)
+                tombstone = decode(key, txn.get(raw, db=tables.history)).tombstone
+                if (successor is not None and successor <= revision) or (tombstone and change[0] <= revision):
+                    txn.delete(raw, db=tables.history)
+                    txn.delete(key, raw, db=tables.history_index)
+            found = index.set_range(key + b"\x00")
+        txn.put(COMPACTED_KEY, _I64.pack(revision), db=tables.meta)
+
+
+def check_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int, current: int | None = None) -> None:
+    """Refuse a read or compaction at `revision` as etcd does (0 or less: the newest)."""
+    if revision <= 0:
+        return
+    newest = store_revision(txn, tables) if current is None else current
+    if revision > newest:
+        raise FutureRevisionError(revision)
+    if revision < compacted_revision(txn, tables):
+        raise CompactedError(revision)
+
+
+def live_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
+    cursor = txn.cursor(db=tables.data)
+    found = cursor.set_range(start) if start else cursor.first()
+    while found:
+        key = cursor.key()
+        if end is not None and key >= end:
+            return
+        yield key
+        found = cursor.next()
+
+
+def version_at(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion | None:
+    """`key` as a read at `revision` sees it (None: absent then). The caller checked the revision."""
+    record = txn.get(key, db=tables.data)
+    if record is not None:
+        current = decode(key, record)
+        if revision <= 0 or current.mod_revision <= revision:
+            return current
+    elif revision <= 0:
+        return None
+    return _from_history(txn, tables, key, revision)
+
+
+def _from_history(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion | None:
+    index = txn.cursor(db=tables.history_index)
+    if not index.set_key(key):
+        return None
+    if index.set_range_dup(key, _CHANGE.pack(revision + 1, 0)):
+        found = index.prev_dup()  # the last change at or below `revision`, if any
+    else:
+        found = index.set_key(key) and index.last_dup()  # every change is at or below it
+    if not found:
+        return None
+    raw = index.value()
+    if _CHANGE.unpack(raw)[0] > revision:
+        return None
+    kept = decode(key, txn.get(raw, db=tables.history))
+    return None if kept.tombstone else kept
+
+
+def range_at(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None,
+             revision: int) -> Iterator[KeyVersion]:
+    """The keys in [start, end) that exist at `revision` (0: the newest), in key order."""
+    if revision <= 0 or revision >= store_revision(txn, tables):
+        cursor = txn.cursor(db=tables.data)
+        found = cursor.set_range(start) if start else cursor.first()
+        while found:
+            key = cursor.key()
+            if end is not None and key >= end:
+                return
+            yield decode(key, cursor.value())
+            found = cursor.next()
+        return
+    for key in _keys_ever(txn, tables, start, end):
+        kept = version_at(txn, tables, key, revision)
+        if kept is not None:
+            yield kept
+
+
+def _keys_ever(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
+    """Every key in [start, end) that is live or has history, in order, once each."""
+    live = live_keys(txn, tables, start, end)
+    past = _history_keys(txn, tables, start, end)
+    next_live, next_past = next(live, None), next(past, None)
+    while next_live is not None or next_past is not None:
+        if next_past is None or (next_live is not None and next_live < next_past):
+            yield next_live
+            next_live = next(live, None)
+        elif next_live is None or next_past < next_live:
+            yield next_past
+            next_past = next(past, None)
+        else:
+            yield next_live
+            next_live, next_past = next(live, None), next(past, None)
+
+
+def _history_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
+    cursor = txn.cursor(db=tables.history_index)
+    found = cursor.set_range(start) if start else cursor.first()
+    while found:
+        key = cursor.key()
+        if end is not None and key >= end:
+            return
+        yield key
+        found = cursor.next_nodup()
+
+
+def history_hash(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> int:
+    """A CRC-32 over every change at or below `revision` (0: all) that the store keeps, live
+    versions and history alike, in key then revision order (etcd's HashKV hashes its kept
+    revisions likewise); records are checked against their checksums on the way."""
+    limit = revision if revision > 0 else 1 << 62
+    crc = 0
+    history = txn.cursor(db=tables.history)
+    for key in _keys_ever(txn, tables, b"", None):
+        changes = []
+        index = txn.cursor(db=tables.history_index)
+        if index.set_key(key):
+            changes = [(raw, history.get(raw)) for raw in index.iternext_dup()]
+        live = txn.get(key, db=tables.data)
+        if live is not None:
+            changes.append((_CHANGE.pack(*change_of(live)), live))
+        for change, record in changes:
+            if _CHANGE.unpack(change)[0] <= limit:
+                decode(key, record)  # refuses a damaged record
+                crc = zlib.crc32(record, zlib.crc32(change, zlib.crc32(key, crc)))
+    return crc

@@ -1,0 +1,218 @@
+"""Revisions (statemachine/mvcc.py) through the state machine: every read at every kept revision
+equals a model that remembers each revision's whole store, across compactions."""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from raft.core import Entry, EntryType
+from raftkv_proto import etcd_rpc_pb2 as pb
+from raftkv_proto import kv_pb2
+from statemachine import KVStateMachine
+from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
+from statemachine.mvcc import CompactedError, FutureRevisionError
+
+
+@dataclass(frozen=True)
+class Version:
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+
+
+class Model:
+    """The store at every revision, as plain dicts."""
+
+    def __init__(self) -> None:
+        self.revisions: dict[int, dict[bytes, Version]] = {1: {}}
+        self.revision = 1
+        self.compacted = 0
+
+    def apply(self, ops: list[tuple[str, bytes, bytes]]) -> int:
+        store = dict(self.revisions[self.revision])
+        pending, changed = self.revision + 1, False
+        for kind, key, value in ops:
+            if kind == "put":
+                old = store.get(key)
+                store[key] = Version(value, old.create_revision if old else pending, pending,
+                                     old.version + 1 if old else 1)
+                changed = True
+            elif key in store:
+                del store[key]
+                changed = True
+        if changed:
+            self.revision = pending
+            self.revisions[pending] = store
+        return self.revision
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Iterator[KVStateMachine]:
+    with KVStateMachine(tmp_path / "state", map_size=64 << 20) as sm:
+        yield sm
+
+
+class Applier:
+    def __init__(self, sm: KVStateMachine) -> None:
+        self.sm = sm
+        self.index = 0
+
+    def payload(self, payload: bytes) -> kv_pb2.CommandResult:
+        self.index += 1
+        (outcome,) = self.sm.apply([Entry(self.index, 1, EntryType.NORMAL, payload)])
+        assert outcome is not None
+        return outcome.result
+
+    def ops(self, ops: list[kv_pb2.Op]) -> kv_pb2.CommandResult:
+        return self.payload(encode_command(ops))
+
+    def txn(self, request: pb.TxnRequest) -> tuple[kv_pb2.CommandResult, pb.TxnResponse]:
+        result = self.payload(encode_etcd_txn(request.SerializeToString()))
+        return result, pb.TxnResponse.FromString(result.etcd_txn_response)
+
+
+def read_all(sm: KVStateMachine, revision: int) -> dict[bytes, Version]:
+    _, versions = sm.versions(b"", None, revision)
+    return {kv.key: Version(kv.value, kv.create_revision, kv.mod_revision, kv.version) for kv in versions}
+
+
+def test_an_empty_store_is_at_revision_1_and_each_changing_command_adds_one(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    assert machine.revision == 1
+    assert apply.ops([put_op(b"a", b"1"), put_op(b"b", b"2")]).revision == 2  # one command, one revision
+    assert apply.ops([delete_op(b"missing")]).revision == 2  # changed nothing
+    assert apply.ops([put_op(b"a", b"3")]).revision == 3
+    a = machine.get_version(b"a")
+    assert (a.create_revision, a.mod_revision, a.version, a.value) == (2, 3, 2, b"3")
+    assert apply.ops([delete_op(b"a")]).revision == 4
+    assert apply.ops([put_op(b"a", b"4")]).revision == 5
+    a = machine.get_version(b"a")
+    assert (a.create_revision, a.mod_revision, a.version) == (5, 5, 1)  # a new life: version from 1
+    assert machine.get_version(b"a", 3).value == b"3"
+    assert machine.get_version(b"a", 4) is None
+    assert machine.get_version(b"a", 1) is None
+
+
+def test_reads_at_every_revision_match_the_model_across_compactions(machine: KVStateMachine) -> None:
+    rng = random.Random(7)
+    apply, model = Applier(machine), Model()
+    keys = [b"k%d" % i for i in range(12)] + [b"x" * 511, b"x" * 510 + b"y"]  # LMDB's longest keys too
+    for step in range(300):
+        ops = []
+        for _ in range(rng.randint(1, 4)):
+            key = rng.choice(keys)
+            if rng.random() < 0.7:
+                ops.append(("put", key, b"v%d" % step))
+            else:
+                ops.append(("delete", key, b""))
+        native = [put_op(k, v) if kind == "put" else delete_op(k) for kind, k, v in ops]
+        assert apply.ops(native).revision == model.apply(ops)
+        if step % 60 == 59:
+            target = rng.randint(model.compacted + 1, model.revision)
+            assert not apply.payload(encode_compaction(target)).refusal
+            model.compacted = target
+    assert machine.revision == model.revision
+    for revision in range(model.compacted, model.revision + 1):
+        expected = model.revisions[max(r for r in model.revisions if r <= revision)]
+        assert read_all(machine, revision) == expected, revision
+    with pytest.raises(CompactedError):
+        machine.versions(b"", None, model.compacted - 1)
+    with pytest.raises(FutureRevisionError):
+        machine.get_version(b"k1", model.revision + 1)
+
+
+def test_compaction_drops_what_no_kept_revision_can_see(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    for i in range(50):
+        apply.ops([put_op(b"hot", b"%d" % i)])
+    apply.ops([delete_op(b"hot")])
+    history = machine._mvcc.history
+    with machine._env.begin() as txn:
+        assert txn.stat(history)["entries"] == 51  # every version the key had, and its tombstone
+    apply.payload(encode_compaction(machine.revision))
+    with machine._env.begin() as txn:
+        assert txn.stat(history)["entries"] == 0
+        assert txn.stat(machine._mvcc.history_index)["entries"] == 0
+
+
+def test_compaction_refusals_are_etcds(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    apply.ops([put_op(b"a", b"1")])
+    apply.ops([put_op(b"a", b"2")])
+    future = apply.payload(encode_compaction(10))
+    assert (future.refusal_kind, future.refusal) == ("OUT_OF_RANGE", "etcdserver: mvcc: required revision is a future revision")
+    assert not apply.payload(encode_compaction(2)).refusal
+    again = apply.payload(encode_compaction(1))
+    assert again.refusal == "etcdserver: mvcc: required revision has been compacted"
+
+
+def _put(key: bytes, value: bytes, **kwargs: object) -> pb.RequestOp:
+    return pb.RequestOp(request_put=pb.PutRequest(key=key, value=value, **kwargs))
+
+
+def test_a_txn_judges_every_compare_before_its_ops_and_its_ops_share_a_revision(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    apply.ops([put_op(b"a", b"1")])  # revision 2
+    request = pb.TxnRequest(
+        compare=[pb.Compare(key=b"a", target=pb.Compare.VALUE, result=pb.Compare.EQUAL, value=b"1"),
+                 pb.Compare(key=b"b", target=pb.Compare.VERSION, result=pb.Compare.EQUAL, version=0)],
+        success=[_put(b"a", b"2", prev_kv=True), _put(b"b", b"1"),
+                 pb.RequestOp(request_range=pb.RangeRequest(key=b"a", range_end=b"c")),
+                 # A nested txn's compare sees the store before the outer ops: b is still absent.
+                 pb.RequestOp(request_txn=pb.TxnRequest(
+                     compare=[pb.Compare(key=b"b", target=pb.Compare.CREATE, result=pb.Compare.EQUAL,
+                                         create_revision=0)],
+                     success=[_put(b"c", b"yes")], failure=[_put(b"c", b"no")]))])
+    result, response = apply.txn(request)
+    assert result.revision == 3 and response.succeeded and response.header.revision == 3
+    assert response.responses[0].response_put.prev_kv.value == b"1"
+    reads = response.responses[2].response_range
+    assert [(kv.key, kv.value, kv.mod_revision) for kv in reads.kvs] == [(b"a", b"2", 3), (b"b", b"1", 3)]
+    assert response.responses[3].response_txn.succeeded
+    assert machine.get(b"c") == b"yes"
+    assert {kv.mod_revision for kv in machine.versions(b"", None)[1]} == {3}
+    # The failure branch, and a txn that only reads moves no revision.
+    result, response = apply.txn(pb.TxnRequest(
+        compare=[pb.Compare(key=b"a", target=pb.Compare.MOD, result=pb.Compare.LESS, mod_revision=3)],
+        failure=[pb.RequestOp(request_range=pb.RangeRequest(key=b"a"))]))
+    assert not response.succeeded and result.revision == 3
+    assert response.responses[0].response_range.kvs[0].value == b"2"
+
+
+def test_a_value_compare_on_a_missing_key_fails_as_etcds(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    _, response = apply.txn(pb.TxnRequest(
+        compare=[pb.Compare(key=b"nope", target=pb.Compare.VALUE, result=pb.Compare.NOT_EQUAL, value=b"x")],
+        success=[_put(b"k", b"v")]))
+    assert not response.succeeded and machine.get(b"k") is None
+
+
+def test_a_put_with_ignore_value_on_a_missing_key_is_refused_and_changes_nothing(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    result, _ = apply.txn(pb.TxnRequest(success=[_put(b"a", b"1"), _put(b"z", b"", ignore_value=True)]))
+    assert (result.refusal_kind, result.refusal) == ("INVALID_ARGUMENT", "etcdserver: key not found")
+    assert machine.get(b"a") is None and machine.revision == 1
+
+
+def test_a_delete_range_reports_what_it_deleted(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    apply.ops([put_op(b"p/1", b"1"), put_op(b"p/2", b"2"), put_op(b"q", b"3")])
+    result, response = apply.txn(pb.TxnRequest(success=[pb.RequestOp(
+        request_delete_range=pb.DeleteRangeRequest(key=b"p/", range_end=b"p0", prev_kv=True))]))
+    deleted = response.responses[0].response_delete_range
+    assert deleted.deleted == 2 and [kv.key for kv in deleted.prev_kvs] == [b"p/1", b"p/2"]
+    assert result.revision == 3 and machine.get_version(b"p/1", 2).value == b"1"
+
+
+def test_move_prefix_keeps_the_old_keys_history(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    apply.ops([put_op(b"stage/a", b"1"), put_op(b"live/a", b"0")])
+    apply.ops([kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=b"stage/", target=b"live/"))])
+    assert machine.get(b"stage/a") is None and machine.get(b"live/a") == b"1"
+    assert machine.get_version(b"live/a").version == 2
+    assert machine.get_version(b"stage/a", 2).value == b"1"
