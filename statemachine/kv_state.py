@@ -544,7 +544,7 @@ class _Batch:
         mvcc.begin()
         for op in ops:
             if op.HasField("put"):
-                existed.append(mvcc.put(op.put.key, op.put.value) is not None)
+                existed.append(mvcc.put(op.put.key, op.put.value))
             elif op.HasField("delete_prefix"):
                 existed.append(bool(mvcc.delete_range(op.delete_prefix, prefix_end(op.delete_prefix) or None)))
             elif op.HasField("move_prefix"):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import lmdb
 
-from statemachine.key_record import KeyVersion, change_of, decode, encode
+from statemachine.key_record import KeyVersion, change_of, decode, encode, revisions_of
 
 HISTORY_DB_NAME = b"history"
 HISTORY_INDEX_DB_NAME = b"history_index"
@@ -110,18 +110,18 @@ class RevisionWriter:
         record = self._txn.get(key, db=self.tables.data)
         return None if record is None else decode(key, record)
 
-    def put(self, key: bytes, value: bytes, lease: int = 0) -> KeyVersion | None:
-        """Write `value` as `key`'s next version; the version it replaced, if any."""
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> bool:
+        """Write `value` as `key`'s next version; whether the key existed."""
         record = self._txn.get(key, db=self.tables.data)
-        old = None if record is None else decode(key, record)
         revision, sub = self._next_change()
-        if old is None:
+        if record is None:
             new = KeyVersion(key, value, revision, revision, 1, lease, sub)
         else:
-            new = KeyVersion(key, value, old.create_revision, revision, old.version + 1, lease, sub)
-            self._keep(key, record, old.mod_revision)
+            create, mod, _, version = revisions_of(record)
+            new = KeyVersion(key, value, create, revision, version + 1, lease, sub)
+            self._keep(key, record, mod)
         self._txn.put(key, encode(new), db=self.tables.data)
-        return old
+        return record is not None
 
     def delete(self, key: bytes) -> KeyVersion | None:
         """Delete `key`; the version it had, or None (then nothing changed)."""
