@@ -10,7 +10,7 @@ from typing import Any
 from snapshot.errors import SnapshotCorruptError
 from snapshot.file_format import read_header
 from snapshot.install import extract_state
-from snapshot.state_payload import count_keys
+from snapshot.state_payload import count_keys, store_revision
 
 
 def inspect(snapshot_file: str | os.PathLike[str], work_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def inspect(snapshot_file: str | os.PathLike[str], work_dir: str | os.PathLike[s
     manifest, _ = read_header(snapshot_file)
     report: dict[str, Any] = {
         "file": str(snapshot_file), "manifest": manifest.to_dict(),
-        "checksum_ok": False, "error": None, "key_count": None, "key_count_matches": None,
+        "checksum_ok": False, "error": None, "key_count": None, "key_count_matches": None, "revision": None,
     }
     with tempfile.TemporaryDirectory(prefix="raftkv-inspect-", dir=work_dir) as tmp:
         state = Path(tmp) / "state"
@@ -32,5 +32,6 @@ def inspect(snapshot_file: str | os.PathLike[str], work_dir: str | os.PathLike[s
             return report
         report["checksum_ok"] = True
         report["key_count"] = count_keys(state)
+        report["revision"] = store_revision(state)
     report["key_count_matches"] = report["key_count"] == manifest.key_count
     return report

@@ -9,6 +9,8 @@ import lmdb
 
 STATE_FILE = "data.mdb"
 _DATA_DB = b"data"
+_META_DB = b"meta"
+_REVISION_KEY = b"revision"  # the store's revision (statemachine/mvcc.py), an int64
 
 
 def count_keys(state_dir: str | os.PathLike[str]) -> int:
@@ -23,3 +25,23 @@ def count_keys(state_dir: str | os.PathLike[str]) -> int:
             return int(txn.stat(data)["entries"])
     finally:
         env.close()
+
+
+
+def store_revision(state_dir: str | os.PathLike[str]) -> int:
+    """The store's revision in the LMDB environment at `state_dir` (1: an empty store), opened as
+    `count_keys` opens it."""
+    env = lmdb.open(str(state_dir), readonly=True, lock=False, max_dbs=8, subdir=True)
+    try:
+        return revision_in(env)
+    finally:
+        env.close()
+
+
+def revision_in(env: lmdb.Environment) -> int:
+    """The store's revision in an open state environment (statemachine/mvcc.py keeps it)."""
+    with env.begin() as txn:
+        if txn.get(_META_DB) is None:
+            return 1
+        raw = txn.get(_REVISION_KEY, db=env.open_db(_META_DB, txn=txn, create=False))
+        return 1 if raw is None else int.from_bytes(raw, "big", signed=True)

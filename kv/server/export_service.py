@@ -116,7 +116,8 @@ class ExportHandler:
         log.info("export %s pinned at index %d term %d: %d keys in [%r, %r), %d ranges",
                  export.export_id, view.index, view.term, count, start, end, len(splits) + 1)
         return export_pb2.BeginExportResponse(
-            export_id=export.export_id, index=view.index, term=view.term, cluster_id=self._node.cluster_id,
+            export_id=export.export_id, index=view.index, term=view.term, revision=view.revision,
+            cluster_id=self._node.cluster_id,
             split_points=splits, start=start, end=end, key_count=count, ttl_ms=ttl_ms)
 
     async def read(self, request: export_pb2.ReadExportRequest) -> AsyncIterator[export_pb2.ExportBatch]:

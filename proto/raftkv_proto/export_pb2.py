@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from raftkv_proto import kv_pb2 as raftkv__proto_dot_kv__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19raftkv_proto/export.proto\x12\rraftkv.export\x1a\x15raftkv_proto/kv.proto\"d\n\x12\x42\x65ginExportRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\r\"\xae\x01\n\x13\x42\x65ginExportResponse\x12\x11\n\texport_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x12\n\ncluster_id\x18\x04 \x01(\t\x12\x14\n\x0csplit_points\x18\x05 \x03(\x0c\x12\r\n\x05start\x18\x06 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x07 \x01(\x0c\x12\x11\n\tkey_count\x18\x08 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\t \x01(\r\"V\n\x11ReadExportRequest\x12\x11\n\texport_id\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\x12\n\nbatch_size\x18\x04 \x01(\r\"1\n\x0b\x45xportBatch\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\"%\n\x10\x45ndExportRequest\x12\x11\n\texport_id\x18\x01 \x01(\t\"%\n\x11\x45ndExportResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xfc\x01\n\x06\x45xport\x12T\n\x0b\x42\x65ginExport\x12!.raftkv.export.BeginExportRequest\x1a\".raftkv.export.BeginExportResponse\x12L\n\nReadExport\x12 .raftkv.export.ReadExportRequest\x1a\x1a.raftkv.export.ExportBatch0\x01\x12N\n\tEndExport\x12\x1f.raftkv.export.EndExportRequest\x1a .raftkv.export.EndExportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19raftkv_proto/export.proto\x12\rraftkv.export\x1a\x15raftkv_proto/kv.proto\"d\n\x12\x42\x65ginExportRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\x0c\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\r\"\xc0\x01\n\x13\x42\x65ginExportResponse\x12\x11\n\texport_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x12\n\ncluster_id\x18\x04 \x01(\t\x12\x14\n\x0csplit_points\x18\x05 \x03(\x0c\x12\r\n\x05start\x18\x06 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x07 \x01(\x0c\x12\x11\n\tkey_count\x18\x08 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\t \x01(\r\x12\x10\n\x08revision\x18\n \x01(\x03\"V\n\x11ReadExportRequest\x12\x11\n\texport_id\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x0c\x12\x12\n\nbatch_size\x18\x04 \x01(\r\"1\n\x0b\x45xportBatch\x12\"\n\x05items\x18\x01 \x03(\x0b\x32\x13.raftkv.kv.KeyValue\"%\n\x10\x45ndExportRequest\x12\x11\n\texport_id\x18\x01 \x01(\t\"%\n\x11\x45ndExportResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xfc\x01\n\x06\x45xport\x12T\n\x0b\x42\x65ginExport\x12!.raftkv.export.BeginExportRequest\x1a\".raftkv.export.BeginExportResponse\x12L\n\nReadExport\x12 .raftkv.export.ReadExportRequest\x1a\x1a.raftkv.export.ExportBatch0\x01\x12N\n\tEndExport\x12\x1f.raftkv.export.EndExportRequest\x1a .raftkv.export.EndExportResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,15 +35,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BEGINEXPORTREQUEST']._serialized_start=67
   _globals['_BEGINEXPORTREQUEST']._serialized_end=167
   _globals['_BEGINEXPORTRESPONSE']._serialized_start=170
-  _globals['_BEGINEXPORTRESPONSE']._serialized_end=344
-  _globals['_READEXPORTREQUEST']._serialized_start=346
-  _globals['_READEXPORTREQUEST']._serialized_end=432
-  _globals['_EXPORTBATCH']._serialized_start=434
-  _globals['_EXPORTBATCH']._serialized_end=483
-  _globals['_ENDEXPORTREQUEST']._serialized_start=485
-  _globals['_ENDEXPORTREQUEST']._serialized_end=522
-  _globals['_ENDEXPORTRESPONSE']._serialized_start=524
-  _globals['_ENDEXPORTRESPONSE']._serialized_end=561
-  _globals['_EXPORT']._serialized_start=564
-  _globals['_EXPORT']._serialized_end=816
+  _globals['_BEGINEXPORTRESPONSE']._serialized_end=362
+  _globals['_READEXPORTREQUEST']._serialized_start=364
+  _globals['_READEXPORTREQUEST']._serialized_end=450
+  _globals['_EXPORTBATCH']._serialized_start=452
+  _globals['_EXPORTBATCH']._serialized_end=501
+  _globals['_ENDEXPORTREQUEST']._serialized_start=503
+  _globals['_ENDEXPORTREQUEST']._serialized_end=540
+  _globals['_ENDEXPORTRESPONSE']._serialized_start=542
+  _globals['_ENDEXPORTRESPONSE']._serialized_end=579
+  _globals['_EXPORT']._serialized_start=582
+  _globals['_EXPORT']._serialized_end=834
 # @@protoc_insertion_point(module_scope)

@@ -22,7 +22,7 @@ class BeginExportRequest(_message.Message):
     def __init__(self, prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., partitions: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class BeginExportResponse(_message.Message):
-    __slots__ = ("export_id", "index", "term", "cluster_id", "split_points", "start", "end", "key_count", "ttl_ms")
+    __slots__ = ("export_id", "index", "term", "cluster_id", "split_points", "start", "end", "key_count", "ttl_ms", "revision")
     EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class BeginExportResponse(_message.Message):
     END_FIELD_NUMBER: _ClassVar[int]
     KEY_COUNT_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     export_id: str
     index: int
     term: int
@@ -41,7 +42,8 @@ class BeginExportResponse(_message.Message):
     end: bytes
     key_count: int
     ttl_ms: int
-    def __init__(self, export_id: _Optional[str] = ..., index: _Optional[int] = ..., term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., split_points: _Optional[_Iterable[bytes]] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., key_count: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    revision: int
+    def __init__(self, export_id: _Optional[str] = ..., index: _Optional[int] = ..., term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., split_points: _Optional[_Iterable[bytes]] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., key_count: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class ReadExportRequest(_message.Message):
     __slots__ = ("export_id", "start", "end", "batch_size")

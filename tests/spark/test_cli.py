@@ -45,6 +45,7 @@ def test_export_snapshot_file_needs_no_cluster(tmp_path: Path, capsys: pytest.Ca
     printed = json.loads(capsys.readouterr().out)
     manifest = ExportManifest.load(tmp_path / "out")
     assert (manifest.index, manifest.term, manifest.cluster_id, manifest.rows) == (3, 2, "cluster-x", 51)
+    assert manifest.revision == 3  # the empty store's 1, and one per write command
     assert printed["index"] == 3 and printed["files"] == 3
     table = pq.read_table(tmp_path / "out")
     assert dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist())) == rows

@@ -78,6 +78,11 @@ def test_live_export_is_exactly_the_state_at_its_index_while_writes_continue(
     assert len(manifest.files) == 4 and ExportManifest.load(tmp_path / "live") == manifest
     meta = pq.read_schema(tmp_path / "live" / "part-00000.parquet").metadata
     assert meta[schema.META_INDEX] == str(manifest.index).encode()
+    assert meta[schema.META_REVISION] == str(manifest.revision).encode()
+    # The export is the store at its revision, as a read at that revision sees it.
+    with Client(cluster.endpoints, timeout=30) as client:
+        at_revision = {kv.key: kv.value for kv in client.scan_at(manifest.revision, prefix=b"", limit=0)}
+    assert at_revision == expected
     assert meta[schema.META_CLUSTER] == manifest.cluster_id.encode() != b""
 
     df = spark.read.parquet(str(tmp_path / "live"))
@@ -98,7 +103,8 @@ def test_snapshot_file_export_equals_live_export_at_its_index(
     snap = store.create(leader.fsm, list(leader.config.peers), leader.node.cluster_id)
     assert snap.index == live.index
     from_file = export_snapshot(store.path_for(snap), tmp_path / "snap", partitions=2)
-    assert (from_file.index, from_file.term, from_file.cluster_id) == (live.index, live.term, live.cluster_id)
+    assert (from_file.index, from_file.term, from_file.cluster_id, from_file.revision) == \
+        (live.index, live.term, live.cluster_id, live.revision)
     assert from_file.source == "snapshot" and from_file.rows == live.rows
     assert _parquet_rows(tmp_path / "snap") == _parquet_rows(tmp_path / "live")
 

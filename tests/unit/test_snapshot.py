@@ -16,6 +16,7 @@ from snapshot import SnapshotCorruptError, SnapshotManifest, SnapshotStore
 from snapshot.file_format import MAGIC, PREFIX_SIZE, read_manifest, verify
 from snapshot.install import extract_state
 from statemachine import KVStateMachine, delete_op, encode_command, put_op
+from statemachine.commands import encode_registration, session_id
 
 MAP_SIZE = 256 << 20
 
@@ -23,17 +24,24 @@ MAP_SIZE = 256 << 20
 # ---- helpers shared by the other test_snapshot_* files ------------------------------------------
 
 def make_entries(count: int, term: int = 3, keys: int = 3000) -> list[Entry]:
-    """Deterministic entries 1..count: puts over `keys` keys, every 7th also deletes one, and a
-    NOOP now and then, with client sessions so those are in the snapshot too."""
+    """Deterministic entries 1..count: five client sessions registered first, then puts over
+    `keys` keys in those sessions, every 7th also deleting one, and a NOOP now and then, so the
+    sessions are in the snapshot too."""
     made: list[Entry] = []
+    clients: list[str] = []
     for i in range(1, count + 1):
+        if len(clients) < 5:
+            secret = b"client-%d" % len(clients) + b"-" * 8
+            made.append(Entry(i, term, EntryType.NORMAL, encode_registration(secret)))
+            clients.append(session_id(i, secret))
+            continue
         if i % 500 == 0:
             made.append(Entry(i, term, EntryType.NOOP))
             continue
         ops = [put_op(f"key/{i % keys:05d}".encode(), f"value-{i}".encode() * 3)]
         if i % 7 == 0:
             ops.append(delete_op(f"key/{(i * 13) % keys:05d}".encode()))
-        made.append(Entry(i, term, EntryType.NORMAL, encode_command(ops, f"client-{i % 5}", i)))
+        made.append(Entry(i, term, EntryType.NORMAL, encode_command(ops, clients[i % 5], i)))
     return made
 
 

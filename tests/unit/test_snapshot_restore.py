@@ -102,6 +102,7 @@ def test_inspect_reports_manifest_keys_and_checksum(source: tuple[Path, Snapshot
     assert report["manifest"] == manifest.to_dict()
     assert report["checksum_ok"] is True and report["error"] is None
     assert report["key_count"] == manifest.key_count and report["key_count_matches"] is True
+    assert report["key_count"] > 1000 and report["revision"] > 1000  # the data and its revision travel in the file
 
 
 def test_inspect_reports_a_damaged_payload(tmp_path: Path, source: tuple[Path, SnapshotManifest, str]) -> None:

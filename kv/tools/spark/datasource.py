@@ -137,8 +137,8 @@ class RaftKVReader(DataSourceReader):
     def partitions(self) -> list[RangePartition]:
         with ExportClient(self.endpoints, timeout=self.timeout, **self.credentials) as client:
             export = client.begin(self.prefix, self.start, self.end, self.partition_count, self.ttl_ms)
-        log.warning("raftkv read: point in time index %d term %d of cluster %s (export %s on %s, %d keys, "
-                    "%d partitions)", export.index, export.term, export.cluster_id, export.export_id,
+        log.warning("raftkv read: point in time index %d term %d, revision %d, of cluster %s (export %s on %s, %d keys, "
+                    "%d partitions)", export.index, export.term, export.revision, export.cluster_id, export.export_id,
                     export.address, export.key_count, len(export.ranges))
         return [RangePartition(i, export, s, e) for i, (s, e) in enumerate(export.ranges)]
 

@@ -50,6 +50,7 @@ class ExportInfo:
     split_points: tuple[bytes, ...]
     key_count: int
     ttl_ms: int
+    revision: int = 0  # the store's revision at `index`
 
     @property
     def ranges(self) -> list[tuple[bytes, bytes]]:
@@ -120,7 +121,7 @@ class ExportClient:
                 r = self._logged_in(lambda metadata: self._stub(target).BeginExport(
                     request, timeout=max(deadline - time.monotonic(), 0.01), metadata=metadata))
                 return ExportInfo(r.export_id, target, r.index, r.term, r.cluster_id, r.start, r.end,
-                                  tuple(r.split_points), r.key_count, r.ttl_ms)
+                                  tuple(r.split_points), r.key_count, r.ttl_ms, r.revision)
             except grpc.RpcError as rpc_error:
                 if rpc_error.code() == grpc.StatusCode.UNIMPLEMENTED:
                     raise RaftKVError(f"the node at {target} does not serve live exports (the Export service); "

@@ -45,6 +45,7 @@ class ExportManifest:
     source: str  # "live" or "snapshot"
     rows: int
     files: list[ExportedFile]
+    revision: int = 0  # the store's revision at `index` (etcd's): the export is the store at it
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     @classmethod
@@ -65,7 +66,7 @@ def export_live(endpoints: Sequence[str] | str, out_dir: str | os.PathLike[str],
         export = client.begin(prefix=prefix, start=start, end=end, partitions=partitions)
         try:
             return _write_all(out_dir, export.ranges, lambda s, e: client.read(export, s, e),
-                              export.index, export.term, export.cluster_id, "live", workers)
+                              export.index, export.term, export.cluster_id, "live", workers, export.revision)
         finally:
             client.end(export)
 
@@ -75,17 +76,17 @@ def export_snapshot(snapshot_file: str | os.PathLike[str], out_dir: str | os.Pat
     """Export a snapshot file (verified first) at its index; needs no cluster."""
     with SnapshotSource(snapshot_file) as snap:
         return _write_all(out_dir, snap.ranges(partitions), snap.read, snap.index, snap.term, snap.cluster_id,
-                          "snapshot", workers)
+                          "snapshot", workers, snap.revision)
 
 
 def _write_all(out_dir: str | os.PathLike[str], ranges: list[tuple[bytes, bytes]], read: ReadRange, index: int,
-               term: int, cluster_id: str, source: str, workers: int) -> ExportManifest:
+               term: int, cluster_id: str, source: str, workers: int, revision: int) -> ExportManifest:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("part-*.parquet")) or (out / MANIFEST_NAME).exists():
         raise FileExistsError(f"{out} already holds an export; choose an empty directory")
     point = {schema.META_INDEX: str(index).encode(), schema.META_TERM: str(term).encode(),
-             schema.META_CLUSTER: cluster_id.encode()}
+             schema.META_CLUSTER: cluster_id.encode(), schema.META_REVISION: str(revision).encode()}
 
     def write_one(position: int) -> ExportedFile:
         start, end = ranges[position]
@@ -96,7 +97,7 @@ def _write_all(out_dir: str | os.PathLike[str], ranges: list[tuple[bytes, bytes]
 
     with ThreadPoolExecutor(max(1, min(workers, len(ranges)))) as pool:
         files = list(pool.map(write_one, range(len(ranges))))
-    manifest = ExportManifest(index, term, cluster_id, source, sum(f.rows for f in files), files)
+    manifest = ExportManifest(index, term, cluster_id, source, sum(f.rows for f in files), files, revision=revision)
     tmp = out / (MANIFEST_NAME + ".tmp")
     tmp.write_text(json.dumps(asdict(manifest), indent=2))
     tmp.replace(out / MANIFEST_NAME)  # the manifest appears last: its presence means complete

@@ -20,6 +20,7 @@ SPARK_DDL = f"{KEY} binary NOT NULL, {VALUE} binary NOT NULL, {KEY_STR} string, 
 
 # Metadata keys in each Parquet file's schema and in the export manifest.
 META_INDEX, META_TERM, META_CLUSTER = b"raftkv.index", b"raftkv.term", b"raftkv.cluster_id"
+META_REVISION = b"raftkv.revision"
 META_RANGE_START, META_RANGE_END = b"raftkv.range_start", b"raftkv.range_end"
 
 

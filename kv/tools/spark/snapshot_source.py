@@ -18,7 +18,7 @@ import lmdb
 
 from kv.tools.spark.export_client import STAGING_PREFIX
 from snapshot.file_format import copy_payload
-from snapshot.state_payload import STATE_FILE
+from snapshot.state_payload import STATE_FILE, revision_in
 from statemachine.key_record import stored_value
 
 _DATA_DB = b"data"  # the state machine's user data (statemachine/kv_state.py)
@@ -39,6 +39,7 @@ class SnapshotSource:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.index, self.term, self.cluster_id = manifest.index, manifest.term, manifest.cluster_id
+        self.revision = revision_in(self._env)
 
     def __enter__(self) -> SnapshotSource:
         return self
