@@ -75,6 +75,7 @@ from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullE
 from statemachine.etcd_txn import EtcdRefusal, apply_txn, read_range, refusal_of, txn_spans
 from statemachine.key_record import KeyVersion, stored_value
 from statemachine.mvcc import (
+    CHANGES_DB_NAME,
     HISTORY_DB_NAME,
     HISTORY_INDEX_DB_NAME,
     MvccTables,
@@ -96,7 +97,7 @@ FORMAT_VERSION = 3
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
 _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, HISTORY_DB_NAME,
-             HISTORY_INDEX_DB_NAME)
+             HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME)
 _DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME})
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
@@ -160,8 +161,8 @@ class KVStateMachine:
         )
         self._dbs = {name: self._env.open_db(name, dupsort=name in _DUPSORT_DB_NAMES) for name in _DB_NAMES}
         (self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db, history,
-         history_index) = self._dbs.values()
-        self._mvcc = MvccTables(self._data, history, history_index, self._meta)
+         history_index, changes) = self._dbs.values()
+        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes)
         self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
         # Shared with the client service, which checks requests against it (auth_state.AuthHolder).

@@ -12,13 +12,18 @@ command share its revision, each with a sub of its own). Reads name a revision o
 - ``history_index``  key -> (mod_revision, mod_sub) of each of its history entries, sorted (an
                      LMDB dupsort table: its values are at most 511 bytes, so the versions
                      themselves, up to the value limit, cannot live there).
+- ``changes``        (mod_revision, mod_sub) -> key, for every change: the store's changes in
+                     revision order, what a watch replays (`events`). The version a change wrote
+                     is in ``history`` under the same (revision, sub) once a later change replaced
+                     it, and in ``data`` until then.
 
 Why this shape: keys may be 511 bytes, LMDB's key limit, so no table can be keyed by key plus
 revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
 index on disk, so a member starts without rebuilding anything.
 
 Compaction at C (`compact`) drops every history entry no read at a revision >= C can see: one whose
-successor's revision is <= C, and every tombstone at or below C. Reads below C are refused.
+successor's revision is <= C, and every tombstone at or below C; and every change below C. Reads
+and watches below C are refused.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from statemachine.key_record import KeyVersion, change_of, decode, encode, revis
 
 HISTORY_DB_NAME = b"history"
 HISTORY_INDEX_DB_NAME = b"history_index"
+CHANGES_DB_NAME = b"changes"
 REVISION_KEY = b"revision"
 COMPACTED_KEY = b"compacted"
 _CHANGE = struct.Struct(">QI")  # (mod_revision, mod_sub): a history key, and an index value
@@ -54,13 +60,7 @@ class MvccTables:
     history: lmdb._Database
     history_index: lmdb._Database
     meta: lmdb._Database
-
-
-def open_tables(env: lmdb.Environment, data: lmdb._Database, meta: lmdb._Database,
-                txn: lmdb.Transaction | None = None) -> MvccTables:
-    history = env.open_db(HISTORY_DB_NAME, txn=txn)
-    index = env.open_db(HISTORY_INDEX_DB_NAME, txn=txn, dupsort=True)
-    return MvccTables(data, history, index, meta)
+    changes: lmdb._Database
 
 
 def store_revision(txn: lmdb.Transaction, tables: MvccTables) -> int:
@@ -100,10 +100,12 @@ class RevisionWriter:
         """The revision this command's changes get."""
         return self.revision + 1
 
-    def _next_change(self) -> tuple[int, int]:
+    def _next_change(self, key: bytes) -> tuple[int, int]:
+        """The (revision, sub) of the next change, which changes `key`: logged in ``changes``."""
         self.changed = True
         sub = self._sub
         self._sub += 1
+        self._txn.put(_CHANGE.pack(self.revision + 1, sub), key, db=self.tables.changes, append=True)
         return self.revision + 1, sub
 
     def current(self, key: bytes) -> KeyVersion | None:
@@ -113,13 +115,13 @@ class RevisionWriter:
     def put(self, key: bytes, value: bytes, lease: int = 0) -> bool:
         """Write `value` as `key`'s next version; whether the key existed."""
         record = self._txn.get(key, db=self.tables.data)
-        revision, sub = self._next_change()
+        revision, sub = self._next_change(key)
         if record is None:
             new = KeyVersion(key, value, revision, revision, 1, lease, sub)
         else:
             create, mod, _, version = revisions_of(record)
             new = KeyVersion(key, value, create, revision, version + 1, lease, sub)
-            self._keep(key, record, mod)
+            self._file(key, record)
         self._txn.put(key, encode(new), db=self.tables.data)
         return record is not None
 
@@ -129,8 +131,8 @@ class RevisionWriter:
         if record is None:
             return None
         old = decode(key, record)
-        revision, sub = self._next_change()
-        self._keep(key, record, old.mod_revision)
+        revision, sub = self._next_change(key)
+        self._file(key, record)
         self._file(key, encode(KeyVersion(key, b"", 0, revision, 0, 0, sub)))
         return old
 
@@ -138,12 +140,6 @@ class RevisionWriter:
         """Delete every live key in [start, end) (None: to the last key); the versions they had."""
         keys = list(live_keys(self._txn, self.tables, start, end))
         return [old for old in map(self.delete, keys) if old is not None]
-
-    def _keep(self, key: bytes, record: bytes, mod_revision: int) -> None:
-        """File the version `record` holds in the history, unless this command wrote it: a version
-        that lived only inside one revision is visible at none."""
-        if mod_revision < self.revision + 1:
-            self._file(key, record)
 
     def _file(self, key: bytes, record: bytes) -> None:
         change = _CHANGE.pack(*change_of(record))
@@ -169,6 +165,10 @@ class RevisionWriter:
                     txn.delete(raw, db=tables.history)
                     txn.delete(key, raw, db=tables.history_index)
             found = index.set_range(key + b"\x00")
+        changes = txn.cursor(db=tables.changes)
+        found = changes.first()
+        while found and _CHANGE.unpack(changes.key())[0] < revision:
+            found = changes.delete()
         txn.put(COMPACTED_KEY, _I64.pack(revision), db=tables.meta)
 
 
@@ -290,3 +290,54 @@ def history_hash(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> in
                 decode(key, record)  # refuses a damaged record
                 crc = zlib.crc32(record, zlib.crc32(change, zlib.crc32(key, crc)))
     return crc
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change of the store, as a watch delivers it: the version it wrote (a tombstone for a
+    delete) and, when asked, the version it replaced."""
+
+    kv: KeyVersion
+    prev: KeyVersion | None = None
+
+
+def changes_between(txn: lmdb.Transaction, tables: MvccTables, first: int, last: int,
+                    start: bytes = b"", end: bytes | None = None, with_prev: bool = False) -> list[Change]:
+    """Every change of revisions first..last to a key in [start, end) (end None: to the last key;
+    end == start + b"\0": that key alone), in revision order. The caller checked that `first`
+    is not compacted."""
+    out: list[Change] = []
+    cursor = txn.cursor(db=tables.changes)
+    found = cursor.set_range(_CHANGE.pack(first, 0))
+    while found:
+        raw = cursor.key()
+        revision = _CHANGE.unpack(raw)[0]
+        if revision > last:
+            break
+        key = cursor.value()
+        if key >= start and (end is None or key < end):
+            kv = _version_of_change(txn, tables, key, raw)
+            prev = _previous(txn, tables, key, raw) if with_prev else None
+            out.append(Change(kv, prev))
+        found = cursor.next()
+    return out
+
+
+def _version_of_change(txn: lmdb.Transaction, tables: MvccTables, key: bytes, change: bytes) -> KeyVersion:
+    record = txn.get(change, db=tables.history)
+    if record is None:  # not replaced yet: the live version
+        record = txn.get(key, db=tables.data)
+    return decode(key, record)
+
+
+def _previous(txn: lmdb.Transaction, tables: MvccTables, key: bytes, change: bytes) -> KeyVersion | None:
+    """The version `key` had just before `change` (None: absent then)."""
+    index = txn.cursor(db=tables.history_index)
+    if index.set_key_dup(key, change):
+        found = index.prev_dup()
+    else:  # the change is still live: the version it replaced was filed last
+        found = index.set_key(key) and index.last_dup()
+    if not found:
+        return None
+    kept = decode(key, txn.get(index.value(), db=tables.history))
+    return None if kept.tombstone else kept

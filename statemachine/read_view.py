@@ -69,6 +69,9 @@ class ReadView:
             body = unseal(key, history.get(change) or b"")
             digest.update(_U16.pack(len(key)) + key + change + _U64.pack(len(body)))
             digest.update(body)
+        digest.update(b"\xffchanges")
+        for change, key in self._txn.cursor(db=self._mvcc.changes).iternext():
+            digest.update(change + _U16.pack(len(key)) + key)
         for name in (REVISION_KEY, COMPACTED_KEY):
             digest.update(name + (self._txn.get(name, db=self._mvcc.meta) or b""))
         # The auth tables too, marked off from the data, so members that disagree on users or

@@ -14,7 +14,7 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine import KVStateMachine
 from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
-from statemachine.mvcc import CompactedError, FutureRevisionError
+from statemachine.mvcc import CompactedError, FutureRevisionError, changes_between
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,7 @@ def test_compaction_drops_what_no_kept_revision_can_see(machine: KVStateMachine)
     with machine._env.begin() as txn:
         assert txn.stat(history)["entries"] == 0
         assert txn.stat(machine._mvcc.history_index)["entries"] == 0
+        assert txn.stat(machine._mvcc.changes)["entries"] == 1  # the delete, at the compacted revision
 
 
 def test_compaction_refusals_are_etcds(machine: KVStateMachine) -> None:
@@ -216,3 +217,30 @@ def test_move_prefix_keeps_the_old_keys_history(machine: KVStateMachine) -> None
     assert machine.get(b"stage/a") is None and machine.get(b"live/a") == b"1"
     assert machine.get_version(b"live/a").version == 2
     assert machine.get_version(b"stage/a", 2).value == b"1"
+
+
+def test_changes_between_replays_every_change_with_the_version_it_replaced(machine: KVStateMachine) -> None:
+    rng = random.Random(11)
+    apply, model = Applier(machine), Model()
+    keys = [b"w/%d" % i for i in range(8)] + [b"other"]
+    expected: list[tuple[int, bytes, Version | None, Version | None]] = []  # (revision, key, version, prev)
+    for step in range(150):
+        chosen = rng.sample(keys, rng.randint(1, 3))  # distinct keys: one change per key per revision
+        ops = [("put" if rng.random() < 0.7 else "delete", key, b"v%d" % step) for key in chosen]
+        before = model.revisions[model.revision]
+        revision = model.apply(ops)
+        apply.ops([put_op(k, v) if kind == "put" else delete_op(k) for kind, k, v in ops])
+        if revision == model.revision and revision in model.revisions and model.revisions[revision] is not before:
+            after = model.revisions[revision]
+            for kind, key, _ in ops:
+                if kind == "put" or key in before:
+                    expected.append((revision, key, after.get(key), before.get(key)))
+    with machine._env.begin() as txn:
+        got = changes_between(txn, machine._mvcc, 2, machine.revision, b"w/", b"w0", with_prev=True)
+    as_model = [(c.kv.mod_revision, c.kv.key,
+                 None if c.kv.tombstone else Version(c.kv.value, c.kv.create_revision, c.kv.mod_revision, c.kv.version),
+                 None if c.prev is None else Version(c.prev.value, c.prev.create_revision, c.prev.mod_revision,
+                                                     c.prev.version))
+                for c in got]
+    assert as_model == [e for e in expected if e[1].startswith(b"w/")]
+    assert len(as_model) > 100
