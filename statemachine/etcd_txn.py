@@ -81,6 +81,11 @@ def range_response(versions: Iterable[KeyVersion], request: pb.RangeRequest, rev
     response.header.revision = revision
     if request.count_only:
         return response
+    if request.limit > 0 and request.sort_order == pb.RangeRequest.NONE and not (
+            request.min_mod_revision or request.max_mod_revision or request.min_create_revision
+            or request.max_create_revision):
+        # etcd reads limit + 1 keys in key order, then sorts those by a target other than the key
+        kvs = kvs[:request.limit + 1]
     if request.max_mod_revision:
         kvs = [kv for kv in kvs if kv.mod_revision <= request.max_mod_revision]
     if request.min_mod_revision:

@@ -100,9 +100,15 @@ class EtcdFace:
 
     def header(self, header: pb.ResponseHeader, revision: int | None = None) -> None:
         """Fill a response header as etcd's does; `revision` None: the store's now."""
+        self.member_header(header)
+        header.revision = self.fsm.revision if revision is None else revision
+
+    def member_header(self, header: pb.ResponseHeader) -> None:
+        """The member's part of a header (etcd's Cluster service sends no revision): who answered,
+        in which cluster and term. A forwarded answer gets it too, as etcd's member that received a
+        call answers it."""
         header.cluster_id = self.cluster_number
         header.member_id = self.member_number
-        header.revision = self.fsm.revision if revision is None else revision
         header.raft_term = self.node.core.term
 
     async def serve(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
@@ -150,12 +156,15 @@ class EtcdFace:
         stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self._channel(address))
         remaining = context.time_remaining()
         try:
-            return await getattr(stub, method)(request, metadata=metadata, timeout=remaining)
+            response = await getattr(stub, method)(request, metadata=metadata, timeout=remaining)
         except grpc.aio.AioRpcError as e:
             code = e.code()
             if code == grpc.StatusCode.UNAVAILABLE and not (e.details() or "").startswith("etcdserver:"):
                 raise LEADER_CHANGED from None  # the leader went away under the call
             raise EtcdError(code, e.details() or code.name) from None
+        if response.HasField("header"):
+            self.member_header(response.header)
+        return response
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)

@@ -127,6 +127,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def work() -> pb.HashKVResponse:
+            self._handler.check_root(face.user(context))  # etcd: HashKV is an admin's
             try:
                 digest, revision, compacted = await asyncio.to_thread(face.fsm.hash_kv, request.revision)
             except EtcdRefusal as refusal:
@@ -151,8 +152,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                                       context.time_remaining(), face.user(context))
             response = pb.AlarmResponse(alarms=[pb.AlarmMember(memberID=member_number(a.member_id), alarm=a.alarm)
                                                 for a in face.fsm.alarms.listed()])
-            face.header(response.header)
-            return response
+            return response  # etcd's AlarmResponse carries no header
         return await face.serve(context, work)
 
     async def Defragment(self, request: pb.DefragmentRequest,
@@ -215,6 +215,6 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
                 response.members.add(ID=member_number(member), name=member,
                                      peerURLs=[f"{peer_scheme}://{peer}"] if peer else [],
                                      clientURLs=[f"{client_scheme}://{client}"] if client else [])
-            face.header(response.header)
+            face.member_header(response.header)
             return response
         return await face.serve(context, work)

@@ -9,8 +9,7 @@ election, not the data); the revisions, versions, create/mod revisions, counts, 
 kvs, deleted counts, txn branches and error messages must be EQUAL. The few ops whose outputs
 differ by design say so in a written exception (`Deliberate`: its reason, and what of the output
 both must still agree on). Any other difference fails the test, listing each op that differed with
-its command, etcd's outcome and raftkv's. The differences found to be raftkv bugs are marked on
-their ops (`divergence`) and left failing, each in a strict xfail of its own (test_known_divergence).
+its command, etcd's outcome and raftkv's.
 
 What etcdctl 3.4 cannot ask for is not here: it has no --count-only and no min/max mod/create
 revision flags (they came with etcdctl 3.5), no nested txns, and raftkv grants no leases (a put
@@ -100,7 +99,6 @@ class Op:
     json: bool = True  # add -w json and parse stdout
     exception: Deliberate | None = None
     refused: bool = False  # etcd refuses it (an error and a non-zero exit): the script checks itself
-    divergence: str | None = None  # a known server bug: raftkv answers otherwise (test_known_divergence)
 
     def command(self) -> str:
         words = " ".join(repr(a) if (not a or " " in a or not a.isprintable()) else a for a in self.args)
@@ -149,21 +147,6 @@ MEMBERS = Deliberate(
     "the member count and the fields each member has.",
     _member_list)
 
-# Known divergences: server bugs found by this test, each left as a strict xfail (test_known_divergence).
-SORT_WITHOUT_ORDER_WITH_LIMIT = (
-    "server bug: a Range with a sort target other than KEY, sort order NONE (which etcd sorts "
-    "ascending) and a limit. etcd 3.4's applierV3backend.Range fetches everything only when the "
-    "REQUEST's sort_order is not NONE; here it fetches limit+1 keys in key order, sorts those and "
-    "truncates. raftkv (statemachine/etcd_txn.py, range_response) sorts the whole range before the limit.")
-MEMBER_LIST_HEADER_REVISION = (
-    "server bug: etcd 3.4's ClusterServer.header() fills cluster_id, member_id and raft_term only "
-    "(its MemberList header has no revision: 0, left out of -w json); raftkv's EtcdClusterServicer "
-    "fills the store's revision.")
-ALARM_HEADER = (
-    "server bug: etcd 3.4's AlarmResponse has no header at all (maintenanceServer.Alarm returns the "
-    "applier's response, built without one: `alarm list -w json` prints {}); raftkv's "
-    "EtcdMaintenanceServicer.Alarm fills one, with the store's revision.")
-
 # The keys the script writes live under k/ (plus `other`, outside the prefix); "k/\udcff" is the
 # key b"k/\xff", not UTF-8, passed as the bytes it stands for.
 HIGH = "k/\udcff"
@@ -206,7 +189,7 @@ SCRIPT: list[Op] = [
     Op(("get", "--prefix", "k/", "--sort-by=VERSION", "--order=ASCEND")),   # ties: versions 1 and 2
     Op(("get", "--prefix", "k/", "--sort-by=VERSION", "--order=DESCEND")),
     Op(("get", "--prefix", "k/", "--sort-by=VALUE")),               # a target without an order: ascending
-    Op(("get", "--prefix", "k/", "--sort-by=VALUE", "--limit=2"), divergence=SORT_WITHOUT_ORDER_WITH_LIMIT),
+    Op(("get", "--prefix", "k/", "--sort-by=VALUE", "--limit=2")),
     Op(("get", "--prefix", "k/", "--sort-by=MODIFY", "--order=DESCEND", "--limit=2")),
     Op(("get", "--prefix", "k/", "--keys-only")),
     Op(("get", "--prefix", "k/", "--keys-only", "--limit=1"), json=False),
@@ -279,8 +262,8 @@ SCRIPT: list[Op] = [
     Op(("endpoint", "status"), exception=STATUS),
     Op(("endpoint", "hashkv"), exception=HASHKV),
     Op(("endpoint", "health"), exception=HEALTH),
-    Op(("member", "list"), exception=MEMBERS, divergence=MEMBER_LIST_HEADER_REVISION),
-    Op(("alarm", "list"), divergence=ALARM_HEADER),
+    Op(("member", "list"), exception=MEMBERS),
+    Op(("alarm", "list")),
     Op(("defrag",), json=False),
     Op(("snapshot", "save", "snap.db"), json=False),                # stdout only: each file is its store's own
 ]
@@ -429,21 +412,11 @@ def test_etcd_does_what_the_script_expects(runs: Runs):
 
 
 def test_raftkv_answers_the_script_as_etcd_does(runs: Runs):
-    """Every op but the known divergences (test_known_divergence) compared: equal, or the test
-    lists each op that differs."""
-    compared_ops = [i for i, op in enumerate(SCRIPT) if op.divergence is None]
+    """Every op compared: equal, or the test lists each op that differs."""
+    compared_ops = list(range(len(SCRIPT)))
     differences = [difference(i, runs.etcd[i], runs.raftkv[i]) for i in compared_ops
                    if runs.etcd[i] != runs.raftkv[i]]
     print(f"{len(compared_ops)} of {len(SCRIPT)} ops compared ({sum(op.exception is not None for op in SCRIPT)} "
           f"under a written exception), {len(differences)} differ")
     assert not differences, (f"{len(differences)} of {len(compared_ops)} ops differ between etcd 3.4 and raftkv "
                              f"({runs.logs}):\n" + "\n".join(differences))
-
-
-@pytest.mark.parametrize("i", [
-    pytest.param(i, id=f"op{i}", marks=pytest.mark.xfail(strict=True, reason=op.divergence))
-    for i, op in enumerate(SCRIPT) if op.divergence is not None])
-def test_known_divergence(runs: Runs, i: int):
-    """An op where raftkv is known to answer otherwise than etcd 3.4, against the letter of etcd's
-    code: a server bug, left failing (strict xfail) until the server or the decision changes."""
-    assert runs.etcd[i] == runs.raftkv[i], difference(i, runs.etcd[i], runs.raftkv[i])

@@ -313,11 +313,6 @@ def test_endpoint_status_and_health_of_every_member(roles: Roles):
     assert plain.returncode == 0 and plain.stderr.count("is healthy: successfully committed proposal") == 3, plain
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server bug: a response a follower forwards from the leader keeps the LEADER's member_id (and "
-    "raft_term) in its header; etcd's ResponseHeader.member_id is 'the ID of the member which sent "
-    "the response' (etcd fills it on the member that answers the call, v3rpc header.fill). "
-    "EtcdFace.forward returns the leader's answer as it is."))
 def test_a_forwarded_answer_names_the_member_that_sent_it(roles: Roles):
     ids = member_ids(roles)
     assert js(roles.follower, "get", "fw/key", "--consistency=s")["header"]["member_id"] == ids[roles.follower_id]
