@@ -76,6 +76,9 @@ from statemachine.etcd_txn import EtcdRefusal, apply_txn, read_range, refusal_of
 from statemachine.key_record import KeyVersion, stored_value
 from statemachine.mvcc import (
     CHANGES_DB_NAME,
+    Change,
+    CompactedError,
+    changes_between,
     HISTORY_DB_NAME,
     HISTORY_INDEX_DB_NAME,
     MvccTables,
@@ -320,6 +323,15 @@ class KVStateMachine:
                 raise refusal_of(exc) from None
             return (history_hash(txn, self._mvcc, revision), store_revision(txn, self._mvcc),
                     compacted_revision(txn, self._mvcc))
+
+    def changes(self, first: int, last: int, start: bytes = b"", end: bytes | None = None,
+                with_prev: bool = False) -> list[Change]:
+        """The changes of revisions first..last (mvcc.changes_between) to keys in [start, end), for
+        a watch. CompactedError when `first` is below the compacted revision."""
+        with self._env.begin() as txn:
+            if first < compacted_revision(txn, self._mvcc):
+                raise CompactedError(first)
+            return changes_between(txn, self._mvcc, first, last, start, end, with_prev)
 
     @property
     def revision(self) -> int:

@@ -22,6 +22,7 @@ from tenacity import Retrying, retry_if_exception
 from kv.client.auth_admin import AuthAdmin
 from kv.client.maintenance import Maintenance
 from kv.client.revisions import Revisions
+from kv.client.watch import Watch
 from kv.client.credentials import Credentials
 from kv.client.key_like import KeyLike, to_bytes
 from kv.errors import (
@@ -209,6 +210,26 @@ class Client(AuthAdmin, Maintenance, Revisions):
         order, whether its key existed just before that op."""
         request = batch_request(puts, deletes)
         return self._apply(request) if request.ops else []
+
+    def watch(self, key: KeyLike | None = None, prefix: KeyLike | None = None, start: KeyLike | None = None,
+              end: KeyLike | None = None, start_revision: int | None = None, prev_kv: bool = False) -> Watch:
+        """Every change to `key`, to the keys starting with `prefix`, or to those in [start, end),
+        from `start_revision` on (None: from now), as an iterator of WatchEvent that resumes by
+        itself on another member when its stream breaks: each change exactly once, in revision
+        order (kv/client/watch.py). Close it, or leave its `with`, to end it."""
+        if sum(x is not None for x in (key, prefix, start)) != 1:
+            raise ValueError("watch takes one of key, prefix or start (with end)")
+        if key is not None:
+            first, range_end = to_bytes(key), b""
+        elif prefix is not None:
+            first = to_bytes(prefix)
+            range_end = prefix_end(first) or b"\0"
+            first = first or b"\0"
+        else:
+            first, range_end = to_bytes(start), (to_bytes(end) if end is not None else b"\0")  # type: ignore[arg-type]
+        self._log_in_once(time.monotonic() + self.timeout)
+        return Watch(self.endpoints, lambda address: self._connection(address)[0], lambda: self._credentials.metadata,
+                     first, range_end, start_revision or 0, prev_kv)
 
     def apply_ops(self, ops: Sequence[kv_pb2.Op]) -> list[bool]:
         """Apply `ops` (kv_pb2.Op: put, delete, delete_prefix, move_prefix) atomically in one raft

@@ -129,6 +129,15 @@ class ReplaceableStateMachine:
     def get_version(self, key: bytes, revision: int = 0) -> Any:
         return self._call("get_version", key, revision)
 
+    def changes(self, first: int, last: int, start: bytes = b"", end: bytes | None = None,
+                with_prev: bool = False) -> list[Any]:
+        return self._call("changes", first, last, start, end, with_prev)
+
+    @property
+    def compacted_revision(self) -> int:
+        with self._lock.shared():
+            return self._machine.compacted_revision
+
     def etcd_range(self, request: Any) -> Any:
         return self._call("etcd_range", request)
 

@@ -25,6 +25,8 @@ from kv.server.tls import member_channel_credentials, server_credentials, warn_i
 from kv.server.auth_gate import AuthGate
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
+from kv.server.etcd_watch import EtcdWatchServicer
+from kv.server.watch_hub import WatchHub
 from kv.server.kv_handler import KVHandler
 from kv.server.kv_service import KVServicer
 from raftkv_proto import etcd_rpc_pb2_grpc, export_pb2_grpc, kv_pb2_grpc
@@ -63,6 +65,7 @@ class RunningServer:
     auth: AuthHandler
     observability: Observability
     etcd: EtcdFace
+    watches: WatchHub
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -75,6 +78,7 @@ class RunningServer:
         await self.observability.stop()
         await self.kv_service.end_streams()
         await self.servers.stop(grace)
+        await self.watches.stop()
         await self.etcd.close()
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
@@ -100,6 +104,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     fsm: ReplaceableStateMachine | None = None
     node: RaftNode | None = None
     servers: ServerGroup | None = None
+    watches: WatchHub | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
@@ -127,15 +132,19 @@ async def start_server(config: NodeConfig) -> RunningServer:
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
         etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security))
+        watches = WatchHub(node, fsm)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd, handler)),
             (etcd_rpc_pb2_grpc.add_ClusterServicer_to_server, EtcdClusterServicer(etcd)),
+            (etcd_rpc_pb2_grpc.add_WatchServicer_to_server,
+             EtcdWatchServicer(etcd, watches, config.limits.max_request_bytes)),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
             observability.health_service,
         ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
         await node.start()
+        watches.start()
         await servers.start()
         checker.start()
         await observability.start()
@@ -145,6 +154,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         try:
             if servers is not None:
                 await servers.stop(None)
+            if watches is not None:
+                await watches.stop()
             if node is not None:
                 await node.stop()
         finally:
@@ -162,7 +173,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler, observability, etcd)
+                         auth_handler, observability, etcd, watches)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

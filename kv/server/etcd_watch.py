@@ -1,0 +1,236 @@
+"""etcd's Watch service (a bidirectional stream) on a node's client port, as etcd 3.4's
+etcdserver/api/v3rpc/watch.go serves it, over the node's WatchHub (kv/server/watch_hub.py).
+
+On one stream: create requests (key, range_end with etcd's conventions, start_revision, filters,
+prev_kv, progress_notify, fragment, watch_id or one the stream assigns from 0 up), cancel requests
+and progress requests. A watch is answered "created" before any of its events; the events of one
+revision are never split over responses (unless the watch asked for fragments of a response over
+--max-request-bytes); a watch whose start revision was compacted gets compact_revision and is
+cancelled. Any member serves watches from its own applied state."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from kv import errors
+from kv.server.etcd_face import EtcdFace
+from kv.server.watch_hub import WatchHub, Watcher
+from raftkv_proto import etcd_mvcc_pb2 as mvccpb
+from raftkv_proto import etcd_rpc_pb2 as pb
+from raftkv_proto import etcd_rpc_pb2_grpc
+from statemachine.auth_state import PERMISSION_DENIED, permission_range
+from statemachine.etcd_txn import to_proto
+from statemachine.mvcc import Change
+
+# etcd's default progress notification interval (--experimental-watch-progress-notify-interval).
+PROGRESS_INTERVAL_S = 600.0
+# Responses a stream may hold unsent before its watchers stop taking changes from the hub and
+# catch up from the store at the stream's pace instead.
+MAX_QUEUED_RESPONSES = 64
+INVALID_WATCH_ID = -1
+DUPLICATE_WATCH_ID = "mvcc: duplicate watch ID provided on the WatchStream"
+
+
+class EtcdWatchServicer(etcd_rpc_pb2_grpc.WatchServicer):
+    def __init__(self, face: EtcdFace, hub: WatchHub, max_response_bytes: int,
+                 progress_interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self._face = face
+        self._hub = hub
+        self._max_response_bytes = max_response_bytes
+        self._progress_interval_s = progress_interval_s
+
+    async def Watch(self, requests: AsyncIterator[pb.WatchRequest],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WatchResponse]:
+        stream = _WatchStream(self._face, self._hub, context, self._max_response_bytes)
+        reader = asyncio.create_task(stream.read(requests))
+        progress = asyncio.create_task(stream.notify_progress(self._progress_interval_s))
+        try:
+            while True:
+                yield await stream.next_response()
+        finally:
+            reader.cancel()
+            progress.cancel()
+            stream.close()
+
+
+@dataclass(eq=False)
+class _Watch:
+    watch_id: int
+    watcher: Watcher
+    filters: frozenset[int]
+    prev_kv: bool
+    fragment: bool
+    progress_notify: bool
+    quiet: bool = True  # no events sent since the last progress notification
+
+
+class _WatchStream:
+    def __init__(self, face: EtcdFace, hub: WatchHub, context: grpc.aio.ServicerContext,
+                 max_response_bytes: int) -> None:
+        self._face = face
+        self._hub = hub
+        self._context = context
+        self._max_bytes = max_response_bytes
+        self._queue: asyncio.Queue[pb.WatchResponse] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._watches: dict[int, _Watch] = {}
+        self._next_id = 0
+
+    # ---- the stream's responses --------------------------------------------------------------
+
+    async def next_response(self) -> pb.WatchResponse:
+        response = await self._queue.get()
+        if self._queue.qsize() < MAX_QUEUED_RESPONSES // 2:
+            self._room.set()
+        return response
+
+    def _send(self, response: pb.WatchResponse) -> None:
+        self._queue.put_nowait(response)
+        if self._queue.qsize() >= MAX_QUEUED_RESPONSES:
+            self._room.clear()
+
+    def _response(self, revision: int, watch_id: int, **fields: object) -> pb.WatchResponse:
+        response = pb.WatchResponse(watch_id=watch_id, **fields)  # type: ignore[arg-type]
+        self._face.header(response.header, revision)
+        return response
+
+    def close(self) -> None:
+        for watch in self._watches.values():
+            self._hub.remove(watch.watcher)
+        self._watches.clear()
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    async def read(self, requests: AsyncIterator[pb.WatchRequest]) -> None:
+        """Handle requests until the client stops sending (the stream stays open for what its
+        watches deliver, as etcd's)."""
+        async for request in requests:
+            kind = request.WhichOneof("request_union")
+            if kind == "create_request":
+                self._create(request.create_request)
+            elif kind == "cancel_request":
+                self._cancel(request.cancel_request.watch_id)
+            elif kind == "progress_request":
+                self._send(self._response(self._face.fsm.revision, INVALID_WATCH_ID))
+
+    def _create(self, create: pb.WatchCreateRequest) -> None:
+        revision = self._face.fsm.revision
+        key = create.key or b"\0"  # etcd: the smallest key
+        refusal = self._refusal(key, create.range_end)
+        if refusal is not None:
+            self._send(self._response(revision, INVALID_WATCH_ID, created=True, canceled=True, cancel_reason=refusal))
+            return
+        watch_id = create.watch_id
+        if watch_id == 0:
+            while self._next_id in self._watches:
+                self._next_id += 1
+            watch_id = self._next_id
+            self._next_id += 1
+        elif watch_id in self._watches:
+            self._send(self._response(revision, INVALID_WATCH_ID, created=True, canceled=True,
+                                      cancel_reason=DUPLICATE_WATCH_ID))
+            return
+        if not create.range_end:
+            end: bytes | None = key + b"\0"
+        elif create.range_end == b"\0":
+            end = None
+        else:
+            end = create.range_end
+        watcher = Watcher(
+            key, end, create.start_revision or revision + 1, create.prev_kv,
+            deliver=lambda changes, through: self._deliver(watch, changes, through),
+            compacted=lambda compacted: self._compacted(watch, compacted),
+            behind=lambda: not self._room.is_set(), room=lambda: self._room)
+        watch = _Watch(watch_id, watcher, frozenset(create.filters), create.prev_kv, create.fragment,
+                       create.progress_notify)
+        self._watches[watch_id] = watch
+        self._send(self._response(revision, watch_id, created=True))  # before any of its events
+        self._hub.add(watch.watcher)
+
+    def _refusal(self, key: bytes, range_end: bytes) -> str | None:
+        """Why the caller may not watch [key, range_end) (etcd's cancel reason), or None."""
+        if not self._face.auth.enabled:
+            return None
+        try:
+            user = self._face.gate.user(self._context)
+        except errors.RaftKVError as e:
+            return str(e)
+        if not self._face.auth.view.may_read(user, permission_range(key, range_end)):
+            return PERMISSION_DENIED
+        return None
+
+    def _cancel(self, watch_id: int) -> None:
+        watch = self._watches.pop(watch_id, None)
+        if watch is None:
+            return  # etcd answers nothing for a watch it does not have
+        self._hub.remove(watch.watcher)
+        self._send(self._response(self._face.fsm.revision, watch_id, canceled=True))
+
+    # ---- what the hub delivers ---------------------------------------------------------------
+
+    def _deliver(self, watch: _Watch, changes: list[Change], revision: int) -> None:
+        events = [event for change in changes if (event := self._event(watch, change)) is not None]
+        if not events:
+            return
+        watch.quiet = False
+        response = self._response(revision, watch.watch_id, events=events)
+        if watch.fragment and response.ByteSize() >= self._max_bytes and len(events) > 1:
+            for part in _fragments(response, self._max_bytes):
+                self._send(part)
+        else:
+            self._send(response)
+
+    @staticmethod
+    def _event(watch: _Watch, change: Change) -> mvccpb.Event | None:
+        kv = change.kv
+        if kv.tombstone:
+            if pb.WatchCreateRequest.NODELETE in watch.filters:
+                return None
+            event = mvccpb.Event(type=mvccpb.Event.DELETE, kv=mvccpb.KeyValue(key=kv.key, mod_revision=kv.mod_revision))
+        else:
+            if pb.WatchCreateRequest.NOPUT in watch.filters:
+                return None
+            event = mvccpb.Event(type=mvccpb.Event.PUT, kv=to_proto(kv))
+        # etcd looks up no previous version for a creation.
+        if watch.prev_kv and change.prev is not None and kv.create_revision != kv.mod_revision:
+            event.prev_kv.CopyFrom(to_proto(change.prev))
+        return event
+
+    def _compacted(self, watch: _Watch, compacted: int) -> None:
+        self._watches.pop(watch.watch_id, None)
+        self._send(self._response(self._face.fsm.revision, watch.watch_id, compact_revision=compacted,
+                                  canceled=True))
+
+    async def notify_progress(self, interval_s: float) -> None:
+        """Every `interval_s`, a watch that asked for progress notifications and got no event since
+        the last one is told the revision it is synced to (etcd's progress_notify)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for watch in list(self._watches.values()):
+                if watch.progress_notify and watch.quiet and not watch.watcher.removed \
+                        and watch.watcher.next_revision > self._hub.revision:
+                    self._send(self._response(self._hub.revision, watch.watch_id))
+                watch.quiet = True
+
+
+def _fragments(response: pb.WatchResponse, max_bytes: int) -> list[pb.WatchResponse]:
+    """etcd's sendFragments: the events in responses of at most `max_bytes` each (one event at
+    least), each marked fragment but the last."""
+    parts: list[pb.WatchResponse] = []
+    events = list(response.events)
+    index = 0
+    while index < len(events):
+        part = pb.WatchResponse(header=response.header, watch_id=response.watch_id, fragment=True)
+        while index < len(events):
+            part.events.append(events[index])
+            if len(part.events) > 1 and part.ByteSize() >= max_bytes:
+                del part.events[-1]
+                break
+            index += 1
+        parts.append(part)
+    parts[-1].fragment = False
+    return parts
