@@ -74,6 +74,14 @@ def encode_compaction(revision: int, user: str | None = None) -> bytes:
     return kv_pb2.Command(compact=revision, user=user or "").SerializeToString()
 
 
+def encode_lease_grant(lease: int, ttl: int) -> bytes:
+    return kv_pb2.Command(lease=kv_pb2.LeaseCommand(grant_id=lease, ttl=ttl)).SerializeToString()
+
+
+def encode_lease_revoke(lease: int, user: str | None = None) -> bytes:
+    return kv_pb2.Command(lease=kv_pb2.LeaseCommand(revoke_id=lease), user=user or "").SerializeToString()
+
+
 def check_state_command() -> bytes:
     """The payload of a state check marker (kv/server/state_check.py)."""
     return kv_pb2.Command(check_state=True).SerializeToString()
@@ -119,6 +127,12 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth") \
                 or command.HasField("alarm") or command.etcd_txn or command.compact:
             raise InvalidCommandError("a state check marker carries nothing else")
+        return command
+    if command.HasField("lease"):
+        lease = command.lease
+        if command.ops or command.HasField("header") or command.etcd_txn or command.compact \
+                or (lease.grant_id != 0) == (lease.revoke_id != 0) or (lease.grant_id and lease.ttl <= 0):
+            raise InvalidCommandError("a lease command grants one lease with a TTL, or revokes one, and carries nothing else")
         return command
     if command.etcd_txn or command.compact:
         if command.ops or command.HasField("registration") or command.HasField("auth") or command.HasField("alarm") \

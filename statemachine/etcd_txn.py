@@ -16,6 +16,7 @@ import lmdb
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from statemachine.key_record import KeyVersion
+from statemachine.leases import LEASE_NOT_FOUND
 from statemachine.mvcc import (
     CompactedError,
     FutureRevisionError,
@@ -30,7 +31,6 @@ from statemachine.mvcc import (
 COMPACTED = "etcdserver: mvcc: required revision has been compacted"
 FUTURE_REVISION = "etcdserver: mvcc: required revision is a future revision"
 KEY_NOT_FOUND = "etcdserver: key not found"
-LEASE_NOT_FOUND = "etcdserver: requested lease not found"
 
 
 class EtcdRefusal(Exception):
@@ -195,8 +195,8 @@ def _check(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, pa
             put = op.request_put
             if (put.ignore_value or put.ignore_lease) and txn.get(put.key, db=tables.data) is None:
                 raise EtcdRefusal("INVALID_ARGUMENT", KEY_NOT_FOUND)
-            if put.lease:
-                raise EtcdRefusal("NOT_FOUND", LEASE_NOT_FOUND)  # no leases are granted yet
+            if put.lease and not tables.leases.exists(txn, put.lease):
+                raise EtcdRefusal("NOT_FOUND", LEASE_NOT_FOUND)
         elif kind == "request_range":
             try:
                 check_revision(txn, tables, op.request_range.revision)

@@ -51,11 +51,10 @@ def stored_value(key: bytes, record: bytes) -> bytes:
     return unseal(key, record, HEADER_BYTES)
 
 
-def revisions_of(record: bytes) -> tuple[int, int, int, int]:
-    """(create_revision, mod_revision, mod_sub, version) of a record, unchecked: the write path
-    needs only these to write the next version (the record is checked when it is read)."""
-    create, mod, sub, version, _ = _HEADER.unpack_from(record, CHECKSUM_BYTES)
-    return create, mod, sub, version
+def revisions_of(record: bytes) -> tuple[int, int, int, int, int]:
+    """(create_revision, mod_revision, mod_sub, version, lease) of a record, unchecked: the write
+    path needs only these to write the next version (the record is checked when it is read)."""
+    return _HEADER.unpack_from(record, CHECKSUM_BYTES)
 
 
 def change_of(record: bytes) -> tuple[int, int]:

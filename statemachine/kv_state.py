@@ -74,6 +74,14 @@ from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 from statemachine.etcd_txn import EtcdRefusal, apply_txn, read_range, refusal_of, txn_spans
 from statemachine.key_record import KeyVersion, stored_value
+from statemachine.leases import (
+    LEASE_EXISTS,
+    LEASE_KEYS_DB_NAME,
+    LEASE_NOT_FOUND,
+    LEASES_DB_NAME,
+    LeaseHolder,
+    LeaseTables,
+)
 from statemachine.mvcc import (
     CHANGES_DB_NAME,
     Change,
@@ -100,8 +108,8 @@ FORMAT_VERSION = 3
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
 _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, HISTORY_DB_NAME,
-             HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME)
-_DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME})
+             HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME)
+_DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME})
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -153,6 +161,7 @@ class KVStateMachine:
         max_readers: int = 1024,
         auth: AuthHolder | None = None,
         alarms: AlarmHolder | None = None,
+        leases: LeaseHolder | None = None,
     ) -> None:
         self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
@@ -164,17 +173,21 @@ class KVStateMachine:
         )
         self._dbs = {name: self._env.open_db(name, dupsort=name in _DUPSORT_DB_NAMES) for name in _DB_NAMES}
         (self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db, history,
-         history_index, changes) = self._dbs.values()
-        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes)
+         history_index, changes, leases_db, lease_keys_db) = self._dbs.values()
+        self._leases = LeaseTables(leases_db, lease_keys_db)
+        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes, self._leases)
         self._session_tables = SessionTables(sessions, results, expiry)
         self._applied = self._load_applied()
         # Shared with the client service, which checks requests against it (auth_state.AuthHolder).
         self.auth = auth or AuthHolder()
         # Shared with the client service, which refuses puts while NOSPACE is raised.
         self.alarms = alarms or AlarmHolder()
+        # Shared with the lessor (kv/server/lessor.py), which counts their expiry on the leader.
+        self.leases = leases or LeaseHolder()
         with self._env.begin() as txn:
             self.auth.publish(load_view(txn, self._auth_db))
             self.alarms.publish(load_alarms(txn, self._alarms_db))
+            self.leases.publish(self._leases.load(txn))
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
@@ -248,6 +261,9 @@ class KVStateMachine:
                 self.auth.publish(batch.auth)
             if batch.alarms is not self.alarms.alarms:
                 self.alarms.publish(batch.alarms)
+            if batch.leases_changed:
+                with self._env.begin() as txn:
+                    self.leases.publish(self._leases.load(txn))
         except lmdb.MapFullError as exc:
             raise StateFullError(
                 f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
@@ -332,6 +348,11 @@ class KVStateMachine:
             if first < compacted_revision(txn, self._mvcc):
                 raise CompactedError(first)
             return changes_between(txn, self._mvcc, first, last, start, end, with_prev)
+
+    def lease_keys(self, lease: int) -> list[bytes]:
+        """The keys attached to `lease` now (etcd's TimeToLive with keys)."""
+        with self._env.begin() as txn:
+            return self._leases.attached(txn, lease)
 
     @property
     def revision(self) -> int:
@@ -457,6 +478,8 @@ class _Batch:
         self.auth: AuthView = machine.auth.view  # replaced by every auth change of the batch
         self.alarms_db = machine._alarms_db
         self.alarms: frozenset[Alarm] = machine.alarms.alarms  # likewise for alarm changes
+        self.leases = machine._leases
+        self.leases_changed = False  # a lease granted or revoked: the holder is published again
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         if entry.type != EntryType.NORMAL:
@@ -482,6 +505,8 @@ class _Batch:
         user = command.user if self.auth.enabled else None
         if command.compact:
             return ApplyOutcome(entry.index, self._compact(user, command.compact))
+        if command.HasField("lease"):
+            return ApplyOutcome(entry.index, self._apply_lease(command.lease))
         if command.etcd_txn:
             write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn)
         else:
@@ -529,6 +554,23 @@ class _Batch:
         except EtcdRefusal as refusal:  # refused before anything changed
             return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.end())
         return kv_pb2.CommandResult(revision=self.mvcc.end(), etcd_txn_response=response.SerializeToString())
+
+    def _apply_lease(self, command: kv_pb2.LeaseCommand) -> kv_pb2.CommandResult:
+        """Grant a lease, or revoke one and delete its keys in one revision (etcd's Grant, Revoke)."""
+        if command.grant_id:
+            if self.leases.exists(self.txn, command.grant_id):
+                return kv_pb2.CommandResult(refusal_kind="FAILED_PRECONDITION", refusal=LEASE_EXISTS,
+                                            revision=self.mvcc.revision)
+            self.leases.grant(self.txn, command.grant_id, command.ttl)
+            self.leases_changed = True
+            return kv_pb2.CommandResult(revision=self.mvcc.revision, lease_id=command.grant_id, lease_ttl=command.ttl)
+        if not self.leases.exists(self.txn, command.revoke_id):
+            return kv_pb2.CommandResult(refusal_kind="NOT_FOUND", refusal=LEASE_NOT_FOUND, revision=self.mvcc.revision)
+        self.mvcc.begin()
+        for key in self.leases.revoke(self.txn, command.revoke_id):
+            self.mvcc.delete(key)
+        self.leases_changed = True
+        return kv_pb2.CommandResult(revision=self.mvcc.end())
 
     def _compact(self, user: str | None, revision: int) -> kv_pb2.CommandResult:
         """etcd's Compact (root only while auth is on, as etcd)."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import lmdb
 
 from statemachine.key_record import KeyVersion, change_of, decode, encode, revisions_of
+from statemachine.leases import LeaseTables
 
 HISTORY_DB_NAME = b"history"
 HISTORY_INDEX_DB_NAME = b"history_index"
@@ -61,6 +62,7 @@ class MvccTables:
     history_index: lmdb._Database
     meta: lmdb._Database
     changes: lmdb._Database
+    leases: LeaseTables  # which keys each lease holds: a put or delete moves a key between leases
 
 
 def store_revision(txn: lmdb.Transaction, tables: MvccTables) -> int:
@@ -116,13 +118,19 @@ class RevisionWriter:
         """Write `value` as `key`'s next version; whether the key existed."""
         record = self._txn.get(key, db=self.tables.data)
         revision, sub = self._next_change(key)
+        old_lease = 0
         if record is None:
             new = KeyVersion(key, value, revision, revision, 1, lease, sub)
         else:
-            create, mod, _, version = revisions_of(record)
+            create, _, _, version, old_lease = revisions_of(record)
             new = KeyVersion(key, value, create, revision, version + 1, lease, sub)
             self._file(key, record)
         self._txn.put(key, encode(new), db=self.tables.data)
+        if lease != old_lease:
+            if old_lease:
+                self.tables.leases.detach(self._txn, old_lease, key)
+            if lease:
+                self.tables.leases.attach(self._txn, lease, key)
         return record is not None
 
     def delete(self, key: bytes) -> KeyVersion | None:
@@ -132,6 +140,8 @@ class RevisionWriter:
             return None
         old = decode(key, record)
         revision, sub = self._next_change(key)
+        if old.lease:
+            self.tables.leases.detach(self._txn, old.lease, key)
         self._file(key, record)
         self._file(key, encode(KeyVersion(key, b"", 0, revision, 0, 0, sub)))
         return old

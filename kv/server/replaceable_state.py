@@ -17,6 +17,7 @@ from snapshot.install import install_into_state
 from snapshot.manifest import SnapshotManifest
 from statemachine.alarms import AlarmHolder
 from statemachine.auth_state import AuthHolder
+from statemachine.leases import LeaseHolder
 from statemachine.client_sessions import SessionStats
 from statemachine.kv_state import KVStateMachine
 
@@ -103,6 +104,14 @@ class ReplaceableStateMachine:
         """The auth state's holder: the same object across replacements (each reopened machine
         publishes its auth tables into it)."""
         return self._machine.auth
+
+    @property
+    def leases(self) -> LeaseHolder:
+        """The leases' holder, the same object across replacements (as `auth`)."""
+        return self._machine.leases
+
+    def lease_keys(self, lease: int) -> list[bytes]:
+        return self._call("lease_keys", lease)
 
     @property
     def alarms(self) -> AlarmHolder:

@@ -43,6 +43,7 @@ from snapshot.install import recover_state_dir
 from statemachine.alarms import AlarmHolder
 from statemachine.auth_state import AuthHolder
 from statemachine.kv_state import KVStateMachine
+from statemachine.leases import LeaseHolder
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,9 @@ async def start_server(config: NodeConfig) -> RunningServer:
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
         auth = AuthHolder()  # one for the node's life: a snapshot install reopens the state into it
         alarms = AlarmHolder()  # likewise
+        leases = LeaseHolder()  # likewise
         fsm = ReplaceableStateMachine(state_dir, lambda d: KVStateMachine(d, map_size=config.storage.state_max_bytes,
-                                                                          auth=auth, alarms=alarms))
+                                                                          auth=auth, alarms=alarms, leases=leases))
         cluster_id = resolve_cluster_id(config.data_dir, config.cluster_id, config.members,
                                         config.initial_cluster_token)
         snapshots = NodeSnapshots(config.data_dir / "snapshots", fsm, config.members, cluster_id,

@@ -306,7 +306,7 @@ class Registration(_message.Message):
     def __init__(self, secret: _Optional[bytes] = ..., user: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user", "alarm", "etcd_txn", "compact")
+    __slots__ = ("header", "ops", "registration", "check_state", "auth", "user", "alarm", "etcd_txn", "compact", "lease")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +316,7 @@ class Command(_message.Message):
     ALARM_FIELD_NUMBER: _ClassVar[int]
     ETCD_TXN_FIELD_NUMBER: _ClassVar[int]
     COMPACT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     header: WriteHeader
     ops: _containers.RepeatedCompositeFieldContainer[Op]
     registration: Registration
@@ -325,7 +326,18 @@ class Command(_message.Message):
     alarm: AlarmCommand
     etcd_txn: bytes
     compact: int
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ..., etcd_txn: _Optional[bytes] = ..., compact: _Optional[int] = ...) -> None: ...
+    lease: LeaseCommand
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ..., etcd_txn: _Optional[bytes] = ..., compact: _Optional[int] = ..., lease: _Optional[_Union[LeaseCommand, _Mapping]] = ...) -> None: ...
+
+class LeaseCommand(_message.Message):
+    __slots__ = ("grant_id", "ttl", "revoke_id")
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_ID_FIELD_NUMBER: _ClassVar[int]
+    grant_id: int
+    ttl: int
+    revoke_id: int
+    def __init__(self, grant_id: _Optional[int] = ..., ttl: _Optional[int] = ..., revoke_id: _Optional[int] = ...) -> None: ...
 
 class AlarmMember(_message.Message):
     __slots__ = ("member_id", "alarm")
@@ -368,18 +380,22 @@ class AlarmResponse(_message.Message):
     def __init__(self, alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("existed", "refusal_kind", "refusal", "revision", "etcd_txn_response")
+    __slots__ = ("existed", "refusal_kind", "refusal", "revision", "etcd_txn_response", "lease_id", "lease_ttl")
     EXISTED_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_KIND_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     ETCD_TXN_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_FIELD_NUMBER: _ClassVar[int]
     existed: _containers.RepeatedScalarFieldContainer[bool]
     refusal_kind: str
     refusal: str
     revision: int
     etcd_txn_response: bytes
-    def __init__(self, existed: _Optional[_Iterable[bool]] = ..., refusal_kind: _Optional[str] = ..., refusal: _Optional[str] = ..., revision: _Optional[int] = ..., etcd_txn_response: _Optional[bytes] = ...) -> None: ...
+    lease_id: int
+    lease_ttl: int
+    def __init__(self, existed: _Optional[_Iterable[bool]] = ..., refusal_kind: _Optional[str] = ..., refusal: _Optional[str] = ..., revision: _Optional[int] = ..., etcd_txn_response: _Optional[bytes] = ..., lease_id: _Optional[int] = ..., lease_ttl: _Optional[int] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
     __slots__ = ("timeout_ms", "put", "get", "delete")

@@ -244,3 +244,28 @@ def test_changes_between_replays_every_change_with_the_version_it_replaced(machi
                 for c in got]
     assert as_model == [e for e in expected if e[1].startswith(b"w/")]
     assert len(as_model) > 100
+
+
+def test_a_revoked_lease_takes_its_keys_in_one_revision(machine: KVStateMachine, tmp_path) -> None:
+    from statemachine.commands import encode_lease_grant, encode_lease_revoke
+    apply = Applier(machine)
+    assert apply.payload(encode_lease_grant(7, 30)).lease_id == 7
+    assert apply.payload(encode_lease_grant(7, 30)).refusal == "etcdserver: lease already exists"
+    assert machine.leases.ttls == {7: 30}
+    apply.txn(pb.TxnRequest(success=[_put(b"a", b"1", lease=7), _put(b"b", b"2", lease=7), _put(b"c", b"3")]))
+    apply.txn(pb.TxnRequest(success=[_put(b"b", b"again")]))  # a put without the lease detaches b
+    result, _ = apply.txn(pb.TxnRequest(success=[_put(b"d", b"4", lease=99)]))
+    assert (result.refusal_kind, result.refusal) == ("NOT_FOUND", "etcdserver: requested lease not found")
+    assert machine.lease_keys(7) == [b"a"] and machine.get_version(b"a").lease == 7
+    before = machine.revision
+    revoked = apply.payload(encode_lease_revoke(7))
+    assert revoked.revision == before + 1 and machine.revision == before + 1
+    assert machine.get(b"a") is None and machine.get(b"b") == b"again" and machine.get(b"c") == b"3"
+    assert machine.leases.ttls == {} and machine.lease_keys(7) == []
+    assert apply.payload(encode_lease_revoke(7)).refusal == "etcdserver: requested lease not found"
+    # Leases travel in copies (snapshots) like every table.
+    apply.payload(encode_lease_grant(8, 60))
+    apply.txn(pb.TxnRequest(success=[_put(b"e", b"5", lease=8)]))
+    machine.copy_to(tmp_path / "copy")
+    with KVStateMachine(tmp_path / "copy", map_size=64 << 20) as copy:
+        assert copy.leases.ttls == {8: 60} and copy.lease_keys(8) == [b"e"]

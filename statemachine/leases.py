@@ -1,0 +1,75 @@
+"""etcd's leases in the replicated state: which leases exist, their granted TTLs, and which keys
+each holds. A lease is granted and revoked through the log (Command.lease); revoking one deletes
+its keys in one revision. When a lease expires is not state: only the leader counts it
+(kv/server/lessor.py) and revokes an expired lease through the log, as etcd's lessor does.
+
+Two tables beside the user's keys:
+- ``leases``      lease id (8 bytes, big-endian) -> its granted TTL in seconds (8 bytes)
+- ``lease_keys``  lease id -> each key attached to it (an LMDB dupsort table; keys are at most 511
+                  bytes, what dupsort values may be). A key's lease is also in its version's
+                  header (statemachine/key_record.py), so a put or delete detaches it here."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import lmdb
+
+LEASES_DB_NAME = b"leases"
+LEASE_KEYS_DB_NAME = b"lease_keys"
+_ID = struct.Struct(">q")
+_TTL = struct.Struct(">q")
+
+# etcd's messages (api/v3rpc/rpctypes/error.go).
+LEASE_NOT_FOUND = "etcdserver: requested lease not found"
+LEASE_EXISTS = "etcdserver: lease already exists"
+# etcd's MaxLeaseTTL: 9,000,000,000 seconds.
+MAX_LEASE_TTL = 9_000_000_000
+
+
+class LeaseHolder:
+    """The leases as of the last apply (id -> granted TTL), published for the lessor and the
+    services; the same object across snapshot installs, as AuthHolder."""
+
+    __slots__ = ("ttls",)
+
+    def __init__(self) -> None:
+        self.ttls: dict[int, int] = {}
+
+    def publish(self, ttls: dict[int, int]) -> None:
+        self.ttls = ttls
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTables:
+    leases: lmdb._Database
+    keys: lmdb._Database
+
+    def exists(self, txn: lmdb.Transaction, lease: int) -> bool:
+        return txn.get(_ID.pack(lease), db=self.leases) is not None
+
+    def grant(self, txn: lmdb.Transaction, lease: int, ttl: int) -> None:
+        txn.put(_ID.pack(lease), _TTL.pack(ttl), db=self.leases)
+
+    def revoke(self, txn: lmdb.Transaction, lease: int) -> list[bytes]:
+        """Forget `lease`; the keys it held (the caller deletes them)."""
+        raw = _ID.pack(lease)
+        keys = self.attached(txn, lease)
+        txn.delete(raw, db=self.keys)  # every attachment (all duplicates of the id)
+        txn.delete(raw, db=self.leases)
+        return keys
+
+    def attach(self, txn: lmdb.Transaction, lease: int, key: bytes) -> None:
+        txn.put(_ID.pack(lease), key, db=self.keys, dupdata=True)
+
+    def detach(self, txn: lmdb.Transaction, lease: int, key: bytes) -> None:
+        txn.delete(_ID.pack(lease), key, db=self.keys)
+
+    def attached(self, txn: lmdb.Transaction, lease: int) -> list[bytes]:
+        cursor = txn.cursor(db=self.keys)
+        if not cursor.set_key(_ID.pack(lease)):
+            return []
+        return list(cursor.iternext_dup())
+
+    def load(self, txn: lmdb.Transaction) -> dict[int, int]:
+        return {_ID.unpack(raw)[0]: _TTL.unpack(ttl)[0] for raw, ttl in txn.cursor(db=self.leases).iternext()}
