@@ -21,6 +21,7 @@ from tenacity import Retrying, retry_if_exception
 
 from kv.client.auth_admin import AuthAdmin
 from kv.client.maintenance import Maintenance
+from kv.client.lease import Leases
 from kv.client.revisions import Revisions
 from kv.client.watch import Watch
 from kv.client.credentials import Credentials
@@ -39,6 +40,7 @@ from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
 from kv.client.tls import TLS, open_channel, with_hint
+from raftkv_proto import etcd_rpc_pb2 as pb_etcd
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
 
@@ -100,7 +102,7 @@ class _Session:
             self.client_id = None
 
 
-class Client(AuthAdmin, Maintenance, Revisions):
+class Client(AuthAdmin, Maintenance, Revisions, Leases):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
@@ -163,8 +165,13 @@ class Client(AuthAdmin, Maintenance, Revisions):
 
     # ---- the API ---------------------------------------------------------------------------
 
-    def put(self, key: KeyLike, value: KeyLike) -> int:
-        """Write `value` under `key`; returns the raft index the write was committed at."""
+    def put(self, key: KeyLike, value: KeyLike, lease: int | None = None) -> int:
+        """Write `value` under `key`; returns the raft index the write was committed at. With
+        `lease` (an id: kv/client/lease.py), the key goes when the lease does, and the return is
+        the store's revision after the write (an etcd put: applied at least once, as etcd's)."""
+        if lease:
+            put = pb_etcd.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"), lease=lease)
+            return self._call(lambda stub: stub.etcd.Put, put).header.revision
         request = kv_pb2.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"))
         return self._write(lambda stub: stub.Put, request, "put").index
 
@@ -293,6 +300,7 @@ class Client(AuthAdmin, Maintenance, Revisions):
                 # etcd's KV service on the same channel, for kv.client.revisions' calls: they take
                 # a stub as every call does, and find it here.
                 stub.etcd = etcd_rpc_pb2_grpc.KVStub(channel)  # type: ignore[attr-defined]
+                stub.etcd_lease = etcd_rpc_pb2_grpc.LeaseStub(channel)  # type: ignore[attr-defined]
             return self._channels[address], stub
 
     def _open_channel(self, address: str) -> grpc.Channel:

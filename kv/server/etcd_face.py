@@ -137,26 +137,10 @@ class EtcdFace:
     async def forward(self, context: grpc.aio.ServicerContext, service: str, method: str, request: Any) -> Any:
         """`request` sent on to the leader's `service`.`method`, with the caller's token; its
         answer, or its refusal as this call's."""
-        if any(key == FORWARDED_METADATA_KEY for key, _ in context.invocation_metadata() or ()):
-            raise LEADER_CHANGED
-        leader = self.node.leader
-        address = self.node.transport.client_address(leader) if leader is not None else None
-        if address is None:
-            raise NO_LEADER
-        metadata: list[tuple[str, str]] = [(FORWARDED_METADATA_KEY, self.node.id)]
-        token = token_of(context)
-        if token is not None:
-            metadata.append((TOKEN_METADATA_KEY, token))
-        elif self.auth.enabled:
-            # The caller proved who it is by its certificate, which cannot travel: it must call the
-            # leader itself.
-            raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"etcdserver: not leader (a client known by its certificate alone writes "
-                            f"through the leader, {leader} at {address})")
-        stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self._channel(address))
-        remaining = context.time_remaining()
+        metadata = self.forward_metadata(context)
+        stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self.leader_channel())
         try:
-            response = await getattr(stub, method)(request, metadata=metadata, timeout=remaining)
+            response = await getattr(stub, method)(request, metadata=metadata, timeout=context.time_remaining())
         except grpc.aio.AioRpcError as e:
             code = e.code()
             if code == grpc.StatusCode.UNAVAILABLE and not (e.details() or "").startswith("etcdserver:"):
@@ -165,6 +149,30 @@ class EtcdFace:
         if response.HasField("header"):
             self.member_header(response.header)
         return response
+
+    def forward_metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+        """What a call forwarded to the leader carries: the mark that it was forwarded (a call
+        forwarded once is never forwarded again) and the caller's token."""
+        if any(key == FORWARDED_METADATA_KEY for key, _ in context.invocation_metadata() or ()):
+            raise LEADER_CHANGED
+        metadata: list[tuple[str, str]] = [(FORWARDED_METADATA_KEY, self.node.id)]
+        token = token_of(context)
+        if token is not None:
+            metadata.append((TOKEN_METADATA_KEY, token))
+        elif self.auth.enabled:
+            # The caller proved who it is by its certificate, which cannot travel: it must call the
+            # leader itself.
+            raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"etcdserver: not leader (a client known by its certificate alone calls the "
+                            f"leader itself, {self.node.leader})")
+        return metadata
+
+    def leader_channel(self) -> grpc.aio.Channel:
+        leader = self.node.leader
+        address = self.node.transport.client_address(leader) if leader is not None else None
+        if address is None:
+            raise NO_LEADER
+        return self._channel(address)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
@@ -186,15 +194,16 @@ class EtcdFace:
             refusal = self.auth.view.spans_refusal(user, *txn_spans(txn))
             if refusal is not None:
                 raise errors.of_kind(refusal.kind, str(refusal))
-        outcome = await self._propose(encode_etcd_txn(txn.SerializeToString(), user), timeout)
+        outcome = await self.propose(encode_etcd_txn(txn.SerializeToString(), user), timeout)
         return pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
 
     async def compact(self, revision: int, user: str | None, timeout: float | None) -> int:
         """etcd's Compact through the log; the store's revision after it."""
-        outcome = await self._propose(encode_compaction(revision, user), timeout)
+        outcome = await self.propose(encode_compaction(revision, user), timeout)
         return outcome.result.revision
 
-    async def _propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
+    async def propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
+        """A command through the log (on the leader); its outcome, or its refusal as etcd's error."""
         outcome: ApplyOutcome = await begin_node_call(
             self.node, lambda: self.node.propose(payload), timeout, TIMEOUT_MESSAGE, lambda done: done)
         result = outcome.result
@@ -204,10 +213,11 @@ class EtcdFace:
             raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT, f"the request could not be applied: {outcome.error}")
         return outcome
 
-    async def barrier(self, serializable: bool, timeout: float | None) -> None:
+    async def barrier(self, serializable: bool, timeout: float | None, level: str | None = None) -> None:
         """Wait until a read of the local state is as fresh as asked: serializable reads the
-        member's state as it is (etcd's), others wait for a ReadIndex round (on the leader)."""
-        level = "stale" if serializable else "linearizable"
+        member's state as it is (etcd's), others wait for a ReadIndex round (on the leader);
+        `level` "lease" confirms by the leader's lease instead when it holds."""
+        level = level or ("stale" if serializable else "linearizable")
         try:
             await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
                                   lambda index: index)

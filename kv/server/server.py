@@ -25,7 +25,9 @@ from kv.server.tls import member_channel_credentials, server_credentials, warn_i
 from kv.server.auth_gate import AuthGate
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
+from kv.server.etcd_lease import EtcdLeaseServicer
 from kv.server.etcd_watch import EtcdWatchServicer
+from kv.server.lessor import Lessor
 from kv.server.watch_hub import WatchHub
 from kv.server.kv_handler import KVHandler
 from kv.server.kv_service import KVServicer
@@ -67,6 +69,7 @@ class RunningServer:
     observability: Observability
     etcd: EtcdFace
     watches: WatchHub
+    lessor: Lessor
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -80,6 +83,7 @@ class RunningServer:
         await self.kv_service.end_streams()
         await self.servers.stop(grace)
         await self.watches.stop()
+        await self.lessor.stop()
         await self.etcd.close()
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
@@ -106,6 +110,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     node: RaftNode | None = None
     servers: ServerGroup | None = None
     watches: WatchHub | None = None
+    lessor: Lessor | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
@@ -135,11 +140,13 @@ async def start_server(config: NodeConfig) -> RunningServer:
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
         etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security))
         watches = WatchHub(node, fsm)
+        lessor = Lessor(node, fsm)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd, handler)),
             (etcd_rpc_pb2_grpc.add_ClusterServicer_to_server, EtcdClusterServicer(etcd)),
+            (etcd_rpc_pb2_grpc.add_LeaseServicer_to_server, EtcdLeaseServicer(etcd, lessor)),
             (etcd_rpc_pb2_grpc.add_WatchServicer_to_server,
              EtcdWatchServicer(etcd, watches, config.limits.max_request_bytes)),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
@@ -147,6 +154,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
         await node.start()
         watches.start()
+        lessor.start()
         await servers.start()
         checker.start()
         await observability.start()
@@ -158,6 +166,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
                 await servers.stop(None)
             if watches is not None:
                 await watches.stop()
+            if lessor is not None:
+                await lessor.stop()
             if node is not None:
                 await node.stop()
         finally:
@@ -175,7 +185,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler, observability, etcd, watches)
+                         auth_handler, observability, etcd, watches, lessor)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

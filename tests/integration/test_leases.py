@@ -1,0 +1,66 @@
+"""Leases on real members: a kept-alive lease outlives leader kills, an abandoned one takes its
+keys within its TTL and an election timeout, a revoked one takes them at once."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kv.errors import RaftKVError
+from tests.integration.cluster import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+ELECTION_TIMEOUT_S = 0.5  # the harness's FAST_TIMING
+
+
+def test_a_lease_kept_alive_outlives_two_leader_kills(cluster: Cluster) -> None:
+    cluster.wait_for_leader()
+    c = cluster.client(timeout=20)
+    with c.lease(ttl=5) as lease:
+        c.put("svc/a", "10.0.0.1", lease=lease.id)
+        assert c.get_kv("svc/a").lease == lease.id
+        started = time.monotonic()
+        for _ in range(2):
+            time.sleep(4)
+            leader = cluster.wait_for_leader()
+            cluster.kill(leader)
+            cluster.wait_for_leader(among=[n for n in cluster.nodes if n != leader])
+            assert c.get("svc/a") == b"10.0.0.1"  # a new leader gives the lease its whole TTL
+            cluster.start_node(leader)
+        while time.monotonic() - started < 30:
+            assert c.get("svc/a") == b"10.0.0.1", f"deleted after {time.monotonic() - started:.1f}s"
+            time.sleep(0.5)
+        assert lease.alive
+    # Leaving the block revoked the lease: its key went with it.
+    assert c.get("svc/a") is None
+    assert lease.id not in c.leases()
+
+
+def test_an_abandoned_lease_takes_its_keys_within_its_ttl(cluster: Cluster) -> None:
+    cluster.wait_for_leader()
+    c = cluster.client()
+    lease_id, ttl = c.lease_grant(3)
+    c.put("tmp/1", "x", lease=lease_id)
+    c.put("tmp/2", "y", lease=lease_id)
+    c.put("tmp/3", "kept")  # no lease
+    granted = time.monotonic()
+    ttl_now = c.lease_time_to_live(lease_id, keys=True)
+    assert ttl_now["granted_ttl"] == ttl == 3 and 0 < ttl_now["ttl"] <= 3
+    assert sorted(ttl_now["keys"]) == [b"tmp/1", b"tmp/2"]
+    revision = c.revision()
+    wait_until("the lease's keys deleted", lambda: c.get("tmp/1") is None or None, timeout=ttl + 5)
+    gone_after = time.monotonic() - granted
+    assert ttl - 0.5 <= gone_after <= ttl + ELECTION_TIMEOUT_S + 1.5, gone_after
+    assert c.get("tmp/2") is None and c.get("tmp/3") == b"kept"
+    assert c.revision() == revision + 1  # both keys in one revision
+    assert c.lease_time_to_live(lease_id)["ttl"] == -1
+    assert c.lease_keep_alive(lease_id) == 0
+
+
+def test_a_lease_shorter_than_the_minimum_is_raised_to_it_and_an_unknown_lease_is_refused(cluster: Cluster) -> None:
+    c = cluster.client()
+    _, ttl = c.lease_grant(1)
+    assert ttl == 1  # 1.5 election timeouts of 500 ms round up to 1 s
+    with pytest.raises(RaftKVError, match="requested lease not found"):
+        c.put("k", "v", lease=12345)
