@@ -85,6 +85,19 @@ class Revisions:
                                                serializable=consistency == "stale"))
         return [KeyValue.of(kv) for kv in response.kvs]
 
+    def get_range(self, prefix: KeyLike, sort_by: str = "key", descending: bool = False, limit: int = 0,
+                  max_create_revision: int = 0, consistency: str = "linearizable") -> tuple[list[KeyValue], int]:
+        """etcd's Get with options on the keys starting with `prefix`: sorted by "key", "version",
+        "create", "mod" or "value", at most `limit` (0: all), created at or before
+        `max_create_revision` (0: any); (the keys, the store's revision of the read)."""
+        first = to_bytes(prefix)
+        response = self._range(pb.RangeRequest(
+            key=first or b"\0", range_end=prefix_end(first) or b"\0", limit=limit,
+            sort_target=_SORT_TARGETS[sort_by],
+            sort_order=pb.RangeRequest.DESCEND if descending else pb.RangeRequest.ASCEND,
+            max_create_revision=max_create_revision, serializable=consistency == "stale"))
+        return [KeyValue.of(kv) for kv in response.kvs], response.header.revision
+
     def txn(self, compare: Sequence[Compare] = (), success: Sequence[Op] = (),
             failure: Sequence[Op] = ()) -> TxnResult:
         """etcd's transaction: if every compare holds, the success ops run, else the failure ops,
@@ -109,6 +122,10 @@ class Revisions:
 
     def _range(self, request: pb.RangeRequest) -> pb.RangeResponse:
         return self._call(lambda stub: stub.etcd.Range, request)
+
+
+_SORT_TARGETS = {"key": pb.RangeRequest.KEY, "version": pb.RangeRequest.VERSION, "create": pb.RangeRequest.CREATE,
+                 "mod": pb.RangeRequest.MOD, "value": pb.RangeRequest.VALUE}
 
 
 def _answer(response: pb.ResponseOp) -> Any:

@@ -95,9 +95,9 @@ class Op:
         return self.request
 
 
-def put(key: KeyLike, value: KeyLike, prev_kv: bool = False) -> Op:
+def put(key: KeyLike, value: KeyLike, prev_kv: bool = False, lease: int = 0) -> Op:
     return Op(pb.RequestOp(request_put=pb.PutRequest(key=to_bytes(key), value=to_bytes(value, "value"),
-                                                     prev_kv=prev_kv)))
+                                                     prev_kv=prev_kv, lease=lease)))
 
 
 def delete(key: KeyLike, prefix: bool = False) -> Op:
@@ -107,11 +107,15 @@ def delete(key: KeyLike, prefix: bool = False) -> Op:
     return Op(pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=first, range_end=end)))
 
 
-def get(key: KeyLike, prefix: bool = False) -> Op:
-    """Read `key`, or with `prefix` every key starting with it, inside the transaction."""
+def get(key: KeyLike, prefix: bool = False, first_created: bool = False) -> Op:
+    """Read `key`, or with `prefix` every key starting with it, inside the transaction; with
+    `first_created`, only the oldest key under the prefix (etcd's WithFirstCreate)."""
     first = to_bytes(key)
-    end = (prefix_end(first) or b"\0") if prefix else b""  # etcd's "\0": every key from `key` on
-    return Op(pb.RequestOp(request_range=pb.RangeRequest(key=first, range_end=end)))
+    end = (prefix_end(first) or b"\0") if prefix or first_created else b""  # etcd's "\0": from `key` on
+    request = pb.RangeRequest(key=first, range_end=end)
+    if first_created:
+        request.sort_target, request.sort_order, request.limit = pb.RangeRequest.CREATE, pb.RangeRequest.ASCEND, 1
+    return Op(pb.RequestOp(request_range=request))
 
 
 def txn(compare: list[Compare], success: list[Op] = (), failure: list[Op] = ()) -> Op:  # type: ignore[assignment]

@@ -1,0 +1,106 @@
+"""Locks and elections (kv.concurrency) on real members: mutual exclusion checked by fencing
+revisions while leaders are killed, and the same lock and election shared with etcdctl."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kv.concurrency import Election, Lock
+from tests.integration.cluster import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+ETCDCTL = shutil.which("etcdctl")
+
+# One contender: takes the lock ROUNDS times, holding it briefly; prints each hold's fencing
+# revision and its start and end on the machine's monotonic clock.
+_CONTENDER = """
+import json, sys, time
+from kv import Client
+from kv.concurrency import Lock
+endpoints, rounds = sys.argv[1].split(","), int(sys.argv[2])
+with Client(endpoints, timeout=30) as client:
+    for _ in range(rounds):
+        with Lock(client, "fenced", ttl=10) as held:
+            start = time.monotonic()
+            time.sleep(0.02)
+            print(json.dumps([held.revision, start, time.monotonic()]), flush=True)
+"""
+
+
+def test_lock_holders_never_overlap_while_leaders_are_killed(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.wait_for_leader()
+    contenders = [subprocess.Popen([sys.executable, "-c", _CONTENDER, ",".join(cluster.endpoints), "25"],
+                                   stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        for _ in range(2):
+            time.sleep(2)
+            leader = cluster.wait_for_leader()
+            cluster.kill(leader)
+            cluster.wait_for_leader(among=[n for n in cluster.nodes if n != leader])
+            cluster.start_node(leader)
+        outputs = [p.communicate(timeout=240)[0] for p in contenders]
+    finally:
+        for p in contenders:
+            p.kill()
+    assert all(p.returncode == 0 for p in contenders)
+    holds = sorted(json.loads(line) for out in outputs for line in out.splitlines())
+    assert len(holds) == 75
+    revisions = [hold[0] for hold in holds]
+    assert len(set(revisions)) == len(revisions)  # every hold has a fencing revision of its own
+    for earlier, later in zip(holds, holds[1:]):
+        assert earlier[2] <= later[1], f"holds {earlier} and {later} overlap"  # in fencing order, one after another
+
+
+@pytest.mark.skipif(ETCDCTL is None, reason="etcdctl is not installed (Debian: etcd-client)")
+def test_etcdctl_and_a_python_service_share_one_lock(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.wait_for_leader()
+    c = cluster.client()
+    endpoint = cluster.endpoints[0]
+    marker = tmp_path / "etcdctl-held"
+    with Lock(c, "shared"):
+        waiting = subprocess.Popen([ETCDCTL, "--endpoints", endpoint, "lock", "shared", "touch", str(marker)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until("etcdctl waiting for the lock", lambda: len(c.get_range("shared/")[0]) == 2 or None)
+        time.sleep(0.5)
+        assert not marker.exists() and waiting.poll() is None  # it waits while Python holds the lock
+    waiting.communicate(timeout=30)
+    assert marker.exists()
+    # And the other way round: etcdctl holds it while its command runs.
+    holder = subprocess.Popen([ETCDCTL, "--endpoints", endpoint, "lock", "shared", "sleep", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until("etcdctl holding the lock", lambda: len(c.get_range("shared/")[0]) == 1 or None)
+    started = time.monotonic()
+    with Lock(c, "shared"):
+        assert time.monotonic() - started > 1  # only once etcdctl's `sleep 2` ended and it let go
+    holder.communicate(timeout=30)
+
+
+@pytest.mark.skipif(ETCDCTL is None, reason="etcdctl is not installed (Debian: etcd-client)")
+def test_etcdctl_and_a_python_service_share_one_election(cluster: Cluster) -> None:
+    cluster.wait_for_leader()
+    c = cluster.client()
+    endpoint = cluster.endpoints[1]
+    python_side = Election(c, "sched", ttl=5)
+    python_side.campaign(b"python")
+    assert python_side.leader() == b"python"
+    contender = subprocess.Popen([ETCDCTL, "--endpoints", endpoint, "elect", "sched", "etcdctl"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(contender.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    wait_until("etcdctl campaigning", lambda: len(c.get_range("sched/")[0]) == 2 or None)
+    time.sleep(0.5)
+    assert python_side.leader() == b"python" and not lines  # etcdctl waits behind the Python leader
+    python_side.close()
+    wait_until("etcdctl elected", lambda: python_side.leader() == b"etcdctl" or None)
+    wait_until("etcdctl says it leads", lambda: any("etcdctl" in line for line in lines) or None)
+    contender.terminate()
+    contender.wait(10)
