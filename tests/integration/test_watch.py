@@ -153,3 +153,24 @@ def test_a_watch_from_a_compacted_revision_raises(cluster: Cluster) -> None:
     c.compact(c.revision())
     with c.watch(key="old", start_revision=1) as watch, pytest.raises(RevisionError, match="compacted"):
         next(iter(watch))
+
+
+def test_an_idle_watch_stream_survives_a_client_that_pings_every_half_second(cluster: Cluster) -> None:
+    """etcd's clients ping long streams every few seconds; grpc's default server policy answers
+    pings more frequent than every 5 minutes with GOAWAY "too_many_pings". The node accepts them."""
+    cluster.wait_for_leader()
+    node = next(iter(cluster.nodes))
+    channel = grpc.insecure_channel(cluster.nodes[node].address, options=[
+        ("grpc.keepalive_time_ms", 500), ("grpc.keepalive_timeout_ms", 2000),
+        ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)])
+    stream = RawWatch(channel)
+    try:
+        stream.send(create_request=pb.WatchCreateRequest(key=b"idle"))
+        assert stream.next().created
+        time.sleep(6)  # idle: only pings travel (a dozen, where grpc's default allows one in 5 minutes)
+        cluster.client().put("idle", "at last")
+        event = stream.next().events[0]
+        assert (event.kv.key, event.kv.value) == (b"idle", b"at last")
+    finally:
+        stream.close()
+        channel.close()
