@@ -1,6 +1,7 @@
 """The `raftkv` command (also `python -m kv`): run a node, talk to a cluster, start a local one.
-The commands live beside it: data_commands (put, get, delete, scan), cluster_commands (status,
-endpoint health, cluster up/restart), snapshot_commands, serve_command, spark/cli, bench/cli."""
+The commands live beside it: data_commands (put, get, delete, scan, compact, revision),
+txn_command (txn), cluster_commands (status, endpoint health, cluster up/restart),
+snapshot_commands, serve_command, spark/cli, bench/cli."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ from kv.tools.cluster_commands import add_cluster_commands  # noqa: E402
 from kv.tools.data_commands import add_data_commands  # noqa: E402
 from kv.tools.serve_command import add_serve_parser  # noqa: E402
 from kv.tools.snapshot_commands import add_snapshot_commands  # noqa: E402
+from kv.tools.txn_command import add_txn_command  # noqa: E402
 from kv.tools.spark import cli as spark_cli  # noqa: E402
 from raft.log import LogStoreError  # noqa: E402
 from snapshot.errors import SnapshotError  # noqa: E402
@@ -42,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  raftkv cluster up --nodes 3         a local three-node cluster\n"
                "  raftkv cluster restart n1           start its member n1 again after it died\n"
                "  raftkv put user/1 alice\n  raftkv get user/1\n  raftkv scan --prefix user/ -w table  -w/--write-out simple|table|json\n"
+               "  raftkv get user/1 --rev 42          the value as of revision 42 (raftkv revision: now)\n"
+               "  raftkv txn < txn.txt                a transaction in etcdctl's txn format (raftkv txn --help)\n"
+               "  raftkv compact 42                   drop the history below revision 42\n"
                "  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
                "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
                "  raftkv endpoint health              exit 1 when a member is unhealthy")
@@ -51,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(commands)
     options = client_options()
     add_data_commands(commands, options)
+    add_txn_command(commands, options)
     add_cluster_commands(commands, options)
     add_auth_commands(commands, options)
     add_alarm_commands(commands, options)

@@ -23,11 +23,13 @@ WRITE_OUT = (SIMPLE, TABLE, JSON)
 UNWRAPPED_WIDTH = 1 << 16
 
 
-def add_write_out(parser: argparse.ArgumentParser, default: str, simple: str, table: str, json: str) -> None:
+def add_write_out(parser: argparse.ArgumentParser, default: str, simple: str, table: str | None, json: str) -> None:
     """-w/--write-out with etcdctl's three forms, described for this command, and --json as the
-    documented alias of `-w json`."""
-    parser.add_argument("-w", "--write-out", choices=WRITE_OUT, default=default, metavar="FORMAT",
-                        help=f"{SIMPLE}: {simple}; {TABLE}: {table}; {JSON}: {json} (default: {default})")
+    documented alias of `-w json`. `table` None: the command has no table form (as etcdctl's txn)."""
+    forms = WRITE_OUT if table is not None else (SIMPLE, JSON)
+    described = [f"{SIMPLE}: {simple}"] + ([f"{TABLE}: {table}"] if table is not None else []) + [f"{JSON}: {json}"]
+    parser.add_argument("-w", "--write-out", choices=forms, default=default, metavar="FORMAT",
+                        help=f"{'; '.join(described)} (default: {default})")
     parser.add_argument("--json", dest="write_out", action="store_const", const=JSON, default=argparse.SUPPRESS,
                         help="the same as -w json")
 
