@@ -185,19 +185,25 @@ def test_put_get_delete_scan_json_print_base64_keys_and_values(node: str, capsys
     code, out, _ = run(capsys, "put", "json/1", "one", "--json", *endpoints)
     put = json.loads(out)
     assert code == 0 and put["key"] == b64(b"json/1") and put["index"] > 0
-    assert json.loads(run(capsys, "get", "json/1", "--json", *endpoints)[1]) == {
-        "key": b64(b"json/1"), "value": b64(b"one"), "found": True}
+    got = json.loads(run(capsys, "get", "json/1", "--json", *endpoints)[1])
+    assert got == {"key": b64(b"json/1"), "value": b64(b"one"), "found": True, "version": 1, "lease": 0,
+                   "create_revision": got["mod_revision"], "mod_revision": got["mod_revision"]}
     with Client(node, timeout=10.0) as client:
         client.put(b"json/\xff\t", b"\n\x00")
     code, out, err = run(capsys, "scan", "--prefix", "json/", "--limit", "1", "--json", *endpoints)
     assert code == 0 and "more exist" in err
-    assert json.loads(out) == {"kvs": [{"key": b64(b"json/1"), "value": b64(b"one")}], "count": 1, "more": True}
-    assert json.loads(run(capsys, "scan", "--prefix", "json/", "--json", *endpoints)[1])["kvs"][1] == {
-        "key": b64(b"json/\xff\t"), "value": b64(b"\n\x00")}
+    listed = json.loads(out)
+    assert [{k: kv[k] for k in ("key", "value")} for kv in listed["kvs"]] == [{"key": b64(b"json/1"),
+                                                                             "value": b64(b"one")}]
+    assert (listed["count"], listed["more"], listed["kvs"][0]["version"]) == (1, True, 1)
+    second = json.loads(run(capsys, "scan", "--prefix", "json/", "--json", *endpoints)[1])["kvs"][1]
+    assert (second["key"], second["value"]) == (b64(b"json/\xff\t"), b64(b"\n\x00"))
     assert json.loads(run(capsys, "delete", "json/1", "--json", *endpoints)[1]) == {
         "key": b64(b"json/1"), "deleted": True}
     code, out, _ = run(capsys, "get", "json/1", "--json", *endpoints)
-    assert code == 1 and json.loads(out) == {"key": b64(b"json/1"), "value": None, "found": False}
+    assert code == 1 and json.loads(out) == {"key": b64(b"json/1"), "value": None, "found": False,
+                                             "create_revision": None, "mod_revision": None, "version": None,
+                                             "lease": None}
     assert json.loads(run(capsys, "delete", "json/1", "--json", *endpoints)[1])["deleted"] is False
 
 

@@ -55,7 +55,9 @@ def test_get_in_each_write_out_form(node: str, pairs):  # noqa: F811
         == "alpha\n"
     assert table_rows(raftkv("get", "wo/a", "-w", "table", *endpoints).stdout) == [["KEY", "VALUE"], ["wo/a", "alpha"]]
     as_json = raftkv("get", "wo/a", "--write-out", "json", *endpoints).stdout
-    assert json.loads(as_json) == {"key": b64(b"wo/a"), "value": b64(b"alpha"), "found": True}
+    got = json.loads(as_json)
+    assert got == {"key": b64(b"wo/a"), "value": b64(b"alpha"), "found": True, "version": 1, "lease": 0,
+                   "create_revision": got["mod_revision"], "mod_revision": got["mod_revision"]}
     assert raftkv("get", "wo/a", "--json", *endpoints).stdout == as_json
     absent = raftkv("get", "wo/none", "-w", "table", *endpoints)
     assert (absent.returncode, absent.stdout) == (1, "") and "not found" in absent.stderr
@@ -69,8 +71,11 @@ def test_scan_in_each_write_out_form(node: str, pairs):  # noqa: F811
     assert table_rows(table) == [["KEY", "VALUE"], ["wo/[bold]", "not", "markup"], ["wo/a", "alpha"],
                                  ["wo/b\\tx", "two\\nlines"]]
     as_json = raftkv(*scan, "-w", "json").stdout
-    assert json.loads(as_json) == {"kvs": [{"key": b64(k), "value": b64(pairs[k])} for k in sorted(pairs)],
-                                   "count": 3, "more": False}
+    listed = json.loads(as_json)
+    assert [{k: kv[k] for k in ("key", "value")} for kv in listed["kvs"]] == [
+        {"key": b64(k), "value": b64(pairs[k])} for k in sorted(pairs)]
+    assert (listed["count"], listed["more"]) == (3, False)
+    assert all(kv["version"] == 1 and kv["create_revision"] == kv["mod_revision"] > 1 for kv in listed["kvs"])
     assert raftkv(*scan, "--json").stdout == as_json
     cut = raftkv(*scan, "-w", "table", "--limit", "1")
     assert len(table_rows(cut.stdout)) == 2 and "1 keys shown, more exist" in cut.stderr
