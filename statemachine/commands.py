@@ -66,7 +66,7 @@ def _signed(command: kv_pb2.Command, client_id: str, seq: int, user: str | None)
 
 def encode_etcd_txn(request: bytes, user: str | None = None, client_id: str = "", seq: int = 0) -> bytes:
     """The entry payload of an etcd write: `request` a serialized etcdserverpb.TxnRequest."""
-    return _signed(kv_pb2.Command(etcd_txn=request), client_id, seq, user)
+    return _signed(kv_pb2.Command(etcd_txn=kv_pb2.EtcdTxn(request=request)), client_id, seq, user)
 
 
 def encode_compaction(revision: int, user: str | None = None) -> bytes:
@@ -125,18 +125,18 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
     validate_header(command.header)
     if command.check_state:
         if command.ops or command.HasField("header") or command.HasField("registration") or command.HasField("auth") \
-                or command.HasField("alarm") or command.etcd_txn or command.compact:
+                or command.HasField("alarm") or command.HasField("etcd_txn") or command.compact:
             raise InvalidCommandError("a state check marker carries nothing else")
         return command
     if command.HasField("lease"):
         lease = command.lease
-        if command.ops or command.HasField("header") or command.etcd_txn or command.compact \
+        if command.ops or command.HasField("header") or command.HasField("etcd_txn") or command.compact \
                 or (lease.grant_id != 0) == (lease.revoke_id != 0) or (lease.grant_id and lease.ttl <= 0):
             raise InvalidCommandError("a lease command grants one lease with a TTL, or revokes one, and carries nothing else")
         return command
-    if command.etcd_txn or command.compact:
+    if command.HasField("etcd_txn") or command.compact:
         if command.ops or command.HasField("registration") or command.HasField("auth") or command.HasField("alarm") \
-                or (command.etcd_txn and command.compact):
+                or (command.HasField("etcd_txn") and command.compact):
             raise InvalidCommandError("an etcd request carries nothing else")
         if command.compact and command.HasField("header"):
             raise InvalidCommandError("a compaction carries no write header")

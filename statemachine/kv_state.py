@@ -507,8 +507,8 @@ class _Batch:
             return ApplyOutcome(entry.index, self._compact(user, command.compact))
         if command.HasField("lease"):
             return ApplyOutcome(entry.index, self._apply_lease(command.lease))
-        if command.etcd_txn:
-            write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn)
+        if command.HasField("etcd_txn"):
+            write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn.request)
         else:
             write = functools.partial(self._apply_checked, user, command.ops)
         if not command.header.client_id:

@@ -25,14 +25,14 @@ class Compare:
     """One compare of a transaction: `target` of `key` `op` `operand`."""
 
     key: bytes
-    target: int  # pb.Compare.VALUE, VERSION, CREATE, MOD
+    target: int  # pb.Compare.VALUE, VERSION, CREATE, MOD, LEASE
     op: str
     operand: Any
 
     def to_proto(self) -> pb.Compare:
         compare = pb.Compare(key=self.key, target=self.target, result=_RESULTS[self.op])
         field = {pb.Compare.VALUE: "value", pb.Compare.VERSION: "version", pb.Compare.CREATE: "create_revision",
-                 pb.Compare.MOD: "mod_revision"}[self.target]
+                 pb.Compare.MOD: "mod_revision", pb.Compare.LEASE: "lease"}[self.target]
         setattr(compare, field, self.operand)
         return compare
 
@@ -83,6 +83,12 @@ class CreateRevision(_Target):
 
 class ModRevision(_Target):
     target = pb.Compare.MOD
+
+
+class Lease(_Target):
+    """The id of the lease a key is attached to (0: none)."""
+
+    target = pb.Compare.LEASE
 
 
 @dataclass(frozen=True, slots=True)

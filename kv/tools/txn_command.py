@@ -189,7 +189,7 @@ def parse_compare(line: str) -> Compare:
             lease = _lease_id(value.decode())
         except (TxnInputError, UnicodeDecodeError):
             raise TxnInputError(f"invalid txn compare request: {line}") from None
-        return LeaseCompare(go_unquote(key, line), pb.Compare.LEASE, _OPERATORS[op], lease)
+        return Compare(go_unquote(key, line), pb.Compare.LEASE, _OPERATORS[op], lease)
     kind = _TARGETS[target]
     if kind is not Value:
         text = value.decode("utf-8", "surrogateescape")
@@ -197,18 +197,6 @@ def parse_compare(line: str) -> Compare:
             raise TxnInputError(f"invalid txn compare request: {line}")
         return Compare(go_unquote(key, line), kind.target, _OPERATORS[op], int(text))
     return Compare(go_unquote(key, line), kind.target, _OPERATORS[op], value)
-
-
-class LeaseCompare(Compare):
-    """A compare of a key's lease id (etcd's LEASE target; kv.txn has no builder for it)."""
-
-    __slots__ = ()
-
-    def to_proto(self) -> pb.Compare:
-        return pb.Compare(key=self.key, target=pb.Compare.LEASE, result=_RESULTS[self.op], lease=self.operand)
-
-
-_RESULTS = {"==": pb.Compare.EQUAL, "!=": pb.Compare.NOT_EQUAL, ">": pb.Compare.GREATER, "<": pb.Compare.LESS}
 
 
 def _lease_id(text: str) -> int:

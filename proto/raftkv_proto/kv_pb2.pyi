@@ -324,10 +324,16 @@ class Command(_message.Message):
     auth: AuthCommand
     user: str
     alarm: AlarmCommand
-    etcd_txn: bytes
+    etcd_txn: EtcdTxn
     compact: int
     lease: LeaseCommand
-    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ..., etcd_txn: _Optional[bytes] = ..., compact: _Optional[int] = ..., lease: _Optional[_Union[LeaseCommand, _Mapping]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[WriteHeader, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ..., registration: _Optional[_Union[Registration, _Mapping]] = ..., check_state: _Optional[bool] = ..., auth: _Optional[_Union[AuthCommand, _Mapping]] = ..., user: _Optional[str] = ..., alarm: _Optional[_Union[AlarmCommand, _Mapping]] = ..., etcd_txn: _Optional[_Union[EtcdTxn, _Mapping]] = ..., compact: _Optional[int] = ..., lease: _Optional[_Union[LeaseCommand, _Mapping]] = ...) -> None: ...
+
+class EtcdTxn(_message.Message):
+    __slots__ = ("request",)
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: bytes
+    def __init__(self, request: _Optional[bytes] = ...) -> None: ...
 
 class LeaseCommand(_message.Message):
     __slots__ = ("grant_id", "ttl", "revoke_id")

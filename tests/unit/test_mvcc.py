@@ -269,3 +269,8 @@ def test_a_revoked_lease_takes_its_keys_in_one_revision(machine: KVStateMachine,
     machine.copy_to(tmp_path / "copy")
     with KVStateMachine(tmp_path / "copy", map_size=64 << 20) as copy:
         assert copy.leases.ttls == {8: 60} and copy.lease_keys(8) == [b"e"]
+
+
+def test_an_empty_transaction_succeeds_and_changes_nothing(machine: KVStateMachine) -> None:
+    result, response = Applier(machine).txn(pb.TxnRequest())
+    assert not result.refusal and response.succeeded and result.revision == 1  # etcd answers it too
