@@ -20,6 +20,7 @@ import grpc
 from tenacity import Retrying, retry_if_exception
 
 from kv.client.auth_admin import AuthAdmin
+from kv.client.changes import Changes
 from kv.client.maintenance import Maintenance
 from kv.client.lease import Leases
 from kv.client.revisions import Revisions
@@ -102,7 +103,7 @@ class _Session:
             self.client_id = None
 
 
-class Client(AuthAdmin, Maintenance, Revisions, Leases):
+class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).

@@ -36,6 +36,8 @@ from kv.server.health import member_health
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.etcd_txn import COMPACTED as COMPACTED_MESSAGE
+from statemachine.mvcc import Change, CompactedError
 from statemachine.alarms import NO_SPACE, encode_alarm
 
 T = TypeVar("T")
@@ -49,6 +51,16 @@ MAX_SCAN_LIMIT = 10_000
 # comes), with `more` set: a scan of large values costs the node a few MiB per page, not the
 # whole range, and a page stays far inside the 64 MiB send limit. Clients continue from the last key.
 SCAN_PAGE_BYTES = 4 << 20
+# A page of KV.Changes: at most this many changes (DEFAULT when the request names no limit) and
+# about SCAN_PAGE_BYTES of keys and values, cut between revisions. A page reads the store a window
+# of revisions at a time, sized from what the previous window held, and stops after
+# CHANGES_SCAN_REVISIONS revisions even when none of them touched the range (the client asks on).
+DEFAULT_CHANGES_LIMIT = 10_000
+MAX_CHANGES_LIMIT = 100_000
+CHANGES_PAGE_BYTES = SCAN_PAGE_BYTES
+CHANGES_SCAN_REVISIONS = 200_000
+_FIRST_WINDOW, _MAX_WINDOW = 64, 20_000
+_CHANGE_OVERHEAD_BYTES = 32  # a change's revisions and framing, beside its key and values
 
 # What a write may still do while NOSPACE is raised (etcd: reads and deletes).
 _FREEING_OPS = ("delete", "delete_prefix")
@@ -239,6 +251,121 @@ class KVHandler:
             raise self._refused_as_corrupt(e) from None
         return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
 
+    async def changes(self, request: kv_pb2.ChangesRequest, timeout: float | None = None,
+                      user: str | None = None) -> kv_pb2.ChangesResponse:
+        """KV.Changes: a page of the changes of revisions start_revision..end_revision to the
+        request's keys, from this member's state once it has applied end_revision (waiting for it
+        up to half of `timeout`, then TIMEOUT: the client tries another member). Cut by the limit and CHANGES_PAGE_BYTES between revisions; a revision
+        alone over the page is split by its changes' subs (next_sub)."""
+        lo, hi = _changes_range(request)
+        first, last = request.start_revision, request.end_revision
+        if first < 1:
+            raise errors.InvalidArgumentError(f"start_revision must be at least 1, got {first}")
+        if last < 0:
+            raise errors.InvalidArgumentError(f"end_revision must be 0 (now) or a revision, got {last}")
+        if user is not None:
+            self.check_read(user, (lo, hi))
+        limit = min(request.limit or DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)
+        if last:
+            # Half the call's time at most: a member that lags (cut off, say) leaves its client
+            # the other half to ask another member.
+            await self._revision_applied(last, None if timeout is None else timeout / 2)
+        else:
+            last = self._fsm.revision
+        changes: list[Change] = []
+        more, next_revision, next_sub = False, 0, 0
+        if first <= last:
+            try:
+                changes, more, next_revision, next_sub = await asyncio.to_thread(
+                    self._changes_page, first, request.start_sub, last, lo, hi, request.prev_kv, limit)
+            except CompactedError:
+                raise self._compacted(first) from None
+            except CorruptStateError as e:
+                raise self._refused_as_corrupt(e) from None
+        return kv_pb2.ChangesResponse(
+            changes=[_change_proto(c, request.prev_kv) for c in changes], revision=self._fsm.revision,
+            compacted_revision=self._fsm.compacted_revision, more=more, next_revision=next_revision,
+            next_sub=next_sub, end_revision=last)
+
+    def _compacted(self, revision: int) -> errors.RevisionError:
+        oldest = max(self._fsm.compacted_revision, 1)
+        return errors.RevisionError(f"{COMPACTED_MESSAGE} (revision {revision} was asked for; the oldest available "
+                                    f"revision is {oldest})")
+
+    async def _revision_applied(self, revision: int, timeout: float | None) -> None:
+        """Return once this member's store has reached `revision`; TimeoutError after `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while (current := self._fsm.revision) < revision:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise errors.TimeoutError(
+                    f"this member has not reached revision {revision} within {timeout:.3f}s (it is at {current}); "
+                    "another member may have")
+            try:
+                started = self._node.wait_applied(self._node.applied_index + 1)
+            except (node_errors.NodeError, node_errors.NotLeaderError) as e:
+                raise kv_error(self._node, e) from None
+            try:
+                # Shielded: the node's future is shared with other waiters and must not be cancelled.
+                await asyncio.wait_for(asyncio.shield(started), remaining)
+            except asyncio.TimeoutError:
+                continue  # the loop raises with the revision it reached
+            except Exception as e:  # noqa: BLE001 - the node failed its waiters: stopped, or a term change
+                error = kv_error(self._node, e)
+                if isinstance(error, errors.RaftKVError):
+                    raise error from None
+                await asyncio.sleep(0.05)
+
+    def _changes_page(self, first: int, first_sub: int, last: int, lo: bytes, hi: bytes | None, with_prev: bool,
+                      limit: int) -> tuple[list[Change], bool, int, int]:
+        """(changes, more, next revision, next sub) of one page, read from the store a window
+        of revisions at a time (in a worker thread)."""
+        out: list[Change] = []
+        size = 0
+        revision, window = first, _FIRST_WINDOW
+        while revision <= last:
+            if revision - first >= CHANGES_SCAN_REVISIONS:
+                return out, True, revision, 0
+            upto = min(last, revision + window - 1)
+            read = self._fsm.changes(revision, upto, lo, hi, with_prev)
+            if first_sub and revision == first:
+                read = [c for c in read if c.kv.mod_revision != first or c.kv.mod_sub >= first_sub]
+            read_bytes = 0
+            i = 0
+            while i < len(read):
+                at = read[i].kv.mod_revision
+                j, group_bytes = i, 0
+                while j < len(read) and read[j].kv.mod_revision == at:
+                    group_bytes += _change_bytes(read[j])
+                    j += 1
+                read_bytes += group_bytes
+                if len(out) + (j - i) <= limit and size + group_bytes <= CHANGES_PAGE_BYTES:
+                    out.extend(read[i:j])
+                    size += group_bytes
+                    i = j
+                    continue
+                if out:  # the page ends before this revision
+                    return out, True, at, 0
+                # This revision alone is over a page: as much of it as fits (at least one change).
+                k = i
+                while k < j and (k == i or (k - i < limit and size + _change_bytes(read[k]) <= CHANGES_PAGE_BYTES)):
+                    size += _change_bytes(read[k])
+                    k += 1
+                out.extend(read[i:k])
+                if k < j:
+                    return out, True, at, read[k].kv.mod_sub
+                i = k
+            spanned = upto - revision + 1
+            revision = upto + 1
+            # The next window: about what the page has room for, at this window's density.
+            per_revision_bytes = read_bytes / spanned
+            per_revision_changes = len(read) / spanned
+            room = min((CHANGES_PAGE_BYTES - size) / per_revision_bytes if per_revision_bytes else _MAX_WINDOW,
+                       (limit - len(out)) / per_revision_changes if per_revision_changes else _MAX_WINDOW)
+            window = max(1, min(_MAX_WINDOW, window * 8, int(room * 1.1) + 1))
+        return out, False, 0, 0
+
     def _begin_barrier(self, consistency: int, timeout: float | None, then: Callable[[int], R]) -> asyncio.Future[R]:
         level = _CONSISTENCY.get(consistency)
         if level is None:
@@ -289,6 +416,40 @@ def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
     if outcome.error is not None:
         raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
     return outcome
+
+
+def _changes_range(request: kv_pb2.ChangesRequest) -> tuple[bytes, bytes | None]:
+    """The keys [lo, hi) (hi None: to the last key) of a Changes request."""
+    given = [name for name in ("key", "prefix") if getattr(request, name)]
+    if request.start or request.end:
+        given.append("start/end")
+    if len(given) > 1:
+        raise errors.InvalidArgumentError(f"give one of key, prefix or start/end, not {' and '.join(given)}")
+    if request.key:
+        return request.key, request.key + b"\0"
+    if request.prefix:
+        return prefix_range(request.prefix)
+    if request.end and request.end <= request.start:
+        raise errors.InvalidArgumentError("the range's end must be after its start")
+    return request.start, request.end or None
+
+
+def _change_bytes(change: Change) -> int:
+    kv = change.kv
+    return len(kv.key) + len(kv.value) + (len(change.prev.value) if change.prev is not None else 0) + \
+        _CHANGE_OVERHEAD_BYTES
+
+
+def _change_proto(change: Change, with_prev: bool) -> kv_pb2.Change:
+    kv = change.kv
+    if kv.tombstone:
+        out = kv_pb2.Change(type=kv_pb2.Change.DELETE, key=kv.key, revision=kv.mod_revision)
+    else:
+        out = kv_pb2.Change(type=kv_pb2.Change.PUT, key=kv.key, value=kv.value, revision=kv.mod_revision,
+                            create_revision=kv.create_revision, version=kv.version)
+    if with_prev and change.prev is not None:
+        out.prev_value = change.prev.value
+    return out
 
 
 def kv_error(node: RaftNode, e: BaseException) -> BaseException:

@@ -79,6 +79,11 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         return await self._serve(context, lambda user: self._handler.scan(request, context.time_remaining(), user),
                                  "Scan")
 
+    async def Changes(self, request: kv_pb2.ChangesRequest,
+                      context: grpc.aio.ServicerContext) -> kv_pb2.ChangesResponse:
+        return await self._serve(context, lambda user: self._handler.changes(request, context.time_remaining(), user),
+                                 "Changes")
+
     async def Batch(self, request: kv_pb2.BatchRequest, context: grpc.aio.ServicerContext) -> kv_pb2.BatchResponse:
         return await self._serve(context, lambda user: self._handler.batch(request, context.time_remaining(), user),
                                  "Batch")

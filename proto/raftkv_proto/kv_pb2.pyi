@@ -166,6 +166,70 @@ class ScanResponse(_message.Message):
     index: int
     def __init__(self, items: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., more: _Optional[bool] = ..., index: _Optional[int] = ...) -> None: ...
 
+class ChangesRequest(_message.Message):
+    __slots__ = ("start_revision", "end_revision", "key", "prefix", "start", "end", "limit", "prev_kv", "start_sub")
+    START_REVISION_FIELD_NUMBER: _ClassVar[int]
+    END_REVISION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    START_SUB_FIELD_NUMBER: _ClassVar[int]
+    start_revision: int
+    end_revision: int
+    key: bytes
+    prefix: bytes
+    start: bytes
+    end: bytes
+    limit: int
+    prev_kv: bool
+    start_sub: int
+    def __init__(self, start_revision: _Optional[int] = ..., end_revision: _Optional[int] = ..., key: _Optional[bytes] = ..., prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., limit: _Optional[int] = ..., prev_kv: _Optional[bool] = ..., start_sub: _Optional[int] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("type", "key", "value", "revision", "create_revision", "version", "prev_value")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PUT: _ClassVar[Change.Type]
+        DELETE: _ClassVar[Change.Type]
+    PUT: Change.Type
+    DELETE: Change.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREV_VALUE_FIELD_NUMBER: _ClassVar[int]
+    type: Change.Type
+    key: bytes
+    value: bytes
+    revision: int
+    create_revision: int
+    version: int
+    prev_value: bytes
+    def __init__(self, type: _Optional[_Union[Change.Type, str]] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., revision: _Optional[int] = ..., create_revision: _Optional[int] = ..., version: _Optional[int] = ..., prev_value: _Optional[bytes] = ...) -> None: ...
+
+class ChangesResponse(_message.Message):
+    __slots__ = ("changes", "revision", "compacted_revision", "more", "next_revision", "next_sub", "end_revision")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SUB_FIELD_NUMBER: _ClassVar[int]
+    END_REVISION_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    revision: int
+    compacted_revision: int
+    more: bool
+    next_revision: int
+    next_sub: int
+    end_revision: int
+    def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., revision: _Optional[int] = ..., compacted_revision: _Optional[int] = ..., more: _Optional[bool] = ..., next_revision: _Optional[int] = ..., next_sub: _Optional[int] = ..., end_revision: _Optional[int] = ...) -> None: ...
+
 class MovePrefix(_message.Message):
     __slots__ = ("source", "target")
     SOURCE_FIELD_NUMBER: _ClassVar[int]

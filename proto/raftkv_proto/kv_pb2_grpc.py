@@ -54,6 +54,11 @@ class KVStub:
                 request_serializer=raftkv__proto_dot_kv__pb2.ScanRequest.SerializeToString,
                 response_deserializer=raftkv__proto_dot_kv__pb2.ScanResponse.FromString,
                 _registered_method=True)
+        self.Changes = channel.unary_unary(
+                '/raftkv.kv.KV/Changes',
+                request_serializer=raftkv__proto_dot_kv__pb2.ChangesRequest.SerializeToString,
+                response_deserializer=raftkv__proto_dot_kv__pb2.ChangesResponse.FromString,
+                _registered_method=True)
         self.Batch = channel.unary_unary(
                 '/raftkv.kv.KV/Batch',
                 request_serializer=raftkv__proto_dot_kv__pb2.BatchRequest.SerializeToString,
@@ -124,6 +129,13 @@ class KVServicer:
 
     def Scan(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Changes(self, request, context):
+        """The changes of a revision range, in revision order, paged (ChangesRequest).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -207,6 +219,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Scan,
                     request_deserializer=raftkv__proto_dot_kv__pb2.ScanRequest.FromString,
                     response_serializer=raftkv__proto_dot_kv__pb2.ScanResponse.SerializeToString,
+            ),
+            'Changes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Changes,
+                    request_deserializer=raftkv__proto_dot_kv__pb2.ChangesRequest.FromString,
+                    response_serializer=raftkv__proto_dot_kv__pb2.ChangesResponse.SerializeToString,
             ),
             'Batch': grpc.unary_unary_rpc_method_handler(
                     servicer.Batch,
@@ -362,6 +379,33 @@ class KV:
             '/raftkv.kv.KV/Scan',
             raftkv__proto_dot_kv__pb2.ScanRequest.SerializeToString,
             raftkv__proto_dot_kv__pb2.ScanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Changes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftkv.kv.KV/Changes',
+            raftkv__proto_dot_kv__pb2.ChangesRequest.SerializeToString,
+            raftkv__proto_dot_kv__pb2.ChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,
