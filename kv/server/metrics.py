@@ -42,6 +42,8 @@ class MetricSources:
     stream_requests: Callable[[], dict[str, int]]
     pipeline_held: Callable[[], tuple[int, int]]  # (requests, reply bytes) the pipeline calls hold
     state_checks: Callable[[], int]  # state checks this member has hashed
+    # peer -> seconds of the round trips timed to it (TcpTransport.round_trip_seconds)
+    peer_round_trips: Callable[[], dict[str, Histogram]]
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
@@ -69,6 +71,7 @@ class NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._server()
         yield from self._disk()
+        yield from self._network()
         yield from self._mvcc()
         yield from self._raftkv()
         yield from self._grpc()
@@ -105,6 +108,14 @@ class NodeCollector(Collector):
                          "The latency distributions of commit called by backend.", stats.apply_seconds)
         size = getattr(self._s.node.log, "size_bytes", None)
         yield _gauge("raftkv_wal_size_bytes", "Bytes the log takes on disk.", size() if callable(size) else 0)
+
+    def _network(self) -> Iterator[Metric]:
+        # etcd's rafthttp: the round trip of a probe to each peer, labelled by the peer's id.
+        rtt = HistogramMetricFamily("etcd_network_peer_round_trip_time_seconds",
+                                    "Round-Trip-Time histogram between peers", labels=["To"])
+        for peer, histogram in sorted(self._s.peer_round_trips().items()):
+            rtt.add_metric([peer], _buckets(histogram), sum_value=histogram.total)
+        yield rtt
 
     def _mvcc(self) -> Iterator[Metric]:
         fsm = self._s.fsm

@@ -5,6 +5,7 @@ watch (alarm_watch.py), the gRPC health service on --listen (health.py) and, wit
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpc_health.v1 import health_pb2_grpc
@@ -20,6 +21,8 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import Service
 from kv.server.state_check import PeerStatuses, StateChecker
 from raft.node.node import RaftNode
+from raft.node.stats import Histogram
+from raft.transport.tcp_transport import TcpTransport
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +40,17 @@ class Observability:
         follow_term(lambda: node.core.term)
         listeners = parse_metrics_urls(config.listen_metrics_urls)  # ValueError before anything starts
         http = None
+        transport = node.transport
+        # Timed by the TCP transport (raft/transport/peer_links.py); another PeerTransport times nothing.
+        round_trips: Callable[[], dict[str, Histogram]] = (
+            transport.round_trip_seconds if isinstance(transport, TcpTransport) else dict)
         if listeners:
             counts = HealthCounts()
             registry = registry_of(MetricSources(
                 node, fsm, config.storage.quota_backend_bytes or config.storage.state_max_bytes, counts,
                 handled=lambda: kv_service.handled, latency=lambda: kv_service.latency, stream_requests=lambda: kv_service.stream_requests,
-                pipeline_held=kv_service.pipeline_held, state_checks=lambda: checker.hashed))
+                pipeline_held=kv_service.pipeline_held, state_checks=lambda: checker.hashed,
+                peer_round_trips=round_trips))
             http = HttpEndpoints(listeners, registry, lambda exclude: member_health(node, fsm.alarms, exclude), counts)
         return cls(AlarmWatch(node, fsm.alarms, handler.status, peer_statuses), http,
                    (health_pb2_grpc.add_HealthServicer_to_server, HealthServicer(node, fsm.alarms)))

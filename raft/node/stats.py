@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 DISK_BUCKETS_S: tuple[float, ...] = tuple(0.001 * 2 ** i for i in range(14))
 # Client calls: 0.5 ms to 10 s (a put takes a fsync and a round trip).
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# etcd's buckets for etcd_network_peer_round_trip_time_seconds (rafthttp/metrics.go): 0.1 ms
+# doubling up to 3.2768 s.
+PEER_RTT_BUCKETS_S: tuple[float, ...] = tuple(0.0001 * 2 ** i for i in range(16))
 # Snapshot sends and installs take from milliseconds to minutes.
 SNAPSHOT_BUCKETS_S: tuple[float, ...] = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 

@@ -21,12 +21,21 @@ us), so nothing else would show that our messages vanish.
 With peer TLS on (`tls`, raft/transport/peer_tls.py), every connection is dialled with TLS, and
 before our hello goes out the listener's verified certificate must name the member we meant to
 reach (not the address we dialled: the member id is the identity); otherwise the link is refused
-with the reason, as a refused hello is."""
+with the reason, as a refused hello is.
+
+Once `time_round_trips(every_s)` is called (TcpTransport.start), each peer is also asked, every
+`every_s` seconds, the question a rejoining member asks (a PROBE hello, peer_protocol.py) on a
+connection of its own dialled as a MESSAGES one is (the peer's address in --peers, TLS when on,
+so through any proxy on the way), and the seconds from the hello's write to the answer's arrival go
+into that peer's `round_trip_seconds` histogram (etcd_network_peer_round_trip_time_seconds). Each
+peer is timed by a task of its own, off the messages' path: a peer that does not answer within the
+connect timeout records nothing and holds up neither the others nor any send."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +46,7 @@ from google.protobuf.message import DecodeError
 from raftkv_proto import raft_pb2
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
+from raft.node.stats import PEER_RTT_BUCKETS_S, Histogram
 from raft.transport.address import socket_host, split_address
 from raft.transport.codec import encode_batch, meta_to_proto
 from raft.transport.frames import FrameError, FrameReader, frame
@@ -82,6 +92,8 @@ class PeerLink:
     connection: _Outbound | None = None
     # Set each time the pump learns whether the peer is reachable (tests and tools await it).
     checked: asyncio.Event = field(default_factory=asyncio.Event)
+    # Seconds of each timed round trip to the peer (PeerLinks.time_round_trips).
+    round_trip_seconds: Histogram = field(default_factory=lambda: Histogram(PEER_RTT_BUCKETS_S))
 
 
 class PeerLinks:
@@ -114,6 +126,7 @@ class PeerLinks:
         self._dial_options: dict[str, Any] = {} if tls is None else {"ssl": tls,
                                                                       "ssl_handshake_timeout": self._timeout_s}
         self._links: dict[str, PeerLink] = {}
+        self._timing: list[asyncio.Task[None]] = []  # a round-trip timer per peer, once started
         for pid, address in peers.items():
             if pid != node_id:
                 host, port = split_address(address)
@@ -127,6 +140,10 @@ class PeerLinks:
 
     def dropped(self, peer_id: str) -> int:
         return self._links[peer_id].dropped
+
+    def round_trip_seconds(self) -> dict[str, Histogram]:
+        """Peer -> its timed round trips (every peer, from the start: no answer yet, no count)."""
+        return {pid: link.round_trip_seconds for pid, link in self._links.items()}
 
     # ---- messages ----------------------------------------------------------------------------
 
@@ -260,19 +277,53 @@ class PeerLinks:
         return {link.peer_id: answer for link, answer in zip(self._links.values(), answers) if answer is not None}
 
     async def _probe(self, link: PeerLink) -> tuple[int, int, int] | None:
+        answered = await self._ask(link)
+        if answered is None:
+            return None  # not up yet, or not ours to ask: the caller asks again
+        reply, _ = answered
+        return reply.term, reply.last_log_term, reply.last_log_index
+
+    async def _ask(self, link: PeerLink) -> tuple[raft_pb2.PeerHelloReply, float] | None:
+        """A PROBE hello on a connection of its own, and the peer's answer with the seconds from
+        the hello's write to the answer's arrival (one round trip: the TCP and TLS handshakes are
+        over by then); None when the peer did not answer within the connect timeout, or refused."""
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
                 reader, writer = await asyncio.open_connection(link.host, link.port, **self._dial_options)
+                configure_peer_socket(writer.get_extra_info("socket"))
                 self._check_identity(link, writer.get_extra_info("peercert"))
+                # Not loop.time(): uvloop's is in whole milliseconds, and read once per iteration.
+                asked = time.perf_counter()
                 writer.write(self._hello(link, PROBE))
-                reply = self._accepted(link, await _read_frame(reader))
+                answer = await _read_frame(reader)
+                took = time.perf_counter() - asked
+                reply = self._accepted(link, answer)
         except (OSError, EOFError, TimeoutError, FrameError, PeerRefused):
-            return None  # not up yet, or not ours to ask: the caller asks again
+            return None
         finally:
             if writer is not None:
                 writer.close()
-        return reply.term, reply.last_log_term, reply.last_log_index
+        return reply, took
+
+    # ---- round trips -------------------------------------------------------------------------
+
+    def time_round_trips(self, every_s: float) -> None:
+        """From now on, time a round trip to each peer every `every_s` seconds (the first after
+        `every_s`), into its link's round_trip_seconds; a task per peer, so one that does not
+        answer delays no other. A second call changes nothing."""
+        if self._timing:
+            return
+        loop = asyncio.get_running_loop()
+        self._timing = [loop.create_task(self._time_round_trips(link, every_s), name=f"raft-rtt-{link.peer_id}")
+                        for link in self._links.values()]
+
+    async def _time_round_trips(self, link: PeerLink, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            answered = await self._ask(link)
+            if answered is not None:
+                link.round_trip_seconds.observe(answered[1])
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -343,7 +394,8 @@ class PeerLinks:
                 writer.close()
 
     async def close(self) -> None:
-        pending = [link.pump for link in self._links.values() if link.pump is not None]
+        pending = [link.pump for link in self._links.values() if link.pump is not None] + self._timing
+        self._timing = []
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

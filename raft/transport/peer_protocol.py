@@ -20,7 +20,9 @@ message of raft.proto. A dialer opens a connection for one purpose:
     SNAPSHOT: SnapshotHeader, SnapshotChunk ... ->  handed to the node chunk by chunk
                                            <------  SnapshotAck, and close
     PROBE: nothing more; the reply (which tells the listener's term and the end of its log) was
-    the answer, and the listener closes
+    the answer, and the listener closes. A rejoining member asks it (raft/node/joining.py), and
+    every member asks each peer every few seconds to time the hello's round trip
+    (etcd_network_peer_round_trip_time_seconds, raft/transport/peer_links.py)
 
 The dialer sends nothing after its hello until the answer comes. Both sides tell their advertised
 client address in the handshake: that is how a node learns what to put in not-leader hints and

@@ -3,7 +3,11 @@ per member (--listen-peer) speaking raft/transport/peer_protocol.py: the listene
 peers' connections (raft/transport/peer_listener.py), the links dial theirs
 (raft/transport/peer_links.py), and both learn the members' advertised client addresses from the
 handshakes. With config.security.peer set (--peer-cert-file ...), both halves speak mutual TLS
-(raft/transport/peer_tls.py)."""
+(raft/transport/peer_tls.py).
+
+Once started, the transport times a round trip to each peer every ROUND_TRIP_EVERY_S
+(PeerLinks.time_round_trips: a PROBE hello and its answer, on the peer path), for
+etcd_network_peer_round_trip_time_seconds (`round_trip_seconds()`)."""
 from __future__ import annotations
 
 import logging
@@ -13,6 +17,7 @@ from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.node.config import NodeConfig
 from raft.node.ports import Chunks, Inbound, SnapshotInfo
+from raft.node.stats import Histogram
 from raft.transport.address import split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
@@ -20,16 +25,23 @@ from raft.transport.peer_tls import dial_context, listener_context
 
 log = logging.getLogger(__name__)
 
+# How often each member times a round trip to each peer. etcd's rafthttp probes every 4 s and
+# records its smoothed round trip every 30 s; raftkv records every probe's own.
+ROUND_TRIP_EVERY_S = 5.0
+
 
 class TcpTransport:
     """`disk_state()`: the node's term and the end of its log (last term, last index), as the log
-    store says; a hello's reply tells them (peer_protocol.py's PROBE)."""
+    store says; a hello's reply tells them (peer_protocol.py's PROBE). `round_trip_every_s`: how
+    often, once started, a round trip to each peer is timed."""
 
-    def __init__(self, config: NodeConfig, cluster_id: str, disk_state: Callable[[], tuple[int, int, int]]) -> None:
+    def __init__(self, config: NodeConfig, cluster_id: str, disk_state: Callable[[], tuple[int, int, int]],
+                 round_trip_every_s: float = ROUND_TRIP_EVERY_S) -> None:
         config.validate_addresses()
         self._config = config
         self._cluster_id = cluster_id
         self._disk_state = disk_state
+        self._round_trip_every_s = round_trip_every_s
         self._members = frozenset(config.members)
         self._inbound: Inbound | None = None
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
@@ -75,6 +87,7 @@ class TcpTransport:
         self.links.on_gone = inbound.peer_unreachable
         self._inbound = inbound
         await self.listen()
+        self.links.time_round_trips(self._round_trip_every_s)
 
     def _deliver(self, messages: list[Message]) -> None:
         if self._inbound is not None:
@@ -99,6 +112,10 @@ class TcpTransport:
 
     def client_address(self, member: str) -> str | None:
         return self._client_addresses.get(member)
+
+    def round_trip_seconds(self) -> dict[str, Histogram]:
+        """Peer -> the seconds of the round trips timed to it (every peer; read at scrape time)."""
+        return self.links.round_trip_seconds()
 
     async def close(self) -> None:
         await self.links.close()

@@ -1,6 +1,7 @@
 """Metrics, health and alarms on real node processes (docs/operations.md): /metrics parses with
 Prometheus' own parser and its counters move as they should, /health and gRPC's health service
-follow a member cut from its quorum and back, NOSPACE (through --quota-backend-bytes) is raised
+follow a member cut from its quorum and back, every member times its round trips to each peer
+(etcd_network_peer_round_trip_time_seconds{To}), NOSPACE (through --quota-backend-bytes) is raised
 on every member, refuses puts, and clears with a disarm; --log-format json lines parse."""
 from __future__ import annotations
 
@@ -85,6 +86,41 @@ def test_metrics_parse_and_proposals_committed_rise_by_at_least_the_puts(cluster
     assert after["grpc_server_handling_seconds_count{grpc_method=Stream.Put,grpc_service=raftkv.kv.KV}"] >= PUTS
     followers = [n for n in cluster.nodes if n != leader]
     assert all(scrape(cluster, n)["etcd_server_is_leader"] == 0 for n in followers)
+
+
+RTT = "etcd_network_peer_round_trip_time_seconds"
+# etcd's buckets for it (rafthttp/metrics.go: ExponentialBuckets(0.0001, 2, 16)), as Prometheus writes them.
+RTT_BUCKETS = [repr(0.0001 * 2 ** i) for i in range(16)] + ["+Inf"]
+
+
+def round_trips(cluster: Cluster, node_id: str) -> dict[str, tuple[float, float]]:
+    """Peer -> (count, sum) of the member's timed round trips to it; the buckets checked on the way."""
+    samples = scrape(cluster, node_id)
+    found = {}
+    for peer in cluster.nodes:
+        if peer == node_id:
+            continue
+        count, total = samples[f"{RTT}_count{{To={peer}}}"], samples[f"{RTT}_sum{{To={peer}}}"]
+        buckets = [samples[f"{RTT}_bucket{{To={peer},le={le}}}"] for le in RTT_BUCKETS]
+        assert buckets == sorted(buckets) and buckets[-1] == count  # cumulative, +Inf holds them all
+        assert (total > 0) == (count > 0)
+        found[peer] = (count, total)
+    assert not any(key.startswith(f"{RTT}_count{{To={node_id}}}") for key in samples)  # not to itself
+    return found
+
+
+def test_each_member_times_a_round_trip_to_each_peer_every_few_seconds(cluster: Cluster) -> None:
+    """etcd_network_peer_round_trip_time_seconds{To=peer} on every member, for each other member,
+    its count growing as the member probes its peers (every 5 s) and each round trip well under a
+    second on loopback."""
+    cluster.wait_for_leader()
+    before = {node_id: round_trips(cluster, node_id) for node_id in cluster.nodes}
+    for node_id, peers in before.items():
+        assert sorted(peers) == sorted(n for n in cluster.nodes if n != node_id)
+        for peer, (count, _) in peers.items():
+            grown = wait_until(f"{node_id} times a round trip to {peer}",
+                               lambda: (now := round_trips(cluster, node_id)[peer])[0] > count and now)
+            assert 0 < grown[1] / grown[0] < 1.0
 
 
 def test_health_endpoints_and_the_grpc_health_service_say_serving(cluster: Cluster) -> None:

@@ -1,7 +1,7 @@
 """The peer transport: the codec round trip, and the TCP transport (raft/transport/tcp_transport.py)
 between real sockets on 127.0.0.1 - messages in order, refused hellos and bad bytes answered with
-a reason and a close, snapshot streams and their acks, unreachable peers, and the client addresses
-members tell each other in the handshake."""
+a reason and a close, snapshot streams and their acks, unreachable peers, the client addresses
+members tell each other in the handshake, and the round trips each member times to its peers."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+import uvloop
 
 from raftkv_proto import raft_pb2
 from raft.core.messages import (
@@ -189,13 +190,14 @@ class Node:
 
     def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
                  advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0),
-                 core: CoreConfig | None = None, security: Security | None = None) -> None:
+                 core: CoreConfig | None = None, security: Security | None = None,
+                 round_trip_every_s: float = 5.0) -> None:
         peers = {**peers, node_id: f"127.0.0.1:{port}"}
         self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
                                  f"client-of-{node_id}.example:7001", peers=peers, core=core or CoreConfig(),
                                  security=security or Security())
         self.disk = disk  # what it answers a probe: (term, last log term, last log index)
-        self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk)
+        self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk, round_trip_every_s)
         self.inbound = Recorder()
 
     async def __aenter__(self) -> Node:
@@ -747,3 +749,66 @@ def test_a_probe_gets_each_answering_peers_term_and_log_end_and_nothing_reaches_
                 assert not n2.inbound.delivered and not n3.inbound.delivered
 
     _run(main)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_each_member_times_a_round_trip_to_each_peer_over_the_peer_path_and_a_silent_peer_records_nothing(
+        loop: str) -> None:
+    """Every interval n1 asks each peer a PROBE hello on a connection dialled as its messages' are
+    (here through a proxy in front of n2) and records the hello's round trip in that peer's
+    histogram (etcd's buckets). A peer that accepts and never answers, and one that is down, record
+    nothing, and hold up neither the timing of the others nor the messages to them. On uvloop (the
+    node's default) too, whose loop.time() counts whole milliseconds."""
+    every_s = 0.05
+
+    async def until_polled(predicate: Callable[[], Any], timeout: float = WAIT_S) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await asyncio.sleep(0.01)
+
+    silent_dials = 0
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal silent_dials
+        silent_dials += 1
+        await reader.read()  # until the dialer gives up and closes
+
+    async def main() -> None:
+        silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+        silent_port = silent.sockets[0].getsockname()[1]
+        down = free_ports(1)[0]
+        try:
+            async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+                proxy = HoldingProxy(n2.port)
+                proxy_port = await proxy.start()
+                try:
+                    async with Node("n1", {"n2": f"127.0.0.1:{proxy_port}", "n3": f"127.0.0.1:{silent_port}",
+                                           "n4": f"127.0.0.1:{down}"}, round_trip_every_s=every_s) as n1:
+                        rtt = n1.transport.round_trip_seconds()
+                        assert sorted(rtt) == ["n2", "n3", "n4"]  # every peer, before any answer
+                        assert all(sum(h.counts) == 0 for h in rtt.values())
+                        assert rtt["n2"].buckets == tuple(0.0001 * 2 ** i for i in range(16))  # etcd's
+                        # The silent peer's first probe times out (the connect timeout, 1 s) and
+                        # a second is dialled; meanwhile n2 was timed every interval.
+                        await until_polled(lambda: silent_dials >= 2)
+                        timed = sum(rtt["n2"].counts)
+                        assert timed >= 5
+                        assert sum(rtt["n3"].counts) == 0 and sum(rtt["n4"].counts) == 0
+                        assert 0 < rtt["n2"].total / timed < 0.5  # a loopback round trip, in seconds
+                        # Finer than milliseconds: no sum of whole milliseconds.
+                        assert abs(rtt["n2"].total * 1000 - round(rtt["n2"].total * 1000)) > 1e-6
+                        assert proxy.accepted >= timed  # each on a connection through the proxy
+                        n1.transport.send([heartbeat(1)])  # messages pass meanwhile
+                        await until(lambda: n2.inbound.delivered, n2.inbound.changed)
+                        await until_polled(lambda: sum(rtt["n2"].counts) > timed)  # and timing goes on
+                        assert sum(rtt["n3"].counts) == 0 and sum(rtt["n4"].counts) == 0
+                        assert not n2.inbound.delivered[1:]  # a probe hands the node nothing
+                finally:
+                    await proxy.close()
+                # n2 times nothing at the default interval (5 s) this early.
+                assert sum(n2.transport.round_trip_seconds()["n1"].counts) == 0
+        finally:
+            silent.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop) as runner:
+        runner.run(asyncio.wait_for(main(), 60))
