@@ -1,6 +1,6 @@
 """`raftkv bench` (python -m kv.tools.bench) keeps working: a --quick run end to end against a real
-three-node cluster, its JSON, its cleanup on Ctrl-C; and the report arithmetic. No timed
-assertions: the figures of a quick run mean nothing."""
+three-node cluster, through either API (`--api native|etcd`), its JSON, its cleanup on Ctrl-C; and
+the report arithmetic. No timed assertions: the figures of a quick run mean nothing."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kv.tools.bench.cli import _workloads
 from kv.tools.bench.cpu import CpuRoles, process_cpu_s
 from kv.tools.bench.etcd import etcd_version
 from kv.tools.bench.measure import percentile
@@ -77,6 +78,60 @@ def test_quick_comparison_with_etcd(tmp_path: Path) -> None:
     assert all(r["error"] is None for r in report["rounds"])
     w1 = next(row for row in report["summary"] if (row["workload"], row["metric"]) == ("W1", "ops/s"))
     assert w1["etcd"] > 0 and w1["ratio"] == pytest.approx(w1["raftkv"] / w1["etcd"])
+
+
+def figures(report: dict, system: str = "raftkv") -> dict[tuple[str, str], float | None]:
+    return {(row["workload"], row["metric"]): row[system] for row in report["summary"]}
+
+
+@pytest.mark.parametrize("api", ["native", "etcd"])
+def test_quick_run_through_either_api(tmp_path: Path, api: str) -> None:
+    result, report = run_bench(tmp_path, "--api", api, "--workloads", "W1,W3,W5,W6,W12,W13")
+    assert report["api"] == api
+    assert [r["error"] for r in report["rounds"]] == [None]
+    measured = figures(report)
+    for workload in ("W1", "W3", "W12", "W13"):
+        for metric in ("ops/s", "p50 ms", "p99 ms", "leader CPU ms/op"):
+            assert measured[(workload, metric)] is not None and measured[(workload, metric)] > 0, (workload, metric)
+    assert ("W13", "failed compares") not in measured  # each client owns its key: no compare fails
+    assert measured[("W5", "stale ops/s")] > 0
+    # etcd's API has no lease reads; its bulk loads are Txns of at most 128 puts.
+    assert (("W5", "lease ops/s") in measured) == (api == "native")
+    w6 = next(row for row in report["summary"] if (row["workload"], row["metric"]) == ("W6", "keys/s"))
+    assert w6["raftkv"] > 0 and w6["note"].endswith("batches of 128" if api == "etcd" else "batches of 500")
+    heading = "raftkv (etcd API)" if api == "etcd" else "raftkv "
+    assert heading in result.stdout.splitlines()[0] and f"api: {api}" in result.stdout
+
+
+@pytest.mark.skipif(etcd_version() is None, reason="etcd-server is not installed")
+def test_quick_comparison_through_etcds_api(tmp_path: Path) -> None:
+    """raftkv and etcd through the same EtcdTarget: every figure for both, and their ratio."""
+    result, report = run_bench(tmp_path, "--api", "etcd", "--compare", "etcd", "--workloads", "W1,W2,W3,W4,W12,W13")
+    assert report["api"] == "etcd" and "--api etcd" in report["command"]
+    assert sorted(r["system"] for r in report["rounds"]) == ["etcd", "raftkv"]
+    assert all(r["error"] is None for r in report["rounds"])
+    rows = {(row["workload"], row["metric"]): row for row in report["summary"]}
+    for workload in ("W1", "W2", "W3", "W4", "W12", "W13"):
+        for metric in ("ops/s", "p50 ms", "p99 ms"):
+            row = rows[(workload, metric)]
+            assert row["raftkv"] > 0 and row["etcd"] > 0, (workload, metric)
+            assert row["ratio"] == pytest.approx(row["raftkv"] / row["etcd"])
+    assert rows[("W2", "ops/s")]["goal"] == ">= 1.0x etcd"  # issue 27's bar through etcd's API
+    assert "raftkv (etcd API)" in result.stdout and "raftkv/etcd" in result.stdout
+
+
+def test_native_only_workloads_are_refused_under_etcds_api(tmp_path: Path) -> None:
+    assert _workloads(None, "etcd") == ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W9", "W12", "W13")
+    assert _workloads(None, "native") == WORKLOADS
+    assert _workloads("W8,W12", "native") == ("W8", "W12")
+    for named in ("W8", "W10", "W11"):
+        with pytest.raises(ValueError, match=f"{named} cannot run under --api etcd"):
+            _workloads(f"W1,{named}", "etcd")
+    work = tmp_path / "work"
+    refused = subprocess.run([*BENCH, "--api", "etcd", "--workloads", "W1,W8", "--work-dir", str(work)],
+                             cwd=SOURCE_ROOT, env=child_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert refused.returncode == 2 and "W8 cannot run under --api etcd" in refused.stderr
+    assert "snapshot" in refused.stderr and not work.exists()  # refused before anything started
 
 
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:

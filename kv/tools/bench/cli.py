@@ -15,9 +15,11 @@ from kv.tools.bench import machine
 from kv.tools.bench.etcd import INSTALL_HINT, etcd_version
 from kv.tools.bench import stopping
 from kv.tools.bench.processes import Registry
-from kv.tools.bench.report import ETCD, RAFTKV, format_markdown, format_table, summarize, to_json
+from kv.tools.bench.report import ETCD, RAFTKV, api_line, format_markdown, format_table, summarize, to_json
 from kv.tools.bench.runner import RunOptions, run as run_rounds
-from kv.tools.bench.settings import OPTIONAL_WORKLOADS, QUICK, WORKLOADS, Sizes, with_overrides
+from kv.tools.bench.settings import (NATIVE_ONLY, OPTIONAL_WORKLOADS, QUICK, REVISION_WORKLOADS, WORKLOADS, Sizes,
+                                     with_overrides)
+from kv.tools.bench.systems import APIS, ETCD_API, NATIVE_API
 
 DEFAULT_JSON = "raftkv-bench.json"
 DEFAULTS = Sizes()
@@ -26,17 +28,27 @@ DEFAULTS = Sizes()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", choices=[ETCD], default=None,
                         help="also run a three-member etcd cluster and print raftkv/etcd ratios")
+    parser.add_argument("--api", choices=APIS, default=NATIVE_API,
+                        help="what drives raftkv: its native client kv.Client (native, the default), or etcd's v3 "
+                             "API through the very client etcd is driven with (etcd: EtcdTarget's unary "
+                             "Put/Range/Txn, starting at the leader), for a like-for-like comparison. Under "
+                             "--api etcd: W5 runs serializable reads only (etcd's API has no lease reads), W6 "
+                             "loads with Txns of up to 128 puts (as etcd's), W8 (snapshot save/restore), W10 "
+                             "and W11 (Spark) are native-only and refused, and the default workloads are "
+                             "W1..W7,W9,W12,W13")
     parser.add_argument("--rounds", type=_positive_int, default=3,
                         help="rounds, alternating the systems' order; the table shows medians (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and one round: checks that the bench works, measures nothing")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W1,W2,...",
-                        help="which workloads to run (default: W1..W9; W10,W11 are the Spark pipeline's, "
-                             "run when named, with the spark extra installed)")
+    parser.add_argument("--workloads", default=None, metavar="W1,W2,...",
+                        help="which workloads to run (default: W1..W9; under --api etcd, W1..W7,W9,W12,W13); "
+                             "W10,W11 are the Spark pipeline's, run when named, with the spark extra installed; "
+                             "W12 (linearizable reads at a past revision) and W13 (compare-and-swap Txns: one "
+                             "compare on the mod revision, one put) run when named, on raftkv and etcd alike")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                        help=f"measured window of each load W1..W5 (default {DEFAULTS.duration_s})")
+                        help=f"measured window of each load W1..W5, W12, W13 (default {DEFAULTS.duration_s})")
     parser.add_argument("--clients", type=_positive_int, default=None,
-                        help=f"concurrent clients of W2, W4, W5 (default {DEFAULTS.clients})")
+                        help=f"concurrent clients of W2, W4, W5, W12, W13 (default {DEFAULTS.clients})")
     parser.add_argument("--bulk-keys", type=_positive_int, default=None, metavar="N",
                         help=f"keys W6 loads (default {DEFAULTS.bulk_keys:,})")
     parser.add_argument("--bulk-batch", type=_positive_int, default=None, metavar="N",
@@ -62,12 +74,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _workloads(text: str) -> tuple[str, ...]:
+def _workloads(text: str | None, api: str = NATIVE_API) -> tuple[str, ...]:
+    """The workloads named (None: the API's default set); ValueError for an unknown one, or for one
+    only the native API can drive under --api etcd."""
+    if text is None:
+        if api == ETCD_API:
+            return tuple(w for w in WORKLOADS if w not in NATIVE_ONLY) + REVISION_WORKLOADS
+        return WORKLOADS
     chosen = tuple(dict.fromkeys(t.strip().upper() for t in text.split(",") if t.strip()))
     known = WORKLOADS + OPTIONAL_WORKLOADS
     unknown = [t for t in chosen if t not in known]
     if unknown or not chosen:
         raise ValueError(f"unknown workloads {unknown}; choose from {','.join(known)}")
+    refused = [t for t in chosen if api == ETCD_API and t in NATIVE_ONLY]
+    if refused:
+        why = "; ".join(f"{t}: {NATIVE_ONLY[t]}" for t in refused)
+        raise ValueError(f"{','.join(refused)} cannot run under --api etcd: raftkv's native API only ({why}); "
+                         f"run with --api native, or leave out {','.join(refused)}")
     return chosen
 
 
@@ -75,7 +98,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     sizes = with_overrides(QUICK if args.quick else Sizes(), duration_s=args.duration, clients=args.clients,
                            bulk_keys=args.bulk_keys, bulk_batch=args.bulk_batch,
                            failover_trials=args.failover_trials)
-    workloads = _workloads(args.workloads)
+    api = getattr(args, "api", NATIVE_API)
+    workloads = _workloads(args.workloads, api)
     systems: tuple[str, ...] = (RAFTKV,)
     version = etcd_version()
     if args.compare == ETCD:
@@ -87,7 +111,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="raftkv-bench-", dir="."))
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    options = RunOptions(systems, workloads, rounds, sizes, work_dir, args.keep, args.tls)
+    options = RunOptions(systems, workloads, rounds, sizes, work_dir, args.keep, args.tls, api)
     registry = Registry()
     try:
         with stopping.handling_signals():
@@ -101,13 +125,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         registry.stop_all()
         if not args.keep and args.work_dir is None:
             _remove_tree(work_dir)
-    rows = summarize(results)
+    rows = summarize(results, api)
     command = _command_line(sys.argv)
-    args.json.write_text(json.dumps(to_json(described, command, asdict(sizes), results, rows), indent=2) + "\n")
+    args.json.write_text(json.dumps(to_json(described, command, asdict(sizes), results, rows, api), indent=2) + "\n")
     render = format_markdown if args.markdown else format_table
-    print(render(rows, with_etcd=ETCD in systems))
+    print(render(rows, with_etcd=ETCD in systems, api=api))
     tls = "  raftkv with TLS" if args.tls else ""
-    print(f"\nmachine: {machine.summary_line(described)}\nrounds: {rounds} (medians)  json: {args.json}{tls}")
+    print(f"\nmachine: {machine.summary_line(described)}\nrounds: {rounds} (medians)  json: {args.json}{tls}"
+          f"\n{api_line(api)}")
     failed = [f"round {r.round} {r.system}: {r.error}" for r in results if r.error]
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)
@@ -132,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raftkv bench",
         description="Start a local three-node raftkv cluster (fsync on, as shipped) and run the standard "
-                    "workloads W1..W9; with --compare etcd, also a three-member etcd cluster, side by side.")
+                    "workloads W1..W9; with --compare etcd, also a three-member etcd cluster, side by side; "
+                    "with --api etcd, raftkv is driven through etcd's API by the client etcd is driven with.")
     add_arguments(parser)
     return parser
 

@@ -1,7 +1,9 @@
 """A local three-member etcd cluster (Debian's etcd-server, as shipped: fsync on, default timing)
 and a Python gRPC client of it built like kv.Client: same grpc channel options, same tenacity
 backoff, per-call deadline over all retries. It speaks etcd 3.4's own API (proto/raftkv_proto/etcd_rpc.proto,
-package etcdserverpb) and uses KV.Put, KV.Range, KV.Txn (puts only, no compares) and Maintenance.Status."""
+package etcdserverpb) and uses KV.Put, KV.Range (also at a past revision), KV.Txn (puts only for
+bulk loads; one compare on the mod revision for W13) and Maintenance.Status. `raftkv bench --api
+etcd` drives raftkv's members with the same EtcdTarget."""
 from __future__ import annotations
 
 import shutil
@@ -19,6 +21,7 @@ from kv.tools.cluster_up import free_ports
 from kv.tools.bench.systems import LINEARIZABLE, STALE
 from kv.client.client import CHANNEL_OPTIONS
 from kv.client.retries import BACKOFF_BASE_S, BACKOFF_MAX_S
+from kv.client.tls import TLS, open_channel
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc as pb_grpc
 
@@ -45,14 +48,17 @@ def _retryable(error: BaseException) -> bool:
 
 
 class EtcdTarget:
-    """A client of an etcd cluster: starts at `endpoints[0]` and moves to the next endpoint
-    after a retryable error, as kv.Client does without leader hints (etcd gives none)."""
+    """A client of etcd's API (an etcd cluster, or raftkv's members under `bench --api etcd`):
+    unary calls as etcd's clients send them; starts at `endpoints[0]` and moves to the next
+    endpoint after a retryable error, as kv.Client does without leader hints (etcd gives none).
+    With `tls`, over TLS with those files (raftkv started by `bench --tls`)."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float, tls: TLS | None = None) -> None:
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
         self._current = 0
-        self._channels = [grpc.insecure_channel(e, options=CHANNEL_OPTIONS) for e in self.endpoints]
+        credentials = tls.credentials() if tls is not None else None
+        self._channels = [open_channel(e, credentials, CHANNEL_OPTIONS) for e in self.endpoints]
         self._stubs = [pb_grpc.KVStub(c) for c in self._channels]
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -67,6 +73,26 @@ class EtcdTarget:
         ops = [pb.RequestOp(request_put=pb.PutRequest(key=k, value=v)) for k, v in pairs]
         request = pb.TxnRequest(success=ops)  # no compares: the success branch always runs
         self._call(lambda stub, t: stub.Txn(request, timeout=t))
+
+    def revision(self) -> int:
+        request = pb.RangeRequest(key=b"\0", count_only=True)
+        return self._call(lambda stub, t: stub.Range(request, timeout=t)).header.revision
+
+    def get_at(self, key: bytes, revision: int) -> bytes | None:
+        request = pb.RangeRequest(key=key, revision=revision)
+        response = self._call(lambda stub, t: stub.Range(request, timeout=t))
+        return response.kvs[0].value if response.kvs else None
+
+    def cas(self, key: bytes, mod_revision: int, value: bytes) -> tuple[bool, int]:
+        request = pb.TxnRequest(
+            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL, mod_revision=mod_revision)],
+            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
+            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
+        response = self._call(lambda stub, t: stub.Txn(request, timeout=t))
+        if response.succeeded:  # the put is the Txn's only change: its revision is the key's
+            return True, response.header.revision
+        kvs = response.responses[0].response_range.kvs
+        return False, kvs[0].mod_revision if kvs else 0
 
     def close(self) -> None:
         for channel in self._channels:

@@ -1,6 +1,9 @@
 """A local three-node raftkv cluster for the bench: `python -m kv serve` processes as shipped
 (fsync on, default timing), each in its own process group; with `tls`, as `raftkv cluster up --tls`
-starts them (TLS on the client and peer ports), and every client of the bench uses TLS."""
+starts them (TLS on the client and peer ports), and every client of the bench uses TLS. With
+`api="etcd"` (`raftkv bench --api etcd`) its clients are EtcdTargets over the members' client
+ports: etcd's API through the very client the bench drives etcd with, starting at the leader as
+that one does."""
 from __future__ import annotations
 
 import time
@@ -10,10 +13,12 @@ from typing import Any
 
 from kv.tools.bench import stopping
 from kv.tools.bench.processes import Child, MemberProcesses, Registry
-from kv.tools.bench.systems import LEASE, LINEARIZABLE, STALE
+from kv.tools.bench.etcd import MAX_TXN_OPS, EtcdTarget
+from kv.tools.bench.systems import ETCD_API, LEASE, LINEARIZABLE, NATIVE_API, STALE, Target
 from kv.client.client import Client
 from kv.client.tls import TLS
 from kv.tools.cluster_up import CERTS_DIR, NodeSpec, child_env, free_ports, serve_command, with_tls
+from kv.txn import ModRevision, get, put
 from statemachine.commands import CommandLimits
 
 POLL_S = 0.05
@@ -36,17 +41,33 @@ class RaftkvTarget:
     def bulk_put(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         self.client.batch(pairs)
 
+    def revision(self) -> int:
+        return self.client.revision()
+
+    def get_at(self, key: bytes, revision: int) -> bytes | None:
+        return self.client.get(key, revision=revision)
+
+    def cas(self, key: bytes, mod_revision: int, value: bytes) -> tuple[bool, int]:
+        result = self.client.txn([ModRevision(key) == mod_revision], [put(key, value)], [get(key)])
+        if result.succeeded:  # the put is the Txn's only change: its revision is the key's
+            return True, result.revision
+        kvs = result.responses[0]
+        return False, kvs[0].mod_revision if kvs else 0
+
     def close(self) -> None:
         self.client.close()
 
 
 class RaftkvCluster(MemberProcesses):
     system = "raftkv"
-    max_bulk_ops = MAX_BULK_OPS
-    consistencies = (LINEARIZABLE, LEASE, STALE)
 
     def __init__(self, work_dir: Path, registry: Registry, nodes: int = 3, extra_args: Sequence[str] = (),
-                 tls: bool = False) -> None:
+                 tls: bool = False, api: str = NATIVE_API) -> None:
+        self.api = api
+        if api == ETCD_API:  # etcd's API has no lease reads (serializable ones count as stale) nor Batch
+            self.max_bulk_ops, self.consistencies = MAX_TXN_OPS, (LINEARIZABLE, STALE)
+        else:
+            self.max_bulk_ops, self.consistencies = MAX_BULK_OPS, (LINEARIZABLE, LEASE, STALE)
         ports = free_ports(2 * nodes)  # one call: a client and a peer port per member, all different
         names = [f"n{i + 1}" for i in range(nodes)]
         peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[nodes:])}
@@ -67,7 +88,12 @@ class RaftkvCluster(MemberProcesses):
     def endpoints(self) -> list[str]:
         return [spec.listen for spec in self.specs.values()]
 
-    def target(self, timeout_s: float) -> RaftkvTarget:
+    def target(self, timeout_s: float) -> Target:
+        if self.api == ETCD_API:
+            # As EtcdCluster.target: start at the leader, as kv.Client ends up doing after one hint.
+            leader = self.leader()
+            order = sorted(self.members, key=lambda m: m != leader)
+            return EtcdTarget([self.specs[m].listen for m in order], timeout_s, self.client_tls)
         return RaftkvTarget(self.endpoints, timeout_s, self.client_tls)
 
     def statuses(self) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Rounds of the bench: each round starts a fresh cluster of each system in turn (the order
 alternates between rounds, so neither always runs on a warmer or colder machine), runs the
-selected workloads, and stops the cluster. Every process is stopped on every exit path."""
+selected workloads, and stops the cluster. Every process is stopped on every exit path. raftkv is
+driven through the API RunOptions.api names (`--api`): native, or etcd's through EtcdTarget."""
 from __future__ import annotations
 
 import shutil
@@ -17,25 +18,35 @@ from kv.tools.bench.etcd import EtcdCluster
 from kv.tools.bench.processes import Registry
 from kv.tools.bench.raftkv_cluster import RaftkvCluster
 from kv.tools.bench.report import ETCD, RAFTKV, RoundResult
-from kv.tools.bench.settings import Sizes
+from kv.tools.bench.settings import NATIVE_ONLY, Sizes
 from kv.tools.bench.snapshots import w8_snapshot
 from kv.tools.bench.spark_workloads import w10_dataframe_bulk_load, w11_parquet_export
-from kv.tools.bench.systems import Cluster
+from kv.tools.bench.systems import ETCD_API, NATIVE_API, Cluster
 
-# W7 kills and restarts members, so it runs before W6 loads the store whose memory W9 measures.
-ORDER = ("W1", "W2", "W3", "W4", "W5", "W7", "W6", "W8", "W9", "W10", "W11")
-READS = {"W3", "W4", "W5"}
+# W7 kills and restarts members, so it runs before W6 loads the store whose memory W9 measures;
+# W12 and W13 run on the small store of W1..W5, before both.
+ORDER = ("W1", "W2", "W3", "W4", "W5", "W12", "W13", "W7", "W6", "W8", "W9", "W10", "W11")
+READS = {"W3", "W4", "W5", "W12"}
 
 PLANS: dict[str, dict[str, w.Workload]] = {
     RAFTKV: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
              "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
              "W8": w8_snapshot, "W9": w.w9_memory,
-             "W10": w10_dataframe_bulk_load, "W11": w11_parquet_export},  # type: ignore[dict-item]
+             "W10": w10_dataframe_bulk_load, "W11": w11_parquet_export,  # type: ignore[dict-item]
+             "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns},
     # etcd: W8 is not compared; W5 runs its serializable reads, W6 its Txn, for W9's like-for-like.
     ETCD: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
            "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
-           "W9": w.w9_memory},
+           "W9": w.w9_memory, "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns},
 }
+
+
+def plan(system: str, api: str) -> dict[str, w.Workload]:
+    """What `system` runs: under `--api etcd`, raftkv without the native-only workloads (the
+    command line refuses them before anything starts)."""
+    if system == RAFTKV and api == ETCD_API:
+        return {name: run for name, run in PLANS[RAFTKV].items() if name not in NATIVE_ONLY}
+    return PLANS[system]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +58,13 @@ class RunOptions:
     work_dir: Path
     keep: bool = False
     tls: bool = False  # raftkv with TLS on every port and its clients (`raftkv bench --tls`)
+    api: str = NATIVE_API  # what drives raftkv: its native client, or etcd's API through EtcdTarget
 
 
-def make_cluster(system: str, data_dir: Path, registry: Registry, tls: bool = False) -> Cluster:
+def make_cluster(system: str, data_dir: Path, registry: Registry, tls: bool = False,
+                 api: str = NATIVE_API) -> Cluster:
     if system == RAFTKV:
-        return RaftkvCluster(data_dir, registry, tls=tls)  # type: ignore[return-value]
+        return RaftkvCluster(data_dir, registry, tls=tls, api=api)  # type: ignore[return-value]
     return EtcdCluster(data_dir, registry)  # type: ignore[return-value]
 
 
@@ -65,19 +78,19 @@ def run_system(system: str, round_index: int, options: RunOptions, registry: Reg
     result = RoundResult(round_index + 1, system)
     data_dir = options.work_dir / f"round{round_index + 1}-{system}"
     data_dir.mkdir(parents=True, exist_ok=True)
-    cluster = make_cluster(system, data_dir, registry, options.tls)
+    cluster = make_cluster(system, data_dir, registry, options.tls, options.api)
     ctx = w.Context(data_dir, options.sizes)
-    plan = PLANS[system]
+    workloads = plan(system, options.api)
     try:
         cluster.start()
         cluster.wait_healthy(options.sizes.healthy_timeout_s)
-        selected = [name for name in ORDER if name in options.workloads and name in plan]
+        selected = [name for name in ORDER if name in options.workloads and name in workloads]
         if READS & set(selected):
             w.load_read_set(cluster, ctx)
         for name in selected:
             stopping.check()
             began = time.monotonic()
-            metrics = plan[name](cluster, ctx)
+            metrics = workloads[name](cluster, ctx)
             result.metrics += metrics
             shown = ", ".join(f"{m.name} {m.value:.4g}" if m.value is not None else f"{m.name} - ({m.note})"
                               for m in metrics)

@@ -4,18 +4,27 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
-# Run only when named: they need the spark extra and Java (raftkv only; W10 loads bulk_keys rows).
-OPTIONAL_WORKLOADS = ("W10", "W11")
+# Run only when named (W10, W11: they need the spark extra and Java; raftkv only, native API;
+# W10 loads bulk_keys rows). W12, W13 (reads at a past revision, compare-and-swap Txns) run
+# when named, and by default under `--api etcd`.
+OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13")
+REVISION_WORKLOADS = ("W12", "W13")
+# What only raftkv's native API can drive, with why: refused under `--api etcd`.
+NATIVE_ONLY = {
+    "W8": "snapshot save and restore go through kv.Client's save_snapshot/restore_snapshot",
+    "W10": "the Spark data source writes through kv.Client",
+    "W11": "the Spark export reads through kv.Client",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    duration_s: float = 5.0         # measured window of each load (W1..W5)
+    duration_s: float = 5.0         # measured window of each load (W1..W5, W12, W13)
     warmup_s: float = 1.0           # unmeasured lead-in of each load
-    clients: int = 16               # W2, W4, W5
+    clients: int = 16               # W2, W4, W5, W12, W13
     key_bytes: int = 16
     value_bytes: int = 256
-    read_keys: int = 1_000          # keys written before W3..W5 read them
+    read_keys: int = 1_000          # keys written before W3..W5 and W12 read them
     bulk_keys: int = 1_000_000      # W6
     bulk_value_bytes: int = 16      # W6: 1M keys of 16 + 16 bytes, a store of about 36 MB
     bulk_batch: int = 1_000         # keys per batch request (etcd: capped at its 128 txn ops)

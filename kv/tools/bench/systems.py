@@ -1,5 +1,7 @@
 """What a workload needs of a system under test, so that raftkv and etcd run the same code:
-a `Cluster` of local processes and a `Target`, one client's view of it."""
+a `Cluster` of local processes and a `Target`, one client's view of it. raftkv is driven through
+one of two APIs (`raftkv bench --api`): its native client (kv.Client), or etcd's API through the
+very client the bench drives etcd with (etcd.EtcdTarget)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,6 +11,11 @@ from typing import Protocol
 LINEARIZABLE = "linearizable"
 LEASE = "lease"
 STALE = "stale"
+
+# The APIs `raftkv bench --api` can drive raftkv through.
+NATIVE_API = "native"
+ETCD_API = "etcd"
+APIS = (NATIVE_API, ETCD_API)
 
 
 class Target(Protocol):
@@ -20,6 +27,19 @@ class Target(Protocol):
 
     def bulk_put(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         """Write all pairs atomically in one request (raftkv Batch, etcd Txn)."""
+        ...
+
+    def revision(self) -> int:
+        """The store's revision now (etcd's header revision)."""
+        ...
+
+    def get_at(self, key: bytes, revision: int) -> bytes | None:
+        """A linearizable read of `key` as it was at `revision` (etcd's Range with a revision)."""
+        ...
+
+    def cas(self, key: bytes, mod_revision: int, value: bytes) -> tuple[bool, int]:
+        """One Txn: if `key`'s mod revision is `mod_revision` (0: absent), put `value`, else read
+        the key. Whether the put ran, and the key's mod revision after the Txn."""
         ...
 
     def close(self) -> None: ...

@@ -1,5 +1,6 @@
-"""W1..W9, the issue's standard workloads. Each takes a started, healthy cluster and returns its
-metrics; the runner decides which system runs which."""
+"""W1..W9, the issue's standard workloads, and W12, W13 (etcd's revisions and transactions: reads
+at a past revision, compare-and-swap transactions). Each takes a started, healthy cluster and
+returns its metrics; the runner decides which system runs which."""
 from __future__ import annotations
 
 import itertools
@@ -96,9 +97,9 @@ def w2_concurrent_puts(cluster: Cluster, ctx: Context) -> list[Metric]:
     return _puts(cluster, ctx, "W2", ctx.sizes.clients)
 
 
-def load_read_set(cluster: Cluster, ctx: Context) -> None:
-    """Write the keys W3..W5 read (in bulk, untimed)."""
-    value = value_of(ctx.sizes.value_bytes)
+def load_read_set(cluster: Cluster, ctx: Context, value: bytes | None = None) -> None:
+    """Write the keys W3..W5 and W12 read (in bulk, untimed)."""
+    value = value if value is not None else value_of(ctx.sizes.value_bytes)
     pairs = [(key(READ_PREFIX, 0, i, ctx.sizes.key_bytes), value) for i in range(ctx.sizes.read_keys)]
     target = ctx.target(cluster)
     for start in range(0, len(pairs), cluster.max_bulk_ops):
@@ -138,6 +139,60 @@ def w5_relaxed_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
         if consistency in cluster.consistencies:
             result, roles = _gets(cluster, ctx, "W5", ctx.sizes.clients, consistency)
             metrics += _load_metrics("W5", result, consistency, roles)
+    return metrics
+
+
+def w12_past_revision_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
+    """16 clients' linearizable reads of the read set as it was at a past revision: the store's
+    revision is noted, then every key of the read set is overwritten (untimed), so each read
+    (etcd's Range with `revision`) is answered from the history, never from the current value.
+    Each read checks that it got the old value."""
+    sizes = ctx.sizes
+    past = ctx.target(cluster).revision()
+    old = value_of(sizes.value_bytes)
+    load_read_set(cluster, ctx, b"N" * len(old))  # the values after `past`
+    n = sizes.read_keys
+
+    def operation(worker: int) -> Operation:
+        target = ctx.target(cluster)
+
+        def get(i: int) -> None:
+            wanted = key(READ_PREFIX, 0, (worker * 7919 + i) % n, sizes.key_bytes)
+            got = target.get_at(wanted, past)
+            if got != old:
+                raise AssertionError(f"{cluster.system} read {got!r:.40} under {wanted!r} at revision {past}")
+        return get
+
+    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
+    return _load_metrics("W12", result, roles=roles)
+
+
+def w13_cas_txns(cluster: Cluster, ctx: Context) -> list[Metric]:
+    """16 clients' compare-and-swap transactions: each client owns one key and sends one Txn after
+    another, with one compare (the key's mod revision is the one its last Txn left) and one put, the
+    failure branch reading the key. A compare fails only if a Txn was applied twice (a retry after
+    an unknown outcome): counted, and shown as "failed compares" when any did."""
+    sizes = ctx.sizes
+    value = value_of(sizes.value_bytes)
+    failed = [0] * sizes.clients
+
+    def operation(worker: int) -> Operation:
+        target = ctx.target(cluster)
+        mine = key("cs", worker, 0, sizes.key_bytes)  # not "W1"'s keys: key() keeps two characters
+        seen = [0]  # the key's mod revision; 0: absent (the first Txn creates it)
+
+        def cas(i: int) -> None:
+            new = f"{i:016d}".encode() + value[16:]  # a new value each time
+            done, seen[0] = target.cas(mine, seen[0], new)
+            if not done:
+                failed[worker] += 1
+        return cas
+
+    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
+    metrics = _load_metrics("W13", result, roles=roles)
+    if sum(failed):
+        metrics.append(Metric("W13", "failed compares", float(sum(failed)), False,
+                              "Txns whose compare failed: a retried Txn applied twice"))
     return metrics
 
 
