@@ -27,6 +27,7 @@ from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
 from kv.server.etcd_lease import EtcdLeaseServicer
 from kv.server.etcd_watch import EtcdWatchServicer
+from kv.server.auto_compaction import AutoCompactor
 from kv.server.lessor import Lessor
 from kv.server.watch_hub import WatchHub
 from kv.server.kv_handler import KVHandler
@@ -70,6 +71,7 @@ class RunningServer:
     etcd: EtcdFace
     watches: WatchHub
     lessor: Lessor
+    compactor: AutoCompactor
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -84,6 +86,7 @@ class RunningServer:
         await self.servers.stop(grace)
         await self.watches.stop()
         await self.lessor.stop()
+        await self.compactor.stop()
         await self.etcd.close()
         await self.node.stop()
         self.exports.close()  # release pinned read transactions before the environment closes
@@ -111,6 +114,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     servers: ServerGroup | None = None
     watches: WatchHub | None = None
     lessor: Lessor | None = None
+    compactor: AutoCompactor | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
@@ -141,6 +145,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
         etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security))
         watches = WatchHub(node, fsm)
         lessor = Lessor(node, fsm)
+        compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
+                                  config.storage.auto_compaction_retention)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
@@ -155,6 +161,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         await node.start()
         watches.start()
         lessor.start()
+        compactor.start()
         await servers.start()
         checker.start()
         await observability.start()
@@ -168,6 +175,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
                 await watches.stop()
             if lessor is not None:
                 await lessor.stop()
+            if compactor is not None:
+                await compactor.stop()
             if node is not None:
                 await node.stop()
         finally:
@@ -185,7 +194,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler, observability, etcd, watches, lessor)
+                         auth_handler, observability, etcd, watches, lessor, compactor)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

@@ -160,6 +160,14 @@ def add_serve_parser(commands: Any) -> None:
               "member whose state disagrees with the majority's (or holds a value that fails its "
               "checksum) reports `corrupt` in status and stops serving; each check reads the whole "
               "state once; 0: never")
+    _add(serve, "--auto-compaction-mode", choices=("periodic", "revision"), default=_STORAGE.auto_compaction_mode,
+         help="what --auto-compaction-retention counts: periodic, time; revision, revisions (etcd's flag; "
+              "default: periodic)")
+    _add(serve, "--auto-compaction-retention", type=_retention, default=None, metavar="RETENTION",
+         help="history of older key versions to keep before the leader compacts it by itself: with "
+              "periodic, a duration as etcd writes them (1h, 30m, 90s) or hours as a number; with "
+              "revision, a number of revisions; 0: keep it until a Compact (etcd's default). "
+              "Default: 1h (raftkv's: native clients never compact)")
     _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write (a put of it must fit in --max-request-bytes)")
     _add(serve, "--max-request-bytes", type=byte_size, default=_LIMITS.max_request_bytes, metavar="SIZE",
@@ -203,6 +211,32 @@ def _add_security_flags(serve: argparse.ArgumentParser) -> None:
          help="how long a token from `raftkv auth` login stays valid, when authentication is enabled")
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_DURATION_UNITS_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+# What --auto-compaction-retention means when not given, by mode.
+_DEFAULT_RETENTION = {"periodic": 3600.0, "revision": 10_000.0}
+
+
+def _retention(text: str) -> str:
+    """--auto-compaction-retention as given: checked here, read by mode in _retention_for."""
+    text = text.strip()
+    if not re.fullmatch(r"\d+(\.\d+)?", text) and not re.fullmatch(f"({_DURATION_PART.pattern})+", text):
+        raise argparse.ArgumentTypeError(f"invalid retention {text!r}: a number, or a duration such as 1h, 30m, 90s")
+    return text
+
+
+def _retention_for(mode: str, text: str | None) -> float:
+    """Seconds (periodic: a plain number is hours, as etcd reads it) or revisions (revision)."""
+    if text is None:
+        return _DEFAULT_RETENTION[mode]
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text) * (3600.0 if mode == "periodic" else 1.0)
+    if mode == "revision":
+        raise SystemExit(f"raftkv serve: error: --auto-compaction-retention {text}: a number of revisions "
+                         "with --auto-compaction-mode revision")
+    return sum(float(number) * _DURATION_UNITS_S[unit] for number, unit in _DURATION_PART.findall(text))
+
+
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
     election = args.election_timeout_ms
@@ -217,7 +251,10 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
                               state_max_bytes=args.state_max_bytes, quota_backend_bytes=args.quota_backend_bytes,
-                              state_check_interval_s=args.state_check_interval),
+                              state_check_interval_s=args.state_check_interval,
+                              auto_compaction_mode=args.auto_compaction_mode,
+                              auto_compaction_retention=_retention_for(args.auto_compaction_mode,
+                                                                       args.auto_compaction_retention)),
         limits=Limits(max_value_bytes=args.max_value_bytes, max_request_bytes=args.max_request_bytes),
         tuning=Tuning(grpc_servers=args.grpc_servers, read_hold_ms=args.read_hold_ms,
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,

@@ -50,6 +50,10 @@ class StorageConfig:
     # How often the leader asks every member to hash its state at one log index and the members
     # compare (kv/server/state_check.py). Each check reads the whole state once. 0: never.
     state_check_interval_s: float = 300.0
+    # The history of older key versions kept (kv/server/auto_compaction.py; etcd's flags): in
+    # "periodic" mode, seconds of it; in "revision" mode, revisions. 0: kept until a Compact.
+    auto_compaction_mode: str = "periodic"
+    auto_compaction_retention: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.snapshot_threshold < 1:
@@ -66,6 +70,10 @@ class StorageConfig:
             raise ValueError("reserve_free_bytes must not be negative")
         if self.state_check_interval_s < 0:
             raise ValueError("state_check_interval_s must not be negative")
+        if self.auto_compaction_mode not in ("periodic", "revision"):
+            raise ValueError(f"auto_compaction_mode must be periodic or revision, got {self.auto_compaction_mode!r}")
+        if self.auto_compaction_retention < 0:
+            raise ValueError("auto_compaction_retention must not be negative")
 
     @property
     def trailing_entries(self) -> int:

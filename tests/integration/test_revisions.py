@@ -69,3 +69,23 @@ def test_every_member_applies_the_same_revisions_across_a_leader_kill(cluster: C
                                                                                 consistency="stale")]
     assert len({tuple(view) for view in views.values()}) == 1
     assert len(views[leader]) == 20
+
+
+def test_the_leader_compacts_the_history_by_itself_past_the_retention(make_cluster) -> None:
+    cluster = make_cluster(1, extra_args=("--auto-compaction-retention", "2s"))
+    cluster.wait_for_leader()
+    c = cluster.client()
+    c.put("k", "1")
+    first = c.revision()
+    c.put("k", "2")
+    wait_until("history before the retention compacted",
+               lambda: _compacted(c, first) or None, timeout=20)
+    assert c.get("k") == b"2"
+
+
+def _compacted(client, revision: int) -> bool:
+    try:
+        client.get("k", revision=revision)
+    except RevisionError:
+        return True
+    return False
