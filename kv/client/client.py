@@ -12,19 +12,19 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
-from tenacity import Retrying, retry_if_exception
+from tenacity import Retrying
 
 from kv.client.auth_admin import AuthAdmin
 from kv.client.changes import Changes
 from kv.client.maintenance import Maintenance
 from kv.client.lease import Leases
 from kv.client.revisions import Revisions
-from kv.client.watch import Watch
+from kv.client.watch import Watch, watch_range
 from kv.client.credentials import Credentials
 from kv.client.key_like import KeyLike, to_bytes
 from kv.errors import (
@@ -39,7 +39,7 @@ from kv.errors import (
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
-from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, Wait, answer_of
+from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, answer_of, explain_running_out, retry_policy
 from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import etcd_rpc_pb2 as pb_etcd
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
@@ -225,16 +225,7 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
         from `start_revision` on (None: from now), as an iterator of WatchEvent that resumes by
         itself on another member when its stream breaks: each change exactly once, in revision
         order (kv/client/watch.py). Close it, or leave its `with`, to end it."""
-        if sum(x is not None for x in (key, prefix, start)) != 1:
-            raise ValueError("watch takes one of key, prefix or start (with end)")
-        if key is not None:
-            first, range_end = to_bytes(key), b""
-        elif prefix is not None:
-            first = to_bytes(prefix)
-            range_end = prefix_end(first) or b"\0"
-            first = first or b"\0"
-        else:
-            first, range_end = to_bytes(start), (to_bytes(end) if end is not None else b"\0")  # type: ignore[arg-type]
+        first, range_end = watch_range(key, prefix, start, end)
         self._log_in_once(time.monotonic() + self.timeout)
         return Watch(self.endpoints, lambda address: self._connection(address)[0], lambda: self._credentials.metadata,
                      first, range_end, start_revision or 0, prev_kv)
@@ -272,10 +263,7 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
             except UnknownSessionError as error:
                 session.forget(header.client_id)
                 if attempts.sent > 1:
-                    raise UnknownSessionError(
-                        f"{error}. This write was sent {attempts.sent} times and its client session expired "
-                        "meanwhile: an earlier attempt may have been applied (once), or not; its outcome is "
-                        "unknown") from None
+                    raise unknown_outcome(error, attempts.sent) from None
                 if last_chance:
                     raise
         raise AssertionError("unreachable")
@@ -416,21 +404,11 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
                 raise failures.pop()
             return self._attempt(method, request, stream_field, attempts)
 
-        retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
-            wait=Wait(attempts),
-            # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
-            stop=lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
-            sleep=lambda seconds: self._pause(attempts, seconds),
-            reraise=True,
-        )
+        retrying = Retrying(**retry_policy(attempts), sleep=lambda seconds: self._pause(attempts, seconds))
         try:
             return retrying(attempt)
         except RaftKVError as error:
-            if error.retryable and attempts.answers:
-                # The last node's error alone blames that node; say what every endpoint answered.
-                error.args = (f"no node served the request within {self.timeout:g}s "
-                              f"({attempts.summary(self.endpoints)})",)
+            explain_running_out(error, attempts, self.timeout, self.endpoints)
             raise
 
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
@@ -495,6 +473,13 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
                     self._preferred = attempts.target
 
 
+def unknown_outcome(error: UnknownSessionError, sent: int) -> UnknownSessionError:
+    """The error of a write whose session expired after it was sent `sent` (> 1) times."""
+    return UnknownSessionError(
+        f"{error}. This write was sent {sent} times and its client session expired meanwhile: an earlier "
+        "attempt may have been applied (once), or not; its outcome is unknown")
+
+
 MAX_PAGE_LIMIT = 2**32 - 1
 
 
@@ -503,6 +488,19 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
     """A scan of up to `limit` pairs through `fetch`, asking for further pages when the server
     cuts one short, at its page limit or its byte budget (shared by the Client and the embedded
     node)."""
+    pages = scan_pages(prefix, start, end, limit, consistency)
+    try:
+        request = next(pages)
+        while True:
+            request = pages.send(fetch(request))
+    except StopIteration as done:
+        return done.value
+
+
+def scan_pages(prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | None, limit: int,
+               consistency: str) -> Generator[kv_pb2.ScanRequest, kv_pb2.ScanResponse, list[tuple[bytes, bytes]]]:
+    """A paged scan without its I/O: yields each page's request, is sent the page, and returns the
+    pairs (paged_scan drives it with calls, kv.aio.Client with awaits)."""
     if prefix is not None and (start is not None or end is not None):
         raise ValueError("give either prefix or start/end, not both")
     if limit < 1:
@@ -514,7 +512,7 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
     while len(items) < limit:
         # The node clamps a page to its own maximum; the request field is 32 bits wide.
         page_limit = min(limit - len(items), MAX_PAGE_LIMIT)
-        response = fetch(kv_pb2.ScanRequest(start=lo, end=hi, limit=page_limit, consistency=level))
+        response = yield kv_pb2.ScanRequest(start=lo, end=hi, limit=page_limit, consistency=level)
         items.extend((kv.key, kv.value) for kv in response.items)
         if not response.more or not response.items:
             break

@@ -25,11 +25,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from kv.client.key_like import KeyLike, to_bytes
-from kv.client.txn import CreateRevision, delete, get, put
+from kv.client.txn import Compare, CreateRevision, Op, delete, get, put
 
 if TYPE_CHECKING:
     from kv.client.client import Client
     from kv.client.lease import Lease
+    from kv.client.revisions import TxnResult
 
 # etcd's default session TTL (concurrency.NewSession).
 DEFAULT_TTL_S = 60
@@ -75,14 +76,11 @@ class Lock:
         if self._session is None:
             self._session = Session(self._client, self._ttl)
         session = self._session
-        key = self._prefix + b"%x" % session.lease_id
-        result = self._client.txn(compare=[CreateRevision(key) == 0],
-                                  success=[put(key, b"", lease=session.lease_id), get(self._prefix, first_created=True)],
-                                  failure=[get(key), get(self._prefix, first_created=True)])
+        key = participant_key(self._prefix, session.lease_id)
+        result = self._client.txn(*lock_ops(self._prefix, key, session.lease_id))
         self.key = key
-        self.revision = result.revision if result.succeeded else result.responses[0][0].create_revision
-        owner = result.responses[1]
-        if owner and owner[0].create_revision != self.revision:
+        self.revision, behind = lock_position(result)
+        if behind:
             try:
                 wait_deletes(self._client, self._prefix, self.revision - 1, timeout)
             except BaseException:
@@ -119,10 +117,9 @@ class Election:
     def campaign(self, value: KeyLike, timeout: float | None = None) -> None:
         """Block until this participant leads with `value`."""
         session = self._session
-        key = self._prefix + b"%x" % session.lease_id
+        key = participant_key(self._prefix, session.lease_id)
         data = to_bytes(value, "value")
-        result = self._client.txn(compare=[CreateRevision(key) == 0], success=[put(key, data, lease=session.lease_id)],
-                                  failure=[get(key)])
+        result = self._client.txn(*campaign_ops(key, data, session.lease_id))
         self.key, self.revision = key, result.revision
         if not result.succeeded:
             kept = result.responses[0][0]
@@ -139,8 +136,7 @@ class Election:
         """A new value from the leader, without another election (ElectionError if it is not)."""
         if self.key is None:
             raise ElectionError("not the leader of this election")
-        result = self._client.txn(compare=[CreateRevision(self.key) == self.revision],
-                                  success=[put(self.key, value, lease=self._session.lease_id)])
+        result = self._client.txn(*proclaim_ops(self.key, self.revision, value, self._session.lease_id))
         if not result.succeeded:
             self.key = None
             raise ElectionError("not the leader of this election")
@@ -148,7 +144,7 @@ class Election:
     def resign(self) -> None:
         """Stop leading (or campaigning): the next participant leads."""
         if self.key is not None:
-            self._client.txn(compare=[CreateRevision(self.key) == self.revision], success=[delete(self.key)])
+            self._client.txn(*resign_ops(self.key, self.revision))
             self.key = None
 
     def leader(self) -> bytes | None:
@@ -163,6 +159,47 @@ class Election:
 
 class ElectionError(Exception):
     """A proclaim by a participant that does not lead (etcd's ErrElectionNotLeader)."""
+
+
+# The transactions of the algorithm, without their I/O (shared with kv.aio.concurrency). Each is
+# (compare, success, failure) for Client.txn.
+
+Ops = tuple[list[Compare], list[Op], list[Op]]
+
+
+def participant_key(prefix: bytes, lease_id: int) -> bytes:
+    """A participant's key: NAME/<its session's lease id in hex>."""
+    return prefix + b"%x" % lease_id
+
+
+def lock_ops(prefix: bytes, key: bytes, lease_id: int) -> Ops:
+    """etcd's Mutex.tryAcquire: create `key` on the lease unless it exists (then read it), and
+    read the key created first under `prefix`, the holder's."""
+    return ([CreateRevision(key) == 0], [put(key, b"", lease=lease_id), get(prefix, first_created=True)],
+            [get(key), get(prefix, first_created=True)])
+
+
+def lock_position(result: TxnResult) -> tuple[int, bool]:
+    """After lock_ops: (the create revision of this participant's key, whether a key created
+    before it holds the lock)."""
+    revision = result.revision if result.succeeded else result.responses[0][0].create_revision
+    owner = result.responses[1]
+    return revision, bool(owner) and owner[0].create_revision != revision
+
+
+def campaign_ops(key: bytes, data: bytes, lease_id: int) -> Ops:
+    """etcd's Election.Campaign: create `key` with `data` on the lease unless it exists (then read it)."""
+    return [CreateRevision(key) == 0], [put(key, data, lease=lease_id)], [get(key)]
+
+
+def proclaim_ops(key: bytes, revision: int, value: KeyLike, lease_id: int) -> Ops:
+    """A new value under the leader's key, if it is still the one created at `revision`."""
+    return [CreateRevision(key) == revision], [put(key, value, lease=lease_id)], []
+
+
+def resign_ops(key: bytes, revision: int) -> Ops:
+    """Delete the participant's key, if it is still the one created at `revision`."""
+    return [CreateRevision(key) == revision], [delete(key)], []
 
 
 def wait_deletes(client: Client, prefix: bytes, max_create_revision: int, timeout: float | None = None) -> None:

@@ -84,9 +84,8 @@ class Leases:
 
     def lease_time_to_live(self, lease_id: int, keys: bool = False) -> dict[str, Any]:
         """{"id", "ttl" (seconds left; -1: no such lease), "granted_ttl", "keys" (with `keys`)}."""
-        response = self._call(lambda stub: stub.etcd_lease.LeaseTimeToLive,
-                              pb.LeaseTimeToLiveRequest(ID=lease_id, keys=keys))
-        return {"id": response.ID, "ttl": response.TTL, "granted_ttl": response.grantedTTL, "keys": list(response.keys)}
+        return time_to_live_dict(self._call(lambda stub: stub.etcd_lease.LeaseTimeToLive,
+                                            pb.LeaseTimeToLiveRequest(ID=lease_id, keys=keys)))
 
     def leases(self) -> list[int]:
         """The ids of every lease the cluster holds."""
@@ -97,3 +96,8 @@ class Leases:
         """A lease kept alive in the background until closed (a context manager), then revoked."""
         lease_id, granted = self.lease_grant(ttl)
         return Lease(lease_id, granted, self.lease_keep_alive, self.lease_revoke)
+
+
+def time_to_live_dict(response: pb.LeaseTimeToLiveResponse) -> dict[str, Any]:
+    """What lease_time_to_live returns (shared with kv.aio.Client)."""
+    return {"id": response.ID, "ttl": response.TTL, "granted_ttl": response.grantedTTL, "keys": list(response.keys)}

@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from tenacity import RetryCallState, wait_random_exponential
+from tenacity import RetryCallState, retry_if_exception, wait_random_exponential
 
 from kv.client.tls import HINT_MARK
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError
@@ -86,3 +87,23 @@ class Wait:
             pause = min(pause, ELECTION_BACKOFF_MAX_S)
         # Keep the last attempt: sleep at most until just before the deadline.
         return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
+
+
+def retry_policy(attempts: Attempts) -> dict[str, Any]:
+    """tenacity's arguments for the retries of one call (Retrying for kv.Client, AsyncRetrying for
+    kv.aio.Client; each adds its own `sleep`): retry a retryable RaftKVError, wait as Wait says,
+    stop when not even one more attempt fits before the deadline."""
+    return {
+        "retry": retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
+        "wait": Wait(attempts),
+        # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
+        "stop": lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
+        "reraise": True,
+    }
+
+
+def explain_running_out(error: RaftKVError, attempts: Attempts, timeout: float, endpoints: Sequence[str]) -> None:
+    """Reword the retryable `error` a call ran out of time with: the last node's error alone blames
+    that node; say what every endpoint answered."""
+    if error.retryable and attempts.answers:
+        error.args = (f"no node served the request within {timeout:g}s ({attempts.summary(endpoints)})",)

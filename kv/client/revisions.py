@@ -62,27 +62,18 @@ class Revisions:
     def get_kv(self, key: KeyLike, revision: int | None = None, consistency: str = "linearizable") -> KeyValue | None:
         """`key` with its revisions and version, as of `revision` (None: now); None when absent.
         RevisionError for a compacted or future revision."""
-        response = self._range(pb.RangeRequest(key=to_bytes(key), revision=revision or 0,
-                                               serializable=consistency == "stale"))
-        return KeyValue.of(response.kvs[0]) if response.kvs else None
+        return first_kv(self._range(get_kv_request(key, revision, consistency)))
 
     def revision(self) -> int:
         """The store's revision now: 1 when empty, up by one for every write that changed it."""
-        return self._range(pb.RangeRequest(key=b"\0", count_only=True)).header.revision
+        return self._range(revision_request()).header.revision
 
     def scan_at(self, revision: int, prefix: KeyLike | None = None, start: KeyLike | None = None,
                 end: KeyLike | None = None, limit: int = 100, consistency: str = "linearizable") -> list[KeyValue]:
         """The keys (with their revisions) as they were at `revision`: those starting with
         `prefix`, or in [start, end); at most `limit` of them (0: all). "stale" reads the
         member's own state (etcd's serializable)."""
-        if prefix is not None:
-            first = to_bytes(prefix)
-            last = prefix_end(first) or b"\0"
-        else:
-            first = to_bytes(start) if start is not None else b"\0"
-            last = to_bytes(end) if end is not None else b"\0"
-        response = self._range(pb.RangeRequest(key=first or b"\0", range_end=last, revision=revision, limit=limit,
-                                               serializable=consistency == "stale"))
+        response = self._range(scan_at_request(revision, prefix, start, end, limit, consistency))
         return [KeyValue.of(kv) for kv in response.kvs]
 
     def get_range(self, prefix: KeyLike, sort_by: str = "key", descending: bool = False, limit: int = 0,
@@ -90,30 +81,22 @@ class Revisions:
         """etcd's Get with options on the keys starting with `prefix`: sorted by "key", "version",
         "create", "mod" or "value", at most `limit` (0: all), created at or before
         `max_create_revision` (0: any); (the keys, the store's revision of the read)."""
-        first = to_bytes(prefix)
-        response = self._range(pb.RangeRequest(
-            key=first or b"\0", range_end=prefix_end(first) or b"\0", limit=limit,
-            sort_target=_SORT_TARGETS[sort_by],
-            sort_order=pb.RangeRequest.DESCEND if descending else pb.RangeRequest.ASCEND,
-            max_create_revision=max_create_revision, serializable=consistency == "stale"))
+        response = self._range(get_range_request(prefix, sort_by, descending, limit, max_create_revision, consistency))
         return [KeyValue.of(kv) for kv in response.kvs], response.header.revision
 
     def txn(self, compare: Sequence[Compare] = (), success: Sequence[Op] = (),
             failure: Sequence[Op] = ()) -> TxnResult:
         """etcd's transaction: if every compare holds, the success ops run, else the failure ops,
         all in one revision (kv.txn builds them). At most 128 of each."""
-        request = pb.TxnRequest(compare=[c.to_proto() for c in compare], success=[op.to_proto() for op in success],
-                                failure=[op.to_proto() for op in failure])
-        response = self._call(lambda stub: stub.etcd.Txn, request)
-        return TxnResult(response.succeeded, response.header.revision, [_answer(r) for r in response.responses])
+        return txn_result(self._call(lambda stub: stub.etcd.Txn, txn_request(compare, success, failure)))
 
     def compare_and_swap(self, key: KeyLike, expected: KeyLike, new: KeyLike) -> bool:
         """Write `new` under `key` if its value is `expected` now; whether it did."""
-        return self.txn([Value(key) == to_bytes(expected, "value")], [put(key, new)]).succeeded
+        return self.txn(*compare_and_swap_ops(key, expected, new)).succeeded
 
     def put_if_absent(self, key: KeyLike, value: KeyLike) -> bool:
         """Write `value` under `key` if the key does not exist; whether it did."""
-        return self.txn([Version(key) == 0], [put(key, value)]).succeeded
+        return self.txn(*put_if_absent_ops(key, value)).succeeded
 
     def compact(self, revision: int) -> None:
         """Drop the history below `revision`: reads at older revisions fail from then on (etcd's
@@ -122,6 +105,60 @@ class Revisions:
 
     def _range(self, request: pb.RangeRequest) -> pb.RangeResponse:
         return self._call(lambda stub: stub.etcd.Range, request)
+
+
+# The requests and answers of these calls, without their I/O: shared with kv.aio.Client.
+
+def get_kv_request(key: KeyLike, revision: int | None, consistency: str) -> pb.RangeRequest:
+    return pb.RangeRequest(key=to_bytes(key), revision=revision or 0, serializable=consistency == "stale")
+
+
+def first_kv(response: pb.RangeResponse) -> KeyValue | None:
+    return KeyValue.of(response.kvs[0]) if response.kvs else None
+
+
+def revision_request() -> pb.RangeRequest:
+    """A read of nothing, for its header's revision."""
+    return pb.RangeRequest(key=b"\0", count_only=True)
+
+
+def scan_at_request(revision: int, prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | None,
+                    limit: int, consistency: str) -> pb.RangeRequest:
+    if prefix is not None:
+        first = to_bytes(prefix)
+        last = prefix_end(first) or b"\0"
+    else:
+        first = to_bytes(start) if start is not None else b"\0"
+        last = to_bytes(end) if end is not None else b"\0"
+    return pb.RangeRequest(key=first or b"\0", range_end=last, revision=revision, limit=limit,
+                           serializable=consistency == "stale")
+
+
+def get_range_request(prefix: KeyLike, sort_by: str, descending: bool, limit: int, max_create_revision: int,
+                      consistency: str) -> pb.RangeRequest:
+    first = to_bytes(prefix)
+    return pb.RangeRequest(
+        key=first or b"\0", range_end=prefix_end(first) or b"\0", limit=limit,
+        sort_target=_SORT_TARGETS[sort_by],
+        sort_order=pb.RangeRequest.DESCEND if descending else pb.RangeRequest.ASCEND,
+        max_create_revision=max_create_revision, serializable=consistency == "stale")
+
+
+def txn_request(compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> pb.TxnRequest:
+    return pb.TxnRequest(compare=[c.to_proto() for c in compare], success=[op.to_proto() for op in success],
+                         failure=[op.to_proto() for op in failure])
+
+
+def txn_result(response: pb.TxnResponse) -> TxnResult:
+    return TxnResult(response.succeeded, response.header.revision, [_answer(r) for r in response.responses])
+
+
+def compare_and_swap_ops(key: KeyLike, expected: KeyLike, new: KeyLike) -> tuple[list[Compare], list[Op]]:
+    return [Value(key) == to_bytes(expected, "value")], [put(key, new)]
+
+
+def put_if_absent_ops(key: KeyLike, value: KeyLike) -> tuple[list[Compare], list[Op]]:
+    return [Version(key) == 0], [put(key, value)]
 
 
 _SORT_TARGETS = {"key": pb.RangeRequest.KEY, "version": pb.RangeRequest.VERSION, "create": pb.RangeRequest.CREATE,

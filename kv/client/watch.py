@@ -23,11 +23,13 @@ from typing import Any
 
 import grpc
 
+from kv.client.key_like import KeyLike, to_bytes
 from kv.client.revisions import KeyValue
 from kv.errors import PermissionDeniedError, RaftKVError, RevisionError, UnauthenticatedError
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
+from raftkv_proto.key_ranges import prefix_end
 
 # How long to wait before opening the stream again on the next endpoint, after a failure.
 RETRY_PAUSE_S = 0.1
@@ -120,6 +122,20 @@ class Watch:
             with self._lock:
                 self._call.cancel()
                 self._call = None
+
+
+def watch_range(key: KeyLike | None, prefix: KeyLike | None, start: KeyLike | None,
+                end: KeyLike | None) -> tuple[bytes, bytes]:
+    """The (key, range_end) of etcd's WatchCreateRequest for one key, a prefix, or [start, end)
+    (no end: to the last key)."""
+    if sum(x is not None for x in (key, prefix, start)) != 1:
+        raise ValueError("watch takes one of key, prefix or start (with end)")
+    if key is not None:
+        return to_bytes(key), b""
+    if prefix is not None:
+        first = to_bytes(prefix)
+        return first or b"\0", prefix_end(first) or b"\0"
+    return to_bytes(start), (to_bytes(end) if end is not None else b"\0")  # type: ignore[arg-type]
 
 
 def _cancelled(response: pb.WatchResponse, needed: int) -> RaftKVError:
