@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kv import Client
+from kv.client.client import CHANNEL_OPTIONS
+from kv.client.tls import open_channel
 from kv.tools.cluster_up import NodeSpec, free_ports
 from kv.errors import NotLeaderError, RaftKVError
 from tests.faults.proxy import DownClose, ProxyNetwork, link_count
+from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import Cluster, NodeProcess
 
 
@@ -71,6 +74,17 @@ class FaultCluster(Cluster):
         client = RoutedClient([self.client_endpoint(i) for i in ids], self._route, timeout=timeout, **kwargs)
         self._clients.append(client)
         return client
+
+    def etcd_kv_stub(self, node_id: str) -> etcd_rpc_pb2_grpc.KVStub:
+        """etcd's KV service of one member (through its client proxy when clients go through
+        proxies), on a channel of its own (own connection: a local subchannel pool), closed at
+        teardown. The reconnect backoff is the native client's (kv.client.client.CHANNEL_OPTIONS):
+        gRPC's default grows to 120 s, and a channel to a member killed three times would then
+        fail every call long after the member is back."""
+        credentials = self.client_tls.credentials() if self.client_tls is not None else None
+        channel = open_channel(self.client_endpoint(node_id), credentials, CHANNEL_OPTIONS)
+        self._channels.append(channel)
+        return etcd_rpc_pb2_grpc.KVStub(channel)
 
     def client_endpoint(self, node_id: str) -> str:
         """Where clients reach `node_id`: its client proxy, or its own address."""

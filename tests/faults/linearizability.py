@@ -13,7 +13,8 @@ have the same future.
 
 Outcomes: failed ops and reads that did not complete are dropped (they had no effect). An
 unknown write gets a return time of +infinity: it may be linearized anywhere after its call,
-and "never" is the same as "after everything else" since nothing observes it then.
+and "never" is the same as "after everything else" since nothing observes it then. Unknown
+writes with the same effect are linearized in call order only (_symmetry_order).
 
 A check that runs out of its time budget is a failure, never a pass.
 """
@@ -235,17 +236,19 @@ def _symmetry_order(ops: list[Op], written: list[State]) -> list[int]:
     """For each op, the op that must be linearized before it (-1: none).
 
     Unknown deletes of one key are interchangeable: same effect, no output, no deadline; so are
-    unknown puts of UNSEEN. If a linearization uses a later-called op of such a class at some
-    point, the earliest-called unused one can take its place (its call came even sooner), so it
-    suffices to linearize each class in call order. Without this the search tells apart every
-    subset of them - exponential in their number, and a node answering "not leader" to a pinned
-    client produces hundreds."""
+    unknown puts that store the same value (UNSEEN, or one value: the attempts of an etcd write
+    retried on another member all carry its value). If a linearization uses a later-called op of
+    such a class at some point, the earliest-called unused one can take its place (its call came
+    even sooner), so it suffices to linearize each class in call order. Without this the search
+    tells apart every subset of them - exponential in their number: a node answering "not leader"
+    to a pinned client produces hundreds, and an etcd write retried through an election dozens."""
     after = [-1] * len(ops)
-    previous = {Kind.DELETE: -1, Kind.PUT: -1}
+    previous: dict[tuple[Kind, State], int] = {}
     for i in sorted(range(len(ops)), key=lambda i: ops[i].call_ns):
         op = ops[i]
-        if op.outcome is Outcome.UNKNOWN and (op.kind is Kind.DELETE or written[i] is UNSEEN):
-            after[i], previous[op.kind] = previous[op.kind], i
+        if op.outcome is Outcome.UNKNOWN and op.kind is not Kind.GET:
+            cls = (op.kind, written[i] if op.kind is Kind.PUT else None)
+            after[i], previous[cls] = previous.get(cls, -1), i
     return after
 
 

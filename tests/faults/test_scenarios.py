@@ -2,19 +2,21 @@
 every key once more and checks the whole history for linearizability (Scenario.finish).
 
 Short forms by default (the suite fits in a few minutes on two cores); RAFTKV_FAULTS_LONG=1 runs
-long forms, RAFTKV_SEED=N replays a seed, RAFTKV_FAULTS_SEEDS=K runs K fresh seeds."""
+long forms, RAFTKV_SEED=N replays a seed, RAFTKV_FAULTS_SEEDS=K runs K fresh seeds. Those marked
+`both_apis` run once more with their load through etcd's v3 API (-k etcd)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
 
+from kv import Client
 from raftkv_proto import kv_pb2
-from tests.faults.history import Kind, Outcome, now_ns
+from tests.faults.history import Kind, Op, Outcome, now_ns
 from tests.faults.linearizability import Verdict, check
 from tests.faults.proxy import DownClose, LinkFault, flaky
-from tests.faults.scenario import Scenario, span
-from tests.faults.workload import PinnedTarget, perform
+from tests.faults.scenario import APIS, ETCD, Scenario, span
+from tests.faults.workload import EtcdTarget, PinnedTarget, Target, perform_all
 from tests.integration.cluster import FAST_TIMING, wait_until
 
 pytestmark = pytest.mark.faults
@@ -22,10 +24,15 @@ pytestmark = pytest.mark.faults
 MakeScenario = Callable[..., Scenario]
 # FAST_TIMING's election timeout T; a pause "longer than the election timeout" exceeds 2T.
 ELECTION_TIMEOUT_S = 0.5
+# A scenario that runs twice: its load through raftkv's own API (kv.Client), and through etcd's v3
+# API (workload.EtcdTarget: unary Put / Range / DeleteRange, each client starting at a member of
+# its own, so that followers forward). Ids: test_x[seed=N-native], test_x[seed=N-etcd].
+both_apis = pytest.mark.parametrize("api", APIS)
 
 
-def test_isolated_leader_completes_nothing_while_the_majority_moves_on(scenario: MakeScenario) -> None:
-    run = scenario(5)
+@both_apis
+def test_isolated_leader_completes_nothing_while_the_majority_moves_on(scenario: MakeScenario, api: str) -> None:
+    run = scenario(5, api=api)
     cluster = run.cluster
     run.load(clients=4)
     run.run_for(1.0)
@@ -50,22 +57,36 @@ def test_isolated_leader_completes_nothing_while_the_majority_moves_on(scenario:
     run.finish()
 
 
-def test_the_suite_catches_a_stale_read_on_a_real_cluster(scenario: MakeScenario) -> None:
+@both_apis
+def test_the_suite_catches_a_stale_read_on_a_real_cluster(scenario: MakeScenario, api: str) -> None:
     """The harness end to end on a history known to be wrong: a "stale" read (opt-in, not
-    linearizable by design) at an isolated old leader, after the majority overwrote the key."""
-    run = scenario(3)
+    linearizable by design) at an isolated old leader, after the majority overwrote the key.
+    Through etcd's API the stale read is a serializable Range, the writes etcd Puts."""
+    run = scenario(3, api=api)
     cluster = run.cluster
-    client = cluster.client(timeout=10.0)
     old = cluster.wait_for_leader()
     term = cluster.status(old)["term"]
-    run.history.append(perform(client, "writer", Kind.PUT, b"k", b"before"))
+    majority = [n for n in cluster.nodes if n != old]
+    stale: Target | EtcdTarget
+    if api == ETCD:
+        client: Client | EtcdTarget = run.etcd_client(majority + [old], timeout_s=10.0)
+        stale = run.etcd_client([old], timeout_s=5.0, retry=False, serializable=True)
+    else:
+        client = cluster.client(timeout=10.0)
+        stale = PinnedTarget(cluster.kv_stub(old), timeout_s=5.0, consistency=kv_pb2.STALE)
+
+    def record(target: Target | Client | EtcdTarget, name: str, kind: Kind, value: bytes | None = None) -> Op:
+        ops = perform_all(target, name, kind, b"k", value)
+        for op in ops:
+            run.history.append(op)
+        return ops[-1]
+
+    record(client, "writer", Kind.PUT, b"before")
     cluster.wait_applied(old, cluster.status(old)["commit_index"])
     cluster.network.isolate(old)
-    cluster.wait_for_leader(among=[n for n in cluster.nodes if n != old], not_in_term=term)
-    run.history.append(perform(client, "writer", Kind.PUT, b"k", b"after"))
-    stale = PinnedTarget(cluster.kv_stub(old), timeout_s=5.0, consistency=kv_pb2.STALE)
-    read = perform(stale, "stale-reader", Kind.GET, b"k")
-    run.history.append(read)
+    cluster.wait_for_leader(among=majority, not_in_term=term)
+    record(client, "writer", Kind.PUT, b"after")
+    read = record(stale, "stale-reader", Kind.GET)
     assert [op.outcome for op in run.history.ops()] == [Outcome.OK] * 3, run.history.ops()
     assert read.value == b"before", f"{run.tag()} the isolated node read {read.value!r}"
     result = check(run.history.ops())
@@ -112,8 +133,9 @@ def test_no_quorum_completes_nothing_then_everything_resumes(scenario: MakeScena
     run.finish()
 
 
-def test_sigkill_a_follower_then_the_leader(scenario: MakeScenario) -> None:
-    run = scenario(5)
+@both_apis
+def test_sigkill_a_follower_then_the_leader(scenario: MakeScenario, api: str) -> None:
+    run = scenario(5, api=api)
     cluster = run.cluster
     run.load(clients=4)
     run.run_for(1.0)
@@ -138,8 +160,9 @@ def test_sigkill_a_follower_then_the_leader(scenario: MakeScenario) -> None:
     run.finish()
 
 
-def test_full_cluster_sigkill_three_times(scenario: MakeScenario) -> None:
-    run = scenario(3)
+@both_apis
+def test_full_cluster_sigkill_three_times(scenario: MakeScenario, api: str) -> None:
+    run = scenario(3, api=api)
     cluster = run.cluster
     run.load(clients=4)
     for _ in range(3):
@@ -181,8 +204,9 @@ def assert_probe_spanned(run: Scenario, leader: str, paused_at: int, resumed_at:
     assert spanning, f"{run.tag()} no probe request was waiting at the leader when it resumed"
 
 
-def test_leader_paused_past_the_election_timeout(scenario: MakeScenario) -> None:
-    run = scenario(3)
+@both_apis
+def test_leader_paused_past_the_election_timeout(scenario: MakeScenario, api: str) -> None:
+    run = scenario(3, api=api)
     cluster = run.cluster
     run.load(clients=4)
     run.run_for(1.0)
@@ -231,8 +255,9 @@ def test_lease_reads_at_a_leader_resumed_after_a_pause(scenario: MakeScenario) -
     assert_probe_spanned(run, old, paused_at, resumed_at)
 
 
-def test_random_two_way_partitions_every_second(scenario: MakeScenario) -> None:
-    run = scenario(5)
+@both_apis
+def test_random_two_way_partitions_every_second(scenario: MakeScenario, api: str) -> None:
+    run = scenario(5, api=api)
     cluster = run.cluster
     run.load(clients=8)
     members = list(cluster.nodes)
@@ -250,8 +275,9 @@ def test_random_two_way_partitions_every_second(scenario: MakeScenario) -> None:
     run.finish()
 
 
-def test_flaky_links_everywhere(scenario: MakeScenario) -> None:
-    flaky_links_everywhere(scenario(3))
+@both_apis
+def test_flaky_links_everywhere(scenario: MakeScenario, api: str) -> None:
+    flaky_links_everywhere(scenario(3, api=api))
 
 
 def test_flaky_links_everywhere_with_tls_on_every_link(scenario: MakeScenario) -> None:
@@ -280,11 +306,14 @@ def flaky_links_everywhere(run: Scenario) -> None:
     run.finish()
 
 
-def test_flaky_client_connections(scenario: MakeScenario) -> None:
+@both_apis
+def test_flaky_client_connections(scenario: MakeScenario, api: str) -> None:
     """Client connections (not peer links) delayed and reset: replies lost after the server
     applied a write make the client retry it with the same (client id, seq), which the session
-    table must apply at most once; a duplicate would show up as a write applied twice."""
-    run = scenario(3, client_proxies=True)
+    table must apply at most once; a duplicate would show up as a write applied twice. Through
+    etcd's API a retried write carries no client id and may be applied twice, as with etcd: each
+    attempt is its own op in the history (workload.EtcdTarget)."""
+    run = scenario(3, client_proxies=True, api=api)
     network = run.cluster.network
     run.load(clients=4)
     run.run_for(0.5)
@@ -297,8 +326,9 @@ def test_flaky_client_connections(scenario: MakeScenario) -> None:
     run.finish()
 
 
-def test_leader_churn_keeping_a_majority(scenario: MakeScenario) -> None:
-    run = scenario(5)
+@both_apis
+def test_leader_churn_keeping_a_majority(scenario: MakeScenario, api: str) -> None:
+    run = scenario(5, api=api)
     cluster = run.cluster
     run.load(clients=4)
     run.run_for(0.5)

@@ -8,6 +8,10 @@ quickly, not a stalled worker). Outcomes, from what the client can know for cert
   some attempt was proposed (the client retries inside its timeout, and a leader that loses its
   term fails requests whose entries may still commit under the next leader);
 - a read that returned is ok; a read that did not has no effect, and the checker drops it.
+
+`EtcdTarget` is the second kind of client: etcd's v3 API (unary KV.Put, KV.Range, KV.DeleteRange)
+over plain gRPC channels, one member at a time, retrying on the next member.
+etcd requests carry no client id, so each attempt is an op of its own in the history (see there).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import grpc
 
 from kv import Client
 from kv.errors import InvalidArgumentError, RaftKVError, UnavailableError, from_rpc_error
-from raftkv_proto import kv_pb2, kv_pb2_grpc
+from raftkv_proto import etcd_rpc_pb2, etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
 from tests.faults.history import History, Kind, Op, Outcome, now_ns
 
 # Reads dominate as in most stores, deletes are rare enough that keys usually hold a value.
@@ -111,6 +115,126 @@ def _failure_outcome(kind: Kind, error: RaftKVError) -> Outcome:
     return Outcome.UNKNOWN
 
 
+# An etcd attempt that failed with these is tried again on the next member. etcd 3.4's clientv3
+# retries a Range so, but a Put only when it was never sent; retrying writes too (as applications
+# around etcd clients do) is the harder case for the history: a write may then be applied twice.
+ETCD_RETRIED_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# How long one etcd op may take, all its attempts together (etcdctl's default --command-timeout).
+ETCD_OP_TIMEOUT_S = 5.0
+# The pause before trying the next member (etcd 3.4 clientv3's defaultBackoffWaitBetween).
+ETCD_RETRY_PAUSE_S = 0.025
+# gRPC's account of a call that found no connection to its member: failed at the client's pick,
+# never written to a socket, so certainly not applied. Any other failure of a write may come
+# after the member (or the leader it forwarded to) proposed it.
+NOT_SENT = "failed to connect to all addresses"
+
+
+@dataclass
+class EtcdStats:
+    """What etcd clients saw, to assert that a scenario exercised what it means to."""
+
+    answered: dict[str, int] = field(default_factory=dict)  # attempts answered, by the member called
+    retried_unknown: int = 0  # writes sent again after an attempt with an unknown outcome
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_answer(self, member: str) -> None:
+        with self.lock:
+            self.answered[member] = self.answered.get(member, 0) + 1
+
+    def add_retried_unknown(self) -> None:
+        with self.lock:
+            self.retried_unknown += 1
+
+    def describe(self) -> str:
+        with self.lock:
+            by_member = ", ".join(f"{member} {count}" for member, count in sorted(self.answered.items()))
+            return f"answers by the member called: {by_member or 'none'}; " \
+                   f"{self.retried_unknown} writes sent again after an unknown outcome"
+
+
+class EtcdTarget:
+    """An etcd v3 client: unary KV.Put / KV.Range / KV.DeleteRange, linearizable reads (etcd's
+    default; `serializable=True` for the stale-read self-test), over a plain gRPC channel to one
+    member at a time, starting at the first of `members` (a follower forwards writes and
+    linearizable reads to the leader). Like etcd's clients it stays with a member while that member
+    answers, and on UNAVAILABLE or DEADLINE_EXCEEDED tries the next one (reads and writes alike,
+    see ETCD_RETRIED_CODES), until ETCD_OP_TIMEOUT_S has passed; `retry=False` (a probe pinned to
+    one member) never moves.
+
+    An etcd write carries no client id, so a retried write whose first attempt did reach a member
+    may be applied twice (as with etcd). `attempts` therefore returns one op per attempt, each
+    with its own call and return: an attempt that failed other than by finding no connection is
+    an unknown write (it may take effect at any time after its call, or never) and the retry is
+    a new op writing the same value (etcd clients resend the same request). The checker then
+    allows both applications, and a read between them, without weakening anything else.
+    """
+
+    def __init__(self, members: list[tuple[str, etcd_rpc_pb2_grpc.KVStub]], timeout_s: float = DEFAULT_TIMEOUT_S,
+                 op_timeout_s: float = ETCD_OP_TIMEOUT_S, retry: bool = True, serializable: bool = False,
+                 stats: EtcdStats | None = None) -> None:
+        assert members
+        self._members = members
+        self._timeout_s = timeout_s
+        self._op_timeout_s = op_timeout_s
+        self._retry = retry
+        self._serializable = serializable
+        self.stats = stats if stats is not None else EtcdStats()
+        self._at = 0  # the member in use
+
+    def attempts(self, client: str, kind: Kind, key: bytes, value: bytes | None = None) -> list[Op]:
+        """Run one op, retried as etcd's clients do; every attempt as recorded."""
+        ops: list[Op] = []
+        deadline = time.monotonic() + self._op_timeout_s
+        while True:
+            member, stub = self._members[self._at]
+            timeout = max(0.05, min(self._timeout_s, deadline - time.monotonic()))
+            op, code = self._attempt(stub, member, client, kind, key, value, timeout)
+            ops.append(op)
+            if op.outcome is Outcome.OK or code not in ETCD_RETRIED_CODES:
+                return ops
+            # Between two connection attempts a channel fails every call at once: pause, as
+            # etcd's clients (and PinnedTarget) do, so that a member down is not spun on.
+            time.sleep(ETCD_RETRY_PAUSE_S)
+            if not self._retry or time.monotonic() + ETCD_RETRY_PAUSE_S >= deadline:
+                return ops
+            if op.outcome is Outcome.UNKNOWN:
+                self.stats.add_retried_unknown()
+            self._at = (self._at + 1) % len(self._members)
+
+    def _attempt(self, stub: etcd_rpc_pb2_grpc.KVStub, member: str, client: str, kind: Kind, key: bytes,
+                 value: bytes | None, timeout: float) -> tuple[Op, grpc.StatusCode | None]:
+        call = now_ns()
+        try:
+            if kind is Kind.PUT:
+                assert value is not None
+                stub.Put(etcd_rpc_pb2.PutRequest(key=key, value=value), timeout=timeout)
+                op = Op(client, kind, key, call, now_ns(), Outcome.OK, value=value)
+            elif kind is Kind.GET:
+                read = stub.Range(etcd_rpc_pb2.RangeRequest(key=key, serializable=self._serializable), timeout=timeout)
+                op = Op(client, kind, key, call, now_ns(), Outcome.OK, value=read.kvs[0].value if read.kvs else None)
+            else:
+                deleted = stub.DeleteRange(etcd_rpc_pb2.DeleteRangeRequest(key=key), timeout=timeout).deleted
+                op = Op(client, kind, key, call, now_ns(), Outcome.OK, existed=deleted > 0)
+        except grpc.RpcError as error:
+            code, details = error.code(), error.details() or ""
+            if kind is Kind.GET or (code == grpc.StatusCode.UNAVAILABLE and details.startswith(NOT_SENT)):
+                outcome = Outcome.FAIL
+            else:
+                outcome = Outcome.UNKNOWN
+            return Op(client, kind, key, call, None, outcome, value=value if kind is Kind.PUT else None,
+                      ended_ns=now_ns(), error=f"{code.name} at {member}: {details[:80]}"), code
+        self.stats.add_answer(member)
+        return op, None
+
+
+def perform_all(target: Target | Client | EtcdTarget, client: str, kind: Kind, key: bytes,
+                value: bytes | None = None) -> list[Op]:
+    """One op as recorded: a single Op, or (an etcd client) one per attempt."""
+    if isinstance(target, EtcdTarget):
+        return target.attempts(client, kind, key, value)
+    return [perform(target, client, kind, key, value)]
+
+
 def key_names(count: int) -> list[bytes]:
     return [f"k{i:02d}".encode() for i in range(count)]
 
@@ -120,7 +244,7 @@ class Worker:
     """One client thread: random ops until stopped, each recorded in the history."""
 
     name: str
-    target: Target | Client
+    target: Target | Client | EtcdTarget
     keys: list[bytes]
     history: History
     rng: random.Random
@@ -134,7 +258,8 @@ class Worker:
                     return
                 kind = self.rng.choices(kinds, weights)[0]
                 value = f"{self.name}-{n}".encode() if kind is Kind.PUT else None
-                self.history.append(perform(self.target, self.name, kind, self.rng.choice(self.keys), value))
+                for op in perform_all(self.target, self.name, kind, self.rng.choice(self.keys), value):
+                    self.history.append(op)
         except BaseException as error:  # noqa: BLE001 - surfaced by Workload.stop
             self.error = error
 
