@@ -50,7 +50,8 @@ class Watcher:
     def take(self, changes: list[Change], revision: int) -> None:
         """Hand over the changes in range from next_revision through `revision`."""
         mine = [c for c in changes if c.kv.mod_revision >= self.next_revision and self.covers(c.kv.key)]
-        self.next_revision = revision + 1
+        # Never backwards: a watch resumed on a member behind it may be handed revisions it has.
+        self.next_revision = max(self.next_revision, revision + 1)
         self.deliver(mine, revision)
 
 
@@ -89,12 +90,8 @@ class WatchHub:
 
     async def _follow(self) -> None:
         while True:
-            try:
-                await self._node.wait_applied(self._node.applied_index + 1)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - the node failed its waiters (a stop, a term change): wait again
-                await asyncio.sleep(0.05)
+            # Noted before the read: whatever is applied while _advance reads wakes the wait at once.
+            seen = self._node.applied_index
             try:
                 await self._advance()
             except asyncio.CancelledError:
@@ -103,6 +100,12 @@ class WatchHub:
                 log.exception("watch: reading the new changes failed; synced watchers catch up from the store")
                 for watcher in list(self._synced):
                     self._demote(watcher)
+            try:
+                await self._node.wait_applied(seen + 1)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the node failed its waiters (a stop, a term change): wait again
+                await asyncio.sleep(0.05)
 
     async def _advance(self) -> None:
         revision = self._fsm.revision

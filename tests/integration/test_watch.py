@@ -81,12 +81,23 @@ def test_the_watch_protocol_as_etcd_speaks_it(cluster: Cluster) -> None:
         assert progress.watch_id == -1 and progress.header.revision >= first + 4 and not progress.events
         # A watch from a compacted revision is created, then cancelled with the compacted revision.
         c.compact(first + 2)
+        on_follower = cluster.client([follower])
+        wait_until("the follower applied the compaction",
+                   lambda: _refused(lambda: on_follower.get_kv("w/a", revision=first, consistency="stale")) or None)
         stream.send(create_request=pb.WatchCreateRequest(key=b"w/a", start_revision=first))
         assert stream.next().created
         gone = stream.next()
         assert gone.canceled and gone.compact_revision == first + 2
     finally:
         stream.close()
+
+
+def _refused(read) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        read()
+    except RevisionError:
+        return True
+    return False
 
 
 def test_a_watch_gets_every_committed_write_once_in_order_across_leader_kills(cluster: Cluster) -> None:
@@ -147,7 +158,7 @@ def test_a_watch_gets_every_committed_write_once_in_order_across_leader_kills(cl
 
 
 def test_a_watch_from_a_compacted_revision_raises(cluster: Cluster) -> None:
-    c = cluster.client()
+    c = cluster.client([cluster.wait_for_leader()])  # the member that applied the compaction when it answered
     c.put("old", "1")
     c.put("old", "2")
     c.compact(c.revision())

@@ -95,13 +95,10 @@ class Watch:
                     raise _cancelled(response, self.next_revision)
                 if response.created and self.next_revision == 0:
                     self.next_revision = response.header.revision + 1  # "from now" is now fixed
-                # Every revision below next_revision was delivered: a member that is behind may
-                # send some again to a watch resumed on it (kv/server/watch_hub.py, Watcher.take).
-                fresh = [event for event in response.events if event.kv.mod_revision >= self.next_revision]
-                for event in fresh:
+                for event in response.events:
                     yield WatchEvent.of(event)
-                if fresh:  # a revision's events all come in one response (no fragments asked)
-                    self.next_revision = fresh[-1].kv.mod_revision + 1
+                if response.events:  # a revision's events all come in one response (no fragments asked)
+                    self.next_revision = response.events[-1].kv.mod_revision + 1
         finally:
             call.cancel()
             self._call = None

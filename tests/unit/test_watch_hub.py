@@ -1,0 +1,84 @@
+"""The watch hub (kv/server/watch_hub.py) against a fake node and store: what is applied while it
+reads is not held back, and a watcher never goes back to revisions it was given."""
+from __future__ import annotations
+
+import asyncio
+
+from kv.server.watch_hub import Watcher, WatchHub
+from statemachine.key_record import KeyVersion
+from statemachine.mvcc import Change
+
+
+class FakeNode:
+    def __init__(self) -> None:
+        self.applied_index = 0
+        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+
+    def wait_applied(self, index: int) -> asyncio.Future[int]:
+        future = asyncio.get_running_loop().create_future()
+        if self.applied_index >= index:
+            future.set_result(self.applied_index)
+        else:
+            self._waiters.append((index, future))
+        return future
+
+    def apply(self) -> None:
+        self.applied_index += 1
+        for index, future in list(self._waiters):
+            if index <= self.applied_index and not future.done():
+                future.set_result(self.applied_index)
+
+
+class FakeStore:
+    """Revision r holds one put of key b"k" with value str(r); `during_read` runs inside a read."""
+
+    def __init__(self) -> None:
+        self.revision = 1
+        self.compacted_revision = 0
+        self.during_read = None
+
+    def changes(self, first, last, start=b"", end=None, with_prev=False):  # type: ignore[no-untyped-def]
+        if self.during_read is not None:
+            self.during_read()
+            self.during_read = None
+        return [Change(KeyVersion(b"k", b"%d" % r, 2, r, r - 1)) for r in range(first, last + 1)]
+
+
+def watcher(start: int, got: list[int]) -> Watcher:
+    room = asyncio.Event()
+    room.set()
+    return Watcher(b"k", b"k\0", start, False, deliver=lambda changes, _: got.extend(c.kv.mod_revision for c in changes),
+                   compacted=lambda _: None, behind=lambda: False, room=lambda: room)
+
+
+def test_a_change_applied_while_the_hub_reads_is_delivered_without_another_apply() -> None:
+    async def run() -> list[int]:
+        node, store, got = FakeNode(), FakeStore(), []
+        hub = WatchHub(node, store)  # type: ignore[arg-type]
+        hub.start()
+        hub.add(watcher(2, got))
+        loop = asyncio.get_running_loop()
+
+        def applied_meanwhile() -> None:  # in the reading thread: the node applies revision 3
+            store.revision = 3
+            loop.call_soon_threadsafe(node.apply)
+
+        store.revision = 2
+        store.during_read = applied_meanwhile
+        node.apply()
+        for _ in range(100):
+            if got == [2, 3]:
+                break
+            await asyncio.sleep(0.01)
+        await hub.stop()
+        return got
+    assert asyncio.run(run()) == [2, 3]
+
+
+def test_a_watcher_is_never_handed_revisions_below_those_it_was_given() -> None:
+    got: list[int] = []
+    w = watcher(10, got)
+    w.take([Change(KeyVersion(b"k", b"x", 2, r, 1)) for r in range(5, 12)], 11)
+    assert got == [10, 11] and w.next_revision == 12
+    w.take([Change(KeyVersion(b"k", b"x", 2, r, 1)) for r in range(8, 10)], 9)  # a member behind it
+    assert got == [10, 11] and w.next_revision == 12
