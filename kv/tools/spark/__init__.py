@@ -5,6 +5,8 @@
 - The PySpark data source ``raftkv`` (kv.tools.spark.datasource): ``register(spark)``, then
   ``spark.read.format("raftkv")`` / ``df.write.format("raftkv")``.
 - Bulk load of (key, value) rows through the leader in batches: kv.tools.spark.bulk_load.
+- The change feed, ``spark.readStream.format("raftkv")``: every change by revision, exactly once
+  with a checkpoint (kv.tools.spark.stream).
 
 This package imports pyspark only in kv.tools.spark.datasource, so export and import work with pyarrow
 alone.

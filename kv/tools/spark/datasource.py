@@ -4,6 +4,9 @@
     df = (spark.read.format("raftkv").option("endpoints", "127.0.0.1:7001,127.0.0.1:7002")
           .option("prefix", "user/").option("partitions", 8).load())
     df.write.format("raftkv").option("endpoints", ...).option("atomic", "true").mode("append").save()
+    spark.readStream.format("raftkv").option("endpoints", ...).option("startingRevision", "snapshot").load()
+
+The stream (the store's changes, by revision) is kv/tools/spark/stream.py.
 
 Read: one BeginExport on the leader pins a point in time N (logged, with term and cluster id); the
 partitions are the key ranges between the split points the server suggests, and every partition
@@ -35,13 +38,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from kv.client.tls import TLS
 from kv.tools.spark import schema
 from kv.tools.spark.bulk_load import BulkLoader, Throttle, discard_staged, new_stage, publish_staged
 from kv.tools.spark.export_client import ExportClient, ExportInfo
+from kv.tools.spark.stream import STREAM_OPTIONS, is_stream
 
 try:  # PySpark >= 4.1 hands writers Arrow batches; 4.0 hands them Rows
     from pyspark.sql.datasource import DataSourceArrowWriter as _WriterBase
@@ -62,10 +73,21 @@ class RaftKVDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return schema.SPARK_DDL
+        # Spark asks before it says whether it reads a batch or a stream: the stream's options decide.
+        return schema.STREAM_DDL if is_stream(dict(self.options)) else schema.SPARK_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_stream(dict(self.options)):
+            raise ValueError(f"the options {', '.join(STREAM_OPTIONS)} are for spark.readStream (the change feed); "
+                             "spark.read reads one point in time")
         return RaftKVReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The change feed (kv/tools/spark/stream.py)."""
+        from kv.tools.spark.stream import RaftKVStreamReader
+
+        options = dict(self.options)
+        return RaftKVStreamReader(options, _endpoints(options), _credentials(options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         check_write_schema(schema)  # here, on the driver: before any task writes anything

@@ -50,3 +50,22 @@ def record_batch(items: Sequence[tuple[bytes, bytes]]) -> pa.RecordBatch:
     keys = pa.array([k for k, _ in items], pa.binary())
     values = pa.array([v for _, v in items], pa.binary())
     return pa.RecordBatch.from_arrays([keys, values, string_view(keys), string_view(values)], schema=ARROW_SCHEMA)
+
+
+# ---- the change feed (spark.readStream.format("raftkv"): kv/tools/spark/stream.py) -------------
+
+REVISION, TYPE, CREATE_REVISION, VERSION, PREV_VALUE = "revision", "type", "create_revision", "version", "prev_value"
+PUT, DELETE = "put", "delete"
+
+STREAM_ARROW_SCHEMA = pa.schema([
+    pa.field(KEY, pa.binary(), nullable=False),
+    pa.field(VALUE, pa.binary(), nullable=False),  # empty for a delete
+    pa.field(REVISION, pa.int64(), nullable=False),
+    pa.field(TYPE, pa.string(), nullable=False),  # "put" or "delete"
+    pa.field(CREATE_REVISION, pa.int64()),  # null in a snapshot's rows
+    pa.field(VERSION, pa.int64()),
+    pa.field(PREV_VALUE, pa.binary()),  # with prevValue: the value replaced; null when there was none
+])
+
+STREAM_DDL = (f"{KEY} binary NOT NULL, {VALUE} binary NOT NULL, {REVISION} long NOT NULL, {TYPE} string NOT NULL, "
+              f"{CREATE_REVISION} long, {VERSION} long, {PREV_VALUE} binary")
