@@ -13,6 +13,9 @@ from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES, FLAG, OVERSIZ
 ERROR_KEY = "raftkv-error"
 LEADER_ID_KEY = "raftkv-leader-id"
 LEADER_ADDRESS_KEY = "raftkv-leader-address"
+# Sent by raftkv's clients on their etcd-API calls: a follower answers NOT_LEADER with the leader's
+# address (as native calls get) rather than forwarding the call, so the client goes to the leader.
+LEADER_HINTS_KEY = "raftkv-leader-hints"
 
 
 class RaftKVError(Exception):
@@ -123,6 +126,13 @@ class FailedPreconditionError(RaftKVError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class NotFoundError(RaftKVError):
+    """What the request names does not exist: etcd's "requested lease not found"."""
+
+    kind = "NOT_FOUND"
+    code = grpc.StatusCode.NOT_FOUND
+
+
 class RevisionError(RaftKVError):
     """A read or compaction at a revision the store cannot serve: below the compacted revision
     ("required revision has been compacted") or above the store's ("is a future revision"), with
@@ -136,7 +146,8 @@ _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
                 WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError,
-                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, RevisionError)
+                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, RevisionError,
+                NotFoundError)
 }
 
 
@@ -183,6 +194,8 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
         return UnauthenticatedError(details)
     if code == grpc.StatusCode.OUT_OF_RANGE:
         return RevisionError(details)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFoundError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if OVERSIZED_MARK in details.lower():
             # gRPC refused the message itself: no retry can make it fit.

@@ -22,6 +22,7 @@ from tenacity import Retrying
 from kv.client.auth_admin import AuthAdmin
 from kv.client.changes import Changes
 from kv.client.maintenance import Maintenance
+from kv.client.leader_hints import LeaderHinted
 from kv.client.lease import Leases
 from kv.client.revisions import Revisions
 from kv.client.watch import Watch, watch_range
@@ -288,8 +289,8 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
                 stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
                 # etcd's KV service on the same channel, for kv.client.revisions' calls: they take
                 # a stub as every call does, and find it here.
-                stub.etcd = etcd_rpc_pb2_grpc.KVStub(channel)  # type: ignore[attr-defined]
-                stub.etcd_lease = etcd_rpc_pb2_grpc.LeaseStub(channel)  # type: ignore[attr-defined]
+                stub.etcd = LeaderHinted(etcd_rpc_pb2_grpc.KVStub(channel))  # type: ignore[attr-defined]
+                stub.etcd_lease = LeaderHinted(etcd_rpc_pb2_grpc.LeaseStub(channel))  # type: ignore[attr-defined]
             return self._channels[address], stub
 
     def _open_channel(self, address: str) -> grpc.Channel:

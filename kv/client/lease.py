@@ -15,6 +15,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from kv.errors import NotFoundError
 from raftkv_proto import etcd_rpc_pb2 as pb
 
 # A lease is renewed every third of its TTL, as etcd's clients do.
@@ -48,7 +49,10 @@ class Lease:
         self._stop.set()
         self._thread.join()
         if revoke and self.alive:
-            self._revoke(self.id)
+            try:
+                self._revoke(self.id)
+            except NotFoundError:
+                pass  # gone already: an earlier attempt of this revoke was applied, or it expired
             self.alive = False
 
     def __enter__(self) -> Lease:

@@ -112,9 +112,13 @@ class EtcdFace:
         header.raft_term = self.node.core.term
 
     async def serve(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
-        """Run `work`; any error ends the call with etcd's code and message."""
+        """Run `work`; any error ends the call with etcd's code and message (a raftkv client's
+        "not leader" with kv.errors' metadata: forward_metadata)."""
         try:
             return await work()
+        except _Redirect as e:
+            await errors.abort(context, e.error)
+            raise  # unreachable: abort raises
         except (errors.RaftKVError, EtcdError) as e:
             error = etcd_error(e)
             assert isinstance(error, EtcdError)
@@ -153,8 +157,12 @@ class EtcdFace:
     def forward_metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         """What a call forwarded to the leader carries: the mark that it was forwarded (a call
         forwarded once is never forwarded again) and the caller's token."""
-        if any(key == FORWARDED_METADATA_KEY for key, _ in context.invocation_metadata() or ()):
+        sent = dict(context.invocation_metadata() or ())
+        if FORWARDED_METADATA_KEY in sent:
             raise LEADER_CHANGED
+        if errors.LEADER_HINTS_KEY in sent:  # a raftkv client: it goes to the leader itself
+            leader = self.node.leader
+            raise _Redirect(errors.NotLeaderError(leader, self.node.transport.client_address(leader) if leader else None))
         metadata: list[tuple[str, str]] = [(FORWARDED_METADATA_KEY, self.node.id)]
         token = token_of(context)
         if token is not None:
@@ -225,6 +233,14 @@ class EtcdFace:
             raise
         except Exception as e:  # noqa: BLE001 - the node's own errors, as the client API's
             raise kv_error(self.node, e) from None
+
+
+class _Redirect(Exception):
+    """A call a raftkv client made of a follower: answered as a native call's NOT_LEADER."""
+
+    def __init__(self, error: errors.NotLeaderError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _puts_anything(txn: pb.TxnRequest) -> bool:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kv.errors import RaftKVError
+from kv.errors import NotFoundError, RaftKVError
 from tests.integration.cluster import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -64,3 +64,15 @@ def test_a_lease_shorter_than_the_minimum_is_raised_to_it_and_an_unknown_lease_i
     assert ttl == 1  # 1.5 election timeouts of 500 ms round up to 1 s
     with pytest.raises(RaftKVError, match="requested lease not found"):
         c.put("k", "v", lease=12345)
+
+
+def test_closing_a_lease_that_is_gone_already_is_not_an_error(cluster: Cluster) -> None:
+    """A revoke retried after its first attempt was applied (its answer lost to a leader kill)
+    finds no lease: closing a Lease takes that as done, and a plain revoke says NOT_FOUND."""
+    c = cluster.client()
+    lease = c.lease(5)
+    c.lease_revoke(lease.id)
+    with pytest.raises(NotFoundError, match="requested lease not found"):
+        c.lease_revoke(lease.id)
+    lease.close()
+    assert not lease.alive

@@ -25,6 +25,7 @@ import grpc
 import grpc.aio
 from tenacity import AsyncRetrying
 
+from kv.client.leader_hints import LeaderHinted
 from kv.client.aio.lease import Lease, Leases
 from kv.client.aio.revisions import Changes, Revisions
 from kv.client.aio.watch import Watch
@@ -405,8 +406,8 @@ class Client(Revisions, Changes, Leases):
             channel = self._channel(address)
             stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
             # etcd's KV and Lease services on the same channel, found on the stub as kv.Client's are.
-            stub.etcd = etcd_rpc_pb2_grpc.KVStub(channel)  # type: ignore[attr-defined]
-            stub.etcd_lease = etcd_rpc_pb2_grpc.LeaseStub(channel)  # type: ignore[attr-defined]
+            stub.etcd = LeaderHinted(etcd_rpc_pb2_grpc.KVStub(channel))  # type: ignore[attr-defined]
+            stub.etcd_lease = LeaderHinted(etcd_rpc_pb2_grpc.LeaseStub(channel))  # type: ignore[attr-defined]
         return stub
 
     def _channel(self, address: str) -> grpc.aio.Channel:

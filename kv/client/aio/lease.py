@@ -18,7 +18,7 @@ from typing import Any
 import grpc.aio
 
 from kv.client.lease import RENEW_FRACTION, time_to_live_dict
-from kv.errors import UnavailableError
+from kv.errors import NotFoundError, UnavailableError
 from raftkv_proto import etcd_rpc_pb2 as pb_etcd
 
 
@@ -68,7 +68,10 @@ class Lease:
             task.cancel()
             await asyncio.wait({task})  # its end, without taking its cancellation for this task's
         if revoke and self.alive and self.id is not None:
-            await self._revoke(self.id)
+            try:
+                await self._revoke(self.id)
+            except NotFoundError:
+                pass  # gone already: an earlier attempt of this revoke was applied, or it expired
             self.alive = False
 
     async def __aenter__(self) -> Lease:
