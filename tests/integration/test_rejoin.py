@@ -22,7 +22,11 @@ def test_a_wiped_follower_rejoins_and_an_idle_leader_catches_it_up(cluster: Clus
     follower = next(n for n in cluster.nodes if n != leader)
     status = cluster.status(leader)
     cluster.wait_applied(follower, status["commit_index"])
-    assert status["peers"][follower] >= status["commit_index"]
+    # The leader learns what the follower holds from its next acknowledgement, which can come after
+    # this status was read (the other follower's made the commit): ask the leader again until it
+    # knows the follower holds everything. From here on only a heartbeat can tell it otherwise.
+    wait_until(f"the leader to know that {follower} holds index {status['commit_index']}",
+               lambda: cluster.status(leader)["peers"][follower] >= status["commit_index"])
 
     cluster.kill(follower)
     data_dir = cluster.nodes[follower].spec.data_dir
