@@ -1,7 +1,7 @@
 """The `raftkv` command (also `python -m kv`): run a node, talk to a cluster, start a local one.
 The commands live beside it: data_commands (put, get, delete, scan, compact, revision),
-txn_command (txn), cluster_commands (status, endpoint health, cluster up/restart),
-snapshot_commands, serve_command, spark/cli, bench/cli."""
+txn_command (txn), watch_command (watch), lease_commands (lease grant|revoke|...), cluster_commands
+(status, endpoint health, cluster up/restart), snapshot_commands, serve_command, spark/cli, bench/cli."""
 from __future__ import annotations
 
 import argparse
@@ -26,9 +26,11 @@ from kv.tools.certs import add_certs_command  # noqa: E402
 from kv.tools.client_options import EXIT_FAILED, client_options, describe  # noqa: E402
 from kv.tools.cluster_commands import add_cluster_commands  # noqa: E402
 from kv.tools.data_commands import add_data_commands  # noqa: E402
+from kv.tools.lease_commands import add_lease_commands  # noqa: E402
 from kv.tools.serve_command import add_serve_parser  # noqa: E402
 from kv.tools.snapshot_commands import add_snapshot_commands  # noqa: E402
 from kv.tools.txn_command import add_txn_command  # noqa: E402
+from kv.tools.watch_command import add_watch_command  # noqa: E402
 from kv.tools.spark import cli as spark_cli  # noqa: E402
 from raft.log import LogStoreError  # noqa: E402
 from snapshot.errors import SnapshotError  # noqa: E402
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  raftkv get user/1 --rev 42          the value as of revision 42 (raftkv revision: now)\n"
                "  raftkv txn < txn.txt                a transaction in etcdctl's txn format (raftkv txn --help)\n"
                "  raftkv compact 42                   drop the history below revision 42\n"
+               "  raftkv watch --prefix user/         print each change as it happens (Ctrl-C ends it)\n"
+               "  raftkv lease grant 30               a lease; raftkv put KEY VALUE --lease ID attaches a key\n"
                "  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
                "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
                "  raftkv endpoint health              exit 1 when a member is unhealthy")
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     options = client_options()
     add_data_commands(commands, options)
     add_txn_command(commands, options)
+    add_watch_command(commands, options)
+    add_lease_commands(commands, options)
     add_cluster_commands(commands, options)
     add_auth_commands(commands, options)
     add_alarm_commands(commands, options)

@@ -18,6 +18,7 @@ from kv.client.client import CONSISTENCY, Client, to_bytes
 from kv.client.revisions import KeyValue
 from kv.tools.arguments import Formatter, non_negative_int, positive_int
 from kv.tools.client_options import EXIT_FAILED, b64, client_of
+from kv.tools.lease_commands import lease_id
 from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table
 from raftkv_proto.key_ranges import prefix_end
 
@@ -37,16 +38,22 @@ def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
         description="Write VALUE under KEY; prints the raft index. The value can also come from stdin\n"
                     "(VALUE '-') or from a file (--value-file), as bytes, unchanged: binary data and\n"
                     "trailing newlines are kept. To write a literal '-', put it in a file and use\n"
-                    "--value-file.",
+                    "--value-file. With --lease ID (`raftkv lease grant`), the key is deleted when the\n"
+                    "lease is revoked or expires; such a put goes through etcd's Put and prints the\n"
+                    "store's revision after it instead of the raft index (OK revision=N).",
         epilog="examples:\n  raftkv put user/1 alice\n  gzip -c report.txt | raftkv put reports/1 -\n"
-               "  raftkv put config/app --value-file app.yaml")
+               "  raftkv put config/app --value-file app.yaml\n"
+               "  raftkv put service/a 10.0.0.1:80 --lease 694d7a1e0f4a2c05")
     put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
     put.add_argument("value", metavar="VALUE", nargs="?", default=None,
                      help="the value (UTF-8); '-' reads it from stdin")
     put.add_argument("--value-file", type=Path, default=None, metavar="PATH",
                      help="read the value from this file instead of VALUE")
-    add_write_out(put, SIMPLE, simple="OK index=N", table="KEY and INDEX",
-                  json='{"key": KEY, "index": N}, the key in base64')
+    put.add_argument("--lease", type=lease_id, default=0, metavar="ID",
+                     help="attach the key to this lease, its id in hex as etcdctl's (0: none, the default)")
+    add_write_out(put, SIMPLE, simple="OK index=N (--lease: OK revision=N)",
+                  table="KEY and INDEX (--lease: REVISION)",
+                  json='{"key": KEY, "index": N} (--lease: "revision" for "index"), the key in base64')
     put.set_defaults(run=_run_put, command_parser=put)
 
 
@@ -159,13 +166,14 @@ def _write_line(data: bytes, out: TextIO) -> None:
 def _run_put(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     value = _put_value(args, parser)
     with client_of(args) as client:
-        index = client.put(args.key, value)
+        index = client.put(args.key, value, lease=args.lease)
+    what = "revision" if args.lease else "index"  # a leased put is etcd's Put, which tells the revision
     if args.write_out == JSON:
-        print(json.dumps({"key": b64(to_bytes(args.key)), "index": index}))
+        print(json.dumps({"key": b64(to_bytes(args.key)), what: index}))
     elif args.write_out == TABLE:
-        print_table(("KEY", "INDEX"), [(args.key, str(index))])
+        print_table(("KEY", what.upper()), [(args.key, str(index))])
     else:
-        print(f"OK index={index}")
+        print(f"OK {what}={index}")
     return 0
 
 

@@ -9,7 +9,8 @@ Maintenance ones (endpoint status, health, hashkv) to every member.
 
 Outputs are asserted as etcdctl prints them, parsed from `-w json` where it has it (keys and values
 in base64, revisions in the header). etcdctl 3.4 has no --count-only (etcdctl 3.5 added it): a
-range's count is checked under --limit instead. The cluster is shared by the module's tests, each
+range's count is checked under --limit instead. `watch` and `lease keep-alive`, which run until
+stopped, are read line by line with a deadline. The cluster is shared by the module's tests, each
 under a prefix of its own; the compaction test comes last, as a compaction refuses every later
 read below it."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import Cluster, wait_until
+from tests.integration.test_cli_watch_lease import Stream, wait_for_watch
 
 ETCDCTL = shutil.which("etcdctl")
 
@@ -321,6 +324,105 @@ def test_a_forwarded_answer_names_the_member_that_sent_it(roles: Roles):
     names = {number: name for name, number in ids.items()}
     assert (names[put["header"]["member_id"]], names[got["header"]["member_id"]]) == (roles.follower_id,) * 2, \
         f"a put and a get sent to {roles.follower_id} answer with these members' ids in their headers"
+
+
+def etcdctl_stream(endpoint: str, *args: str) -> Stream:
+    """etcdctl running until stopped (watch, lease keep-alive), its stdout lines read with a deadline."""
+    assert ETCDCTL is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
+    env["ETCDCTL_API"] = "3"
+    return Stream([ETCDCTL, f"--endpoints={endpoint}", "--dial-timeout=5s", *args], env)
+
+
+def test_watch_through_a_follower(roles: Roles):
+    """etcdctl watch against raftkv: a follower serves it from its applied state, each change once,
+    in revision order, printed as etcdctl prints etcd's; from now and from a past revision."""
+    f = roles.follower
+    with etcdctl_stream(f, "watch", "--prefix", "wt/", "--prev-kv") as watch:
+        wait_for_watch(watch, lambda value: ok(roles.leader, "put", "wt/ready", value), b"wt/ready")
+        first = js(f, "put", "wt/a", "1")["header"]["revision"]
+        ok(f, "put", "wt/a", "two words")
+        ok(f, "put", "wtx", "outside the prefix")
+        assert ok(f, "del", "wt/a") == "1\n"
+        ok(f, "txn", stdin=txn_input([], ["put wt/b bee", "put wt/c sea"], []))  # two events, one revision
+        assert watch.lines(19) == [b"PUT", b"wt/a", b"1",
+                                   b"PUT", b"wt/a", b"1", b"wt/a", b"two words",
+                                   b"DELETE", b"wt/a", b"two words", b"wt/a", b"",
+                                   b"PUT", b"wt/b", b"bee", b"PUT", b"wt/c", b"sea"]
+
+    # From the history, -w json: etcd's events, the header of each response from the member serving it.
+    member_id = member_ids(roles)[roles.follower_id]
+    with etcdctl_stream(f, "watch", "--prefix", "wt/", f"--rev={first}", "-w", "json") as watch:
+        responses: list[dict[str, Any]] = []
+        while sum(len(response["Events"]) for response in responses) < 5:
+            responses += [json.loads(line) for line in watch.lines(1)]
+    events = [event for response in responses for event in response["Events"]]
+    assert [(event.get("type", 0), unb64(event["kv"]["key"]), unb64(event["kv"].get("value", "")),
+             event["kv"]["mod_revision"]) for event in events] == [
+        (0, "wt/a", "1", first), (0, "wt/a", "two words", first + 1), (1, "wt/a", "", first + 3),
+        (0, "wt/b", "bee", first + 4), (0, "wt/c", "sea", first + 4)]
+    assert events[0]["kv"] == {"key": b64("wt/a"), "value": b64("1"), "create_revision": first,
+                               "mod_revision": first, "version": 1}
+    for response in responses:
+        assert response["Header"]["member_id"] == member_id
+        assert response["Header"]["revision"] >= response["Events"][-1]["kv"]["mod_revision"]
+
+
+def test_lease_grant_keep_alive_timetolive_list_revoke_through_a_follower(roles: Roles):
+    """etcdctl lease against raftkv, through a follower (which sends each call on to the leader):
+    etcdctl's lines and JSON; a leased key goes with its lease, revoked or expired."""
+    f = roles.follower
+    granted = js(f, "lease", "grant", "60")
+    lease_id, lease = granted["ID"], f"{granted['ID']:016x}"
+    assert (granted["TTL"], granted["Error"]) == (60, "")
+    ok(f, "put", "ls/a", "v", f"--lease={lease}")
+    ok(f, "put", "ls/b", "w", f"--lease={lease}")
+    assert js(roles.leader, "get", "ls/a")["kvs"][0]["lease"] == lease_id
+
+    line = ok(f, "lease", "timetolive", lease, "--keys")
+    pattern = rf"lease {lease} granted with TTL\(60s\), remaining\((\d+)s\), attached keys\(\[ls/a ls/b\]\)\n"
+    assert re.fullmatch(pattern, line), line
+    as_json = js(f, "lease", "timetolive", lease, "--keys")
+    assert (as_json["id"], as_json["granted-ttl"], as_json["keys"]) == (lease_id, 60, [b64("ls/a"), b64("ls/b")])
+    assert 0 < as_json["ttl"] <= 60
+    assert ok(f, "lease", "keep-alive", "--once", lease) == f"lease {lease} keepalived with TTL(60)\n"
+    assert js(f, "lease", "keep-alive", "--once", lease)["TTL"] == 60
+
+    def listed() -> list[str] | None:  # a follower lists the leases it has applied, as etcd's
+        ids = ok(f, "lease", "list").splitlines()
+        return ids if lease in ids[1:] else None
+    ids = wait_until("the follower to list the lease", listed, timeout=15)
+    assert ids[0] == f"found {len(ids) - 1} leases"
+    assert {"id": lease_id} in js(f, "lease", "list")["leases"]
+
+    # keep-alive until the lease is gone: a renewal every third of its TTL, then etcdctl's last line.
+    short = f"{js(f, 'lease', 'grant', '6')['ID']:016x}"
+    with etcdctl_stream(f, "lease", "keep-alive", short) as keep_alive:
+        assert keep_alive.lines(2) == [f"lease {short} keepalived with TTL(6)".encode()] * 2
+        assert ok(f, "lease", "revoke", short) == f"lease {short} revoked\n"
+        while (found := keep_alive.line()) == f"lease {short} keepalived with TTL(6)".encode():
+            pass
+        assert found == f"lease {short} expired or revoked.".encode()
+        assert keep_alive.wait() == (0, b"")
+
+    # revoke: the keys go, in one revision; the lease is gone for every command after.
+    before = js(roles.leader, "get", "ls/a")["header"]["revision"]
+    assert ok(f, "lease", "revoke", lease) == f"lease {lease} revoked\n"
+    after = js(roles.leader, "get", "--prefix", "ls/")
+    assert "kvs" not in after and after["header"]["revision"] == before + 1
+    assert ok(f, "lease", "timetolive", lease) == f"lease {lease} already expired\n"
+    again = etcdctl(f, "lease", "revoke", lease)
+    assert again.returncode != 0 and "requested lease not found" in again.stderr
+    once = etcdctl(f, "lease", "keep-alive", "--once", lease)
+    assert once.returncode != 0 and "requested lease not found" in once.stderr
+
+    # Expiry: no keep-alive for the TTL (the cluster's minimum here), and the key is deleted.
+    expiring = js(f, "lease", "grant", "1")
+    assert expiring["TTL"] >= 2  # raised to 1.5 election timeouts, in whole seconds
+    ok(f, "put", "ls/short", "v", f"--lease={expiring['ID']:x}")
+    wait_until("the key of the expired lease to go",
+               lambda: "kvs" not in js(roles.leader, "get", "ls/short"), timeout=expiring["TTL"] + 15)
+    assert ok(f, "lease", "timetolive", f"{expiring['ID']:x}") == f"lease {expiring['ID']:016x} already expired\n"
 
 
 def test_compaction_hashkv_and_snapshot(roles: Roles, tmp_path: Path):
