@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import lmdb
@@ -195,13 +195,18 @@ def check_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int, cur
 
 def live_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
     cursor = txn.cursor(db=tables.data)
+    return _keys_of(cursor, start, end, cursor.next)
+
+
+def _keys_of(cursor: lmdb.Cursor, start: bytes, end: bytes | None, step: Callable[[], bool]) -> Iterator[bytes]:
+    """The keys from `start` below `end` (None: to the last), moving the cursor by `step`."""
     found = cursor.set_range(start) if start else cursor.first()
     while found:
         key = cursor.key()
         if end is not None and key >= end:
             return
         yield key
-        found = cursor.next()
+        found = step()
 
 
 def version_at(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion | None:
@@ -238,13 +243,8 @@ def range_at(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes
     """The keys in [start, end) that exist at `revision` (0: the newest), in key order."""
     if revision <= 0 or revision >= store_revision(txn, tables):
         cursor = txn.cursor(db=tables.data)
-        found = cursor.set_range(start) if start else cursor.first()
-        while found:
-            key = cursor.key()
-            if end is not None and key >= end:
-                return
+        for key in _keys_of(cursor, start, end, cursor.next):
             yield decode(key, cursor.value())
-            found = cursor.next()
         return
     for key in _keys_ever(txn, tables, start, end):
         kept = version_at(txn, tables, key, revision)
@@ -271,13 +271,7 @@ def _keys_ever(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: byt
 
 def _history_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
     cursor = txn.cursor(db=tables.history_index)
-    found = cursor.set_range(start) if start else cursor.first()
-    while found:
-        key = cursor.key()
-        if end is not None and key >= end:
-            return
-        yield key
-        found = cursor.next_nodup()
+    return _keys_of(cursor, start, end, cursor.next_nodup)  # each key once, however many changes it has
 
 
 def history_hash(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> int:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -303,3 +303,17 @@ class Cluster:
             status = self.status(node_id)
             return status if status.get("applied_index", -1) >= index else None
         return wait_until(f"{node_id} to apply index {index}", applied, timeout)
+
+
+def module_cluster(base: Path) -> Iterator[Cluster]:
+    """Three members with a leader, shared by a module's tests (each uses keys of its own): for a
+    module-scoped fixture to `yield from`; the members' logs are printed when a test fails."""
+    cluster = Cluster(base).start()
+    try:
+        cluster.wait_for_leader()
+        yield cluster
+    except BaseException:
+        print(cluster.log_tails())
+        raise
+    finally:
+        cluster.close()

@@ -15,7 +15,7 @@ import pytest
 
 from kv.tools.cluster_up import child_env
 from kv.txn import delete, put
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, module_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three members with a leader, shared by the module's tests (each uses keys of its own)."""
     if not RAFTKV:
         RAFTKV.extend(console_script())
-    cluster = Cluster(tmp_path_factory.mktemp("cluster")).start()
-    try:
-        cluster.wait_for_leader()
-        yield cluster
-    except BaseException:
-        print(cluster.log_tails())
-        raise
-    finally:
-        cluster.close()
+    yield from module_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 def environment() -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from kv.txn import put
-from tests.integration.cluster import Cluster, wait_until
+from tests.integration.cluster import Cluster, module_cluster, wait_until
 from tests.integration.test_cli_revisions import console_script, environment
 
 pytestmark = pytest.mark.integration
@@ -47,15 +47,7 @@ RAFTKV: list[str] = []
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not RAFTKV:
         RAFTKV.extend(console_script())
-    cluster = Cluster(tmp_path_factory.mktemp("cluster")).start()
-    try:
-        cluster.wait_for_leader()
-        yield cluster
-    except BaseException:
-        print(cluster.log_tails())
-        raise
-    finally:
-        cluster.close()
+    yield from module_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 def raftkv_argv(cluster: Cluster, *argv: str, endpoints: list[str] | None = None) -> list[str]:
