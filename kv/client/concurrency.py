@@ -20,6 +20,7 @@ lock unknowingly."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -151,6 +152,18 @@ class Election:
         """The leader's value now, None when nobody leads."""
         kvs, _ = self._client.get_range(self._prefix, sort_by="create", limit=1)
         return kvs[0].value if kvs else None
+
+    def observe(self) -> Iterator[bytes]:
+        """The leader's value now, then each time it changes (a new leader, or a proclaim), as
+        etcd's Observe: an endless iterator (break out of it to stop)."""
+        last: bytes | None = None
+        while True:
+            kvs, revision = self._client.get_range(self._prefix, sort_by="create", limit=1)
+            if kvs and kvs[0].value != last:
+                last = kvs[0].value
+                yield last
+            with self._client.watch(prefix=self._prefix, start_revision=revision + 1) as changes:
+                next(iter(changes))  # any change under the election's prefix: look again
 
     def close(self) -> None:
         self.resign()

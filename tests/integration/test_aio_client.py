@@ -273,3 +273,28 @@ def test_an_aio_lock_and_a_sync_lock_exclude_each_other(cluster: Cluster) -> Non
     assert times == sorted(times)
     revisions = [r for _, _, r in events]
     assert revisions[0] < revisions[2] < revisions[4]  # each hold a later fencing revision
+
+
+def test_an_aio_election_observes_each_leader_as_it_changes(cluster: Cluster) -> None:
+    cluster.wait_for_leader()
+
+    async def test() -> list[bytes]:
+        async with aio_client(cluster) as c:
+            first, second = AioElection(c, "aobs", ttl=5), AioElection(c, "aobs", ttl=5)
+            await first.campaign(b"a")
+            seen: list[bytes] = []
+
+            async def observe() -> None:
+                async for value in AioElection(c, "aobs", ttl=5).observe():
+                    seen.append(value)
+                    if len(seen) == 2:
+                        return
+            observer = asyncio.create_task(observe())
+            await eventually("the first leader observed", lambda: seen == [b"a"])
+            campaigning = asyncio.create_task(second.campaign(b"b"))
+            await first.close()
+            await asyncio.wait_for(campaigning, 20)
+            await asyncio.wait_for(observer, 20)
+            await second.close()
+            return seen
+    assert asyncio.run(test()) == [b"a", b"b"]

@@ -104,3 +104,31 @@ def test_etcdctl_and_a_python_service_share_one_election(cluster: Cluster) -> No
     wait_until("etcdctl says it leads", lambda: any("etcdctl" in line for line in lines) or None)
     contender.terminate()
     contender.wait(10)
+
+
+def test_observe_reports_each_leader_as_it_changes(cluster: Cluster) -> None:
+    cluster.wait_for_leader()
+    c = cluster.client()
+    first, second = Election(c, "obs", ttl=5), Election(c, "obs", ttl=5)
+    first.campaign(b"a")
+    seen: list[bytes] = []
+    observer = Election(c, "obs", ttl=5)
+
+    def observe() -> None:
+        for value in observer.observe():
+            seen.append(value)
+            if len(seen) == 3:
+                return
+    thread = threading.Thread(target=observe, daemon=True)
+    thread.start()
+    wait_until("the first leader observed", lambda: seen == [b"a"] or None)
+    first.proclaim(b"a2")
+    wait_until("the proclaimed value observed", lambda: seen == [b"a", b"a2"] or None)
+    campaigning = threading.Thread(target=second.campaign, args=(b"b",))
+    campaigning.start()
+    first.close()  # resigns: the second participant leads
+    campaigning.join(20)
+    thread.join(20)
+    assert seen == [b"a", b"a2", b"b"]
+    second.close()
+    observer.close()

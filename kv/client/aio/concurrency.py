@@ -12,6 +12,7 @@ so they contend with kv.concurrency's, etcdctl lock and etcdctl elect on the sam
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -156,6 +157,17 @@ class Election:
         """The leader's value now, None when nobody leads."""
         kvs, _ = await self._client.get_range(self._prefix, sort_by="create", limit=1)
         return kvs[0].value if kvs else None
+
+    async def observe(self) -> AsyncIterator[bytes]:
+        """The leader's value now, then each time it changes (etcd's Observe), without end."""
+        last: bytes | None = None
+        while True:
+            kvs, revision = await self._client.get_range(self._prefix, sort_by="create", limit=1)
+            if kvs and kvs[0].value != last:
+                last = kvs[0].value
+                yield last
+            async with self._client.watch(prefix=self._prefix, start_revision=revision + 1) as changes:
+                await anext(aiter(changes))  # any change under the election's prefix: look again
 
     async def close(self) -> None:
         await self.resign()
