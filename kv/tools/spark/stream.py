@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -260,19 +261,19 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             yield from self._read_snapshot(partition)
             return
         assert isinstance(partition, ChangesPartition)
-        with Client(self.endpoints, timeout=self.timeout, streams=False, **self.credentials) as client:
-            try:
-                for page in client.change_pages(partition.first, partition.last, start=self.lo, end=self.hi,
-                                                limit=self.page_limit, prev_kv=self.prev_value):
-                    changes = page.changes
-                    if self.skip_staging:
-                        changes = [c for c in changes if not c.key.startswith(STAGING_PREFIX)]
-                    if changes:
-                        yield changes_batch(changes, self.prev_value)
-            except RevisionError as error:
-                raise RevisionError(f"raftkv stream: the changes from revision {partition.first} are no longer "
-                                    f"kept: {error}. Start a new query (a new checkpoint) with startingRevision "
-                                    "snapshot, earliest, or a revision at or above the oldest available one") from None
+        client = _worker_client(self.endpoints, self.timeout, self.credentials)
+        try:
+            for page in client.change_pages(partition.first, partition.last, start=self.lo, end=self.hi,
+                                            limit=self.page_limit, prev_kv=self.prev_value):
+                changes = page.changes
+                if self.skip_staging:
+                    changes = [c for c in changes if not c.key.startswith(STAGING_PREFIX)]
+                if changes:
+                    yield changes_batch(changes, self.prev_value)
+        except RevisionError as error:
+            raise RevisionError(f"raftkv stream: the changes from revision {partition.first} are no longer "
+                                f"kept: {error}. Start a new query (a new checkpoint) with startingRevision "
+                                "snapshot, earliest, or a revision at or above the oldest available one") from None
 
     def _read_snapshot(self, partition: SnapshotPartition) -> Iterator[pa.RecordBatch]:
         if partition.export is not None:
@@ -287,6 +288,24 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         items = [(kv.key, kv.value) for kv in kept if not (self.skip_staging and kv.key.startswith(STAGING_PREFIX))]
         if items:
             yield snapshot_batch(items, partition.revision)
+
+
+# One Client per cluster and identity in each Python worker, kept for the worker's life: Spark
+# reuses its workers from batch to batch, and a micro-batch of a few changes should not pay for
+# connecting (and logging in) again.
+_CLIENTS: dict[tuple[Any, ...], Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _worker_client(endpoints: str, timeout: float, credentials: dict[str, Any]) -> Client:
+    tls = credentials.get("tls")
+    files = None if tls is None else (tls.ca_file, tls.cert_file, tls.key_file)
+    key = (endpoints, timeout, credentials.get("user"), credentials.get("password"), files)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = Client(endpoints, timeout=timeout, streams=False, **credentials)
+        return client
 
 
 def _compacted_message(first: int, oldest: int) -> str:
