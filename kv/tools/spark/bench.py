@@ -7,14 +7,24 @@
 
     python -m kv.tools.spark.bench --rows 1000000      # starts a local three-node cluster (processes)
     w10_bulk_load(spark, endpoints, rows); w11_export(spark, endpoints, out_dir)   # from kv.tools.bench
+
+And the change feed (`--stream`; kv/tools/spark/stream.py), not a W figure:
+
+- stream catch-up: N single-put revisions written first, then read by a stream query (Trigger.
+  AvailableNow) into a Parquet sink: changes per second from the cluster into the sink.
+- stream delay: puts at a steady rate while a query (back-to-back micro-batches) writes them to
+  Parquet through foreachBatch; the delay from each put (its value is the time it was sent) to the
+  end of the batch that wrote its row: p50 and p99.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -86,6 +96,108 @@ def w11_export(spark: Any, endpoints: str, out_dir: Path, partitions: int = 4, t
     return Figure("W11 export to Parquet + Spark read", counted, elapsed, "< 10 s")
 
 
+STREAM_PREFIX = "feed/"
+
+
+def _put_many(endpoints: str, count: int, threads: int = 8, tls: TLS | None = None) -> None:
+    """`count` single-put revisions under STREAM_PREFIX, from `threads` threads."""
+    value = b"x" * VALUE_BYTES
+
+    def run(number: int) -> None:
+        with Client(endpoints, timeout=30, tls=tls) as client:
+            for i in range(number, count, threads):
+                client.put(f"{STREAM_PREFIX}{i % 10_000:05d}", value)
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def stream_catch_up(spark: Any, endpoints: str, out_dir: Path, changes: int = 100_000,
+                    max_revisions: int = 0, tls: TLS | None = None) -> Figure:
+    """Changes per second from the cluster into a Parquet sink, for a stream that starts behind."""
+    with Client(endpoints, timeout=30, tls=tls) as client:
+        first = client.revision() + 1
+    _put_many(endpoints, changes, tls=tls)
+    reader = (spark.readStream.format("raftkv").option("endpoints", endpoints).options(**tls_options(tls))
+              .option("prefix", STREAM_PREFIX).option("startingRevision", first))
+    if max_revisions:
+        reader = reader.option("maxRevisionsPerTrigger", max_revisions)
+    started = time.perf_counter()
+    query = (reader.load().writeStream.format("parquet").option("path", str(out_dir / "out"))
+             .option("checkpointLocation", str(out_dir / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    counted = spark.read.parquet(str(out_dir / "out")).count()
+    if counted != changes:
+        raise AssertionError(f"the sink has {counted} rows, {changes} changes were written")
+    batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000
+    print(json.dumps(Figure("stream catch-up, its micro-batches alone (no query start)", counted, batches,
+                            "").to_dict()), flush=True)
+    return Figure("stream catch-up into Parquet, query start included", counted, elapsed, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    name: str
+    rows: int
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stream_delay(spark: Any, endpoints: str, out_dir: Path, seconds: float = 30.0, rate: float = 200.0,
+                 tls: TLS | None = None) -> Delay:
+    """The delay from a put to its row in the sink, at `rate` puts per second."""
+    delays: list[float] = []
+    seen = threading.Event()
+
+    def sink(batch: Any, batch_id: int) -> None:
+        batch.persist()  # read from the cluster once: by the write, then by the collect
+        batch.write.mode("overwrite").parquet(f"{out_dir}/sink/{batch_id}")
+        done = time.time()
+        sent = [float(row[0]) for row in batch.select("value").collect()]
+        batch.unpersist()
+        delays.extend(done - at for at in sent)
+        seen.set()
+
+    query = (spark.readStream.format("raftkv").option("endpoints", endpoints).options(**tls_options(tls))
+             .option("prefix", "delay/").option("startingRevision", "latest").load()
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(out_dir / "delay-checkpoint")).start())
+    try:
+        with Client(endpoints, timeout=30, tls=tls) as client:
+            warm_up = time.monotonic() + 120  # the query's first batches, before the clock
+            while not seen.is_set() and time.monotonic() < warm_up:
+                client.put("delay/warm-up", str(time.time()))
+                seen.wait(2)
+            delays.clear()
+            started = time.monotonic()
+            n = 0
+            while (elapsed := time.monotonic() - started) < seconds:
+                client.put(f"delay/{n % 1000:04d}", str(time.time()))
+                n += 1
+                pause = n / rate - (time.monotonic() - started)
+                if pause > 0:
+                    time.sleep(pause)
+        deadline = time.monotonic() + 120
+        while len(delays) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    if len(delays) < n:
+        raise AssertionError(f"{n} puts, {len(delays)} rows in the sink")
+    ranked = sorted(delays)
+    return Delay("stream delay, put to its row in Parquet (foreachBatch)", n, round(n / seconds, 1),
+                 round(statistics.median(ranked) * 1000, 1), round(ranked[int(len(ranked) * 0.99) - 1] * 1000, 1),
+                 round(ranked[-1] * 1000, 1))
+
+
 def local_session() -> Any:
     """A local[2] SparkSession (no UI) with the raftkv data source registered."""
     from pyspark.sql import SparkSession
@@ -117,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--base-port", type=int, default=7601)
     parser.add_argument("--endpoints", default=None, help="use a running cluster instead of starting one")
+    parser.add_argument("--stream", action="store_true", help="measure the change feed instead of W10, W11")
+    parser.add_argument("--changes", type=int, default=100_000, help="--stream: single-put revisions to catch up on")
+    parser.add_argument("--rate", type=float, default=200.0, help="--stream: puts per second for the delay")
+    parser.add_argument("--seconds", type=float, default=30.0, help="--stream: how long the delay is measured")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="raftkv-spark-bench-"))
     cluster = None
@@ -130,8 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = local_session()
         spark.sparkContext.setLogLevel("ERROR")
         spark.range(10).count()  # start the JVM's executors before the clock runs
-        for run in (lambda: w10_bulk_load(spark, endpoints, args.rows, args.partitions),
-                    lambda: w11_export(spark, endpoints, work / "export", args.partitions)):
+        runs = (lambda: w10_bulk_load(spark, endpoints, args.rows, args.partitions),
+                lambda: w11_export(spark, endpoints, work / "export", args.partitions))
+        if args.stream:
+            runs = (lambda: stream_catch_up(spark, endpoints, work / "catch-up", args.changes),
+                    lambda: stream_delay(spark, endpoints, work, args.seconds, args.rate))
+        for run in runs:
             print(json.dumps(run().to_dict()), flush=True)
         spark.stop()
     finally:
