@@ -19,7 +19,9 @@ from kv.tools.bench.etcd import etcd_version
 from kv.tools.bench.measure import percentile
 from kv.tools.bench.report import RoundResult, format_table, summarize
 from kv.tools.bench.runner import round_order
-from kv.tools.bench.settings import WORKLOADS
+from kv.tools.bench.settings import QUICK, WORKLOADS
+from kv.tools.bench.watch_workload import check_deliveries, stream_plan
+from kv.tools.bench.watchers import merged_percentile, order_hash, prefix_end, quantile_points
 from kv.tools.bench.workloads import Metric, key
 from kv.tools.cluster_up import SOURCE_ROOT, child_env
 
@@ -203,3 +205,87 @@ def test_process_cpu_counts_this_process_work() -> None:
     while time.process_time() < deadline:  # burn 50 ms of CPU
         pass
     assert process_cpu_s(os.getpid()) >= start + 0.03  # /proc counts in 10 ms ticks
+
+
+W14_FIGURES = ("puts/s", "events/s", "p50 ms", "p99 ms", "max ms", "put p50 ms", "put p99 ms", "leader CPU s",
+               "follower CPU s", "members CPU us/event", "watchers CPU s", "writer CPU s", "watches not exact")
+W15_FIGURES = ("keep-alives/s", "leader CPU us/keep-alive", "follower CPU us/keep-alive", "client CPU us/keep-alive",
+               "p50 ms", "p99 ms", "grants/s", "leases expired")
+
+
+def test_quick_watchers_and_leases(tmp_path: Path) -> None:
+    """W14 (20 watches on 4 streams, 50 puts) and W15 (100 leases kept alive) on raftkv: every
+    figure is there, every watch got every put exactly once in order, no lease expired."""
+    assert (QUICK.watchers, round(QUICK.watch_rate * QUICK.watch_duration_s), QUICK.leases) == (20, 50, 100)
+    result, report = run_bench(tmp_path, "--workloads", "W14,W15")
+    assert [r["error"] for r in report["rounds"]] == [None]  # the delivery check passed
+    measured = figures(report)
+    for name in W14_FIGURES:
+        assert measured[("W14", name)] is not None, name
+    for name in ("puts/s", "events/s", "p50 ms", "p99 ms", "max ms", "put p50 ms"):
+        assert measured[("W14", name)] > 0, name
+    assert measured[("W14", "watches not exact")] == 0
+    assert measured[("W14", "p50 ms")] <= measured[("W14", "p99 ms")] <= measured[("W14", "max ms")]
+    events = next(m for r in report["rounds"] for m in r["metrics"] if (m["workload"], m["name"]) == ("W14", "events/s"))
+    assert events["note"].startswith("1,000 events")  # 50 puts x 20 watches, each delivered once
+    for name in W15_FIGURES:
+        assert measured[("W15", name)] is not None, name
+    assert measured[("W15", "keep-alives/s")] > 0 and measured[("W15", "grants/s")] > 0
+    assert measured[("W15", "leases expired")] == 0
+    assert "W14" in result.stdout and "W15" in result.stdout
+
+
+@pytest.mark.skipif(etcd_version() is None, reason="etcd-server is not installed")
+def test_quick_watchers_and_leases_against_etcd(tmp_path: Path) -> None:
+    _, report = run_bench(tmp_path, "--compare", "etcd", "--workloads", "W14,W15")
+    assert sorted(r["system"] for r in report["rounds"]) == ["etcd", "raftkv"]
+    assert all(r["error"] is None for r in report["rounds"])
+    rows = {(row["workload"], row["metric"]): row for row in report["summary"]}
+    for slot in [("W14", "events/s"), ("W14", "p50 ms"), ("W14", "p99 ms"), ("W15", "keep-alives/s")]:
+        row = rows[slot]
+        assert row["raftkv"] > 0 and row["etcd"] > 0, slot
+        assert row["ratio"] == pytest.approx(row["raftkv"] / row["etcd"])
+    assert rows[("W14", "p99 ms")]["goal"] == "<= etcd"  # issue 31: p99 no worse than etcd's
+    for system in ("raftkv", "etcd"):
+        assert rows[("W14", "watches not exact")][system] == 0 and rows[("W15", "leases expired")][system] == 0
+
+
+def test_watch_and_lease_workloads_are_named_only() -> None:
+    assert "W14" not in _workloads(None, "native") and "W15" not in _workloads(None, "etcd")
+    assert _workloads("w14,W15", "etcd") == ("W14", "W15")  # through etcd's API whatever --api says
+
+
+def test_watch_checks_catch_a_missing_repeated_or_reordered_event() -> None:
+    expected = [3, 0, 1, 2]  # the puts in the order of their revisions
+    good = order_hash(expected)
+    assert order_hash([3, 1, 0, 2]) != good and order_hash([3, 0, 1]) != good and order_hash([3, 0, 1, 2, 2]) != good
+
+    def result(*watches: tuple[int, int, str | None]) -> dict:
+        return {"watches": [["127.0.0.1:1", i, count, h, error] for i, (count, h, error) in enumerate(watches)],
+                "stream_errors": []}
+
+    assert check_deliveries("raftkv", [result((4, good, None), (4, good, None))], 4, good) == (0, None)
+    wrong, message = check_deliveries("raftkv", [result((4, good, None), (3, order_hash([3, 0, 1]), None)),
+                                                 result((4, order_hash([3, 1, 0, 2]), None))], 4, good)
+    assert wrong == 2 and message is not None
+    assert "2 of 3 watches" in message and "11 of 12 events" in message and "out of order" in message
+    wrong, message = check_deliveries("etcd", [result((4, good, "event #2: b'w14/1' at revision 5 after revision 7"))],
+                                      4, good)
+    assert wrong == 1 and message is not None and "after revision 7" in message
+
+
+def test_watch_helpers() -> None:
+    assert stream_plan(["n1", "n2", "n3"], 1000, 50) == [(("n1", "n2", "n3")[s % 3], 20) for s in range(50)]
+    plan = stream_plan(["n1", "n2", "n3"], 20, 3)
+    assert [n for _, n in plan] == [7, 7, 6] and [m for m, _ in plan] == ["n1", "n2", "n3"]
+    assert stream_plan(["n1"], 2, 5) == [("n1", 1), ("n1", 1)]  # never a stream without a watch
+    assert prefix_end(b"w14/") == b"w140"
+    values = list(range(1, 1001))
+    points = quantile_points(values, points=100)
+    assert points[0] == 1 and points[-1] == 1000 and len(points) == 101
+    # Two sketches of different sizes merge as one sample would: within a point's share of the ranks.
+    merged = merged_percentile([(1000, points), (100, quantile_points(list(range(2001, 2101)), points=100))], 99)
+    exact = percentile([float(v) for v in values + list(range(2001, 2101))], 99)
+    assert abs(merged - exact) <= 11
+    assert merged_percentile([(1000, points)], 50) == pytest.approx(500, abs=10)
+    assert merged_percentile([], 50) == 0.0

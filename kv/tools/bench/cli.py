@@ -44,7 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which workloads to run (default: W1..W9; under --api etcd, W1..W7,W9,W12,W13); "
                              "W10,W11 are the Spark pipeline's, run when named, with the spark extra installed; "
                              "W12 (linearizable reads at a past revision) and W13 (compare-and-swap Txns: one "
-                             "compare on the mod revision, one put) run when named, on raftkv and etcd alike")
+                             "compare on the mod revision, one put) run when named, on raftkv and etcd alike; "
+                             "so do W14 (watchers on one prefix under a steady writer: delivery latency) and W15 "
+                             "(leases kept alive: leader CPU per keep-alive), through etcd's Watch and Lease "
+                             "services whatever --api says")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help=f"measured window of each load W1..W5, W12, W13 (default {DEFAULTS.duration_s})")
     parser.add_argument("--clients", type=_positive_int, default=None,
@@ -55,6 +58,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"keys per batch request in W6 (default {DEFAULTS.bulk_batch}; etcd caps at 128)")
     parser.add_argument("--failover-trials", type=_positive_int, default=None, metavar="N",
                         help=f"leader kills in W7 (default {DEFAULTS.failover_trials})")
+    parser.add_argument("--watchers", type=_positive_int, default=None, metavar="N",
+                        help=f"W14: watches on one prefix (default {DEFAULTS.watchers:,})")
+    parser.add_argument("--watch-streams", type=_positive_int, default=None, metavar="N",
+                        help=f"W14: Watch streams carrying them, one client each, round-robin over the members "
+                             f"(default {DEFAULTS.watch_streams})")
+    parser.add_argument("--watch-rate", type=_positive_float, default=None, metavar="PUTS_PER_S",
+                        help=f"W14: the writer's puts a second (default {DEFAULTS.watch_rate:,.0f})")
+    parser.add_argument("--watch-duration", type=_positive_float, default=None, metavar="SECONDS",
+                        help=f"W14: how long the writer writes (default {DEFAULTS.watch_duration_s:.0f})")
+    parser.add_argument("--leases", type=_positive_int, default=None, metavar="N",
+                        help=f"W15: leases kept alive (default {DEFAULTS.leases:,})")
+    parser.add_argument("--lease-ttl", type=_positive_int, default=None, metavar="SECONDS",
+                        help=f"W15: their TTL; each is kept alive every TTL/3 (default {DEFAULTS.lease_ttl_s})")
+    parser.add_argument("--lease-streams", type=_positive_int, default=None, metavar="N",
+                        help=f"W15: keep-alive streams to the leader (default {DEFAULTS.lease_streams})")
+    parser.add_argument("--lease-duration", type=_positive_float, default=None, metavar="SECONDS",
+                        help=f"W15: the measured window (default {DEFAULTS.lease_duration_s:.0f})")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the members keep their data (default: a new directory under the current "
                              "one, on the disk being measured; removed afterwards unless --keep)")
@@ -71,6 +91,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
 
 
@@ -97,7 +124,10 @@ def _workloads(text: str | None, api: str = NATIVE_API) -> tuple[str, ...]:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     sizes = with_overrides(QUICK if args.quick else Sizes(), duration_s=args.duration, clients=args.clients,
                            bulk_keys=args.bulk_keys, bulk_batch=args.bulk_batch,
-                           failover_trials=args.failover_trials)
+                           failover_trials=args.failover_trials, watchers=args.watchers,
+                           watch_streams=args.watch_streams, watch_rate=args.watch_rate,
+                           watch_duration_s=args.watch_duration, leases=args.leases, lease_ttl_s=args.lease_ttl,
+                           lease_streams=args.lease_streams, lease_duration_s=args.lease_duration)
     api = getattr(args, "api", NATIVE_API)
     workloads = _workloads(args.workloads, api)
     systems: tuple[str, ...] = (RAFTKV,)

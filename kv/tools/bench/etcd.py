@@ -120,6 +120,7 @@ class EtcdCluster(MemberProcesses):
     system = "etcd"
     max_bulk_ops = MAX_TXN_OPS
     consistencies = (LINEARIZABLE, STALE)  # STALE: etcd's serializable reads
+    client_tls = None
 
     def __init__(self, work_dir: Path, registry: Registry, members: int = 3) -> None:
         ports = free_ports(2 * members)
@@ -144,6 +145,9 @@ class EtcdCluster(MemberProcesses):
         leader = self.leader()
         order = sorted(self.members, key=lambda m: m != leader)
         return EtcdTarget([self.client_urls[m] for m in order], timeout_s)
+
+    def client_address(self, member: str) -> str:
+        return self.client_urls[member]
 
     def statuses(self) -> dict[str, pb.StatusResponse]:
         """Maintenance.Status of every running member that answers within a second."""

@@ -96,6 +96,9 @@ class RaftkvCluster(MemberProcesses):
             return EtcdTarget([self.specs[m].listen for m in order], timeout_s, self.client_tls)
         return RaftkvTarget(self.endpoints, timeout_s, self.client_tls)
 
+    def client_address(self, member: str) -> str:
+        return self.specs[member].listen
+
     def statuses(self) -> dict[str, dict[str, Any]]:
         """Status of every running member, by name (an unreachable one has an "error" key)."""
         running = [name for name in self.members if self.children[name].running]

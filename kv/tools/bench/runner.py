@@ -15,6 +15,7 @@ from typing import TextIO
 from kv.tools.bench import stopping
 from kv.tools.bench import workloads as w
 from kv.tools.bench.etcd import EtcdCluster
+from kv.tools.bench.lease_workload import w15_leases
 from kv.tools.bench.processes import Registry
 from kv.tools.bench.raftkv_cluster import RaftkvCluster
 from kv.tools.bench.report import ETCD, RAFTKV, RoundResult
@@ -22,10 +23,12 @@ from kv.tools.bench.settings import NATIVE_ONLY, Sizes
 from kv.tools.bench.snapshots import w8_snapshot
 from kv.tools.bench.spark_workloads import w10_dataframe_bulk_load, w11_parquet_export
 from kv.tools.bench.systems import ETCD_API, NATIVE_API, Cluster
+from kv.tools.bench.watch_workload import w14_watchers
 
 # W7 kills and restarts members, so it runs before W6 loads the store whose memory W9 measures;
-# W12 and W13 run on the small store of W1..W5, before both.
-ORDER = ("W1", "W2", "W3", "W4", "W5", "W12", "W13", "W7", "W6", "W8", "W9", "W10", "W11")
+# W12 and W13 run on the small store of W1..W5, before both. W15 leaves its leases to expire after
+# it: it runs last.
+ORDER = ("W1", "W2", "W3", "W4", "W5", "W12", "W13", "W7", "W6", "W8", "W9", "W10", "W11", "W14", "W15")
 READS = {"W3", "W4", "W5", "W12"}
 
 PLANS: dict[str, dict[str, w.Workload]] = {
@@ -33,11 +36,12 @@ PLANS: dict[str, dict[str, w.Workload]] = {
              "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
              "W8": w8_snapshot, "W9": w.w9_memory,
              "W10": w10_dataframe_bulk_load, "W11": w11_parquet_export,  # type: ignore[dict-item]
-             "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns},
+             "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns, "W14": w14_watchers, "W15": w15_leases},
     # etcd: W8 is not compared; W5 runs its serializable reads, W6 its Txn, for W9's like-for-like.
     ETCD: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
            "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
-           "W9": w.w9_memory, "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns},
+           "W9": w.w9_memory, "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns, "W14": w14_watchers,
+           "W15": w15_leases},
 }
 
 
@@ -90,11 +94,15 @@ def run_system(system: str, round_index: int, options: RunOptions, registry: Reg
         for name in selected:
             stopping.check()
             began = time.monotonic()
-            metrics = workloads[name](cluster, ctx)
+            try:
+                metrics = workloads[name](cluster, ctx)
+            except w.CheckFailed as failed:  # measured, but its check failed: the figures, then the failure
+                result.metrics += failed.metrics
+                log(f"round {round_index + 1} {system:6} {name}: {_shown(failed.metrics)}  "
+                    f"[{time.monotonic() - began:.1f}s]")
+                raise
             result.metrics += metrics
-            shown = ", ".join(f"{m.name} {m.value:.4g}" if m.value is not None else f"{m.name} - ({m.note})"
-                              for m in metrics)
-            log(f"round {round_index + 1} {system:6} {name}: {shown}  [{time.monotonic() - began:.1f}s]")
+            log(f"round {round_index + 1} {system:6} {name}: {_shown(metrics)}  [{time.monotonic() - began:.1f}s]")
     except Exception as error:  # noqa: BLE001 - recorded; the next system / round still runs
         result.error = f"{type(error).__name__}: {error}"
         log(f"round {round_index + 1} {system}: FAILED: {result.error}")
@@ -104,6 +112,10 @@ def run_system(system: str, round_index: int, options: RunOptions, registry: Reg
         if not options.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
     return result
+
+
+def _shown(metrics: list[w.Metric]) -> str:
+    return ", ".join(f"{m.name} {m.value:.4g}" if m.value is not None else f"{m.name} - ({m.note})" for m in metrics)
 
 
 def run(options: RunOptions, registry: Registry, out: TextIO = sys.stderr) -> list[RoundResult]:

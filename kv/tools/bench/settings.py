@@ -6,8 +6,9 @@ from dataclasses import dataclass, replace
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
 # Run only when named (W10, W11: they need the spark extra and Java; raftkv only, native API;
 # W10 loads bulk_keys rows). W12, W13 (reads at a past revision, compare-and-swap Txns) run
-# when named, and by default under `--api etcd`.
-OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13")
+# when named, and by default under `--api etcd`. W14, W15 (watchers under a steady writer, leases
+# kept alive) run when named, through etcd's Watch and Lease services whatever `--api` says.
+OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13", "W14", "W15")
 REVISION_WORKLOADS = ("W12", "W13")
 # What only raftkv's native API can drive, with why: refused under `--api etcd`.
 NATIVE_ONLY = {
@@ -33,10 +34,22 @@ class Sizes:
     failover_clients: int = 4       # writers keeping the cluster loaded in W7
     request_timeout_s: float = 10.0  # a client's deadline for one request, retries included
     healthy_timeout_s: float = 60.0  # how long a cluster may take to elect and catch up
+    watchers: int = 1_000           # W14: watches on one prefix
+    watch_streams: int = 50         # W14: Watch streams (clients) carrying them, spread over the members
+    watch_processes: int = 2        # W14: processes the watching clients run in
+    watch_rate: float = 1_000.0     # W14: the writer's puts a second
+    watch_duration_s: float = 15.0  # W14: how long the writer writes (rate x this puts)
+    watch_drain_s: float = 300.0    # W14: how long after the last put every event may take to arrive
+    leases: int = 10_000            # W15: leases kept alive
+    lease_ttl_s: int = 30           # W15: their TTL; each is kept alive every TTL/3
+    lease_streams: int = 5          # W15: LeaseKeepAlive streams (clients) to the leader
+    lease_duration_s: float = 20.0  # W15: the measured window, after warmup_s
 
 
 QUICK = Sizes(duration_s=0.3, warmup_s=0.1, clients=4, read_keys=50, bulk_keys=2_000, bulk_batch=500,
-              bulk_clients=2, failover_trials=1, failover_clients=2)
+              bulk_clients=2, failover_trials=1, failover_clients=2, watchers=20, watch_streams=4,
+              watch_rate=100.0, watch_duration_s=0.5, watch_drain_s=60.0, leases=100, lease_ttl_s=10,
+              lease_streams=2, lease_duration_s=2.0)
 
 
 def with_overrides(base: Sizes, **overrides: float | int | None) -> Sizes:

@@ -5,7 +5,9 @@ very client the bench drives etcd with (etcd.EtcdTarget)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
+
+from kv.tools.bench.processes import Registry
 
 # How the bench names read consistency levels; a Cluster lists those it supports.
 LINEARIZABLE = "linearizable"
@@ -52,6 +54,8 @@ class Cluster(Protocol):
     members: list[str]       # member names, e.g. n1..n3 or e1..e3
     max_bulk_ops: int        # most puts one bulk_put may carry
     consistencies: tuple[str, ...]
+    registry: Registry       # every process the bench started (a workload's own ones too)
+    client_tls: Any          # kv.client.tls.TLS the members' client ports want, None: plaintext
 
     def start(self) -> None: ...
 
@@ -76,3 +80,8 @@ class Cluster(Protocol):
     def pid(self, member: str) -> int | None: ...
 
     def target(self, timeout_s: float) -> Target: ...
+
+    def client_address(self, member: str) -> str:
+        """host:port of `member`'s client port, where it serves etcd's API (W14 and W15 open their
+        own gRPC streams there)."""
+        ...

@@ -52,6 +52,15 @@ class Context:
 Workload = Callable[[Cluster, Context], list[Metric]]
 
 
+class CheckFailed(AssertionError):
+    """A workload's check failed after it measured: the round fails with this message, and its
+    figures are still reported (say, how many events were delivered, how many leases expired)."""
+
+    def __init__(self, message: str, metrics: list[Metric]) -> None:
+        super().__init__(message)
+        self.metrics = metrics
+
+
 def key(prefix: str, worker: int, i: int, size: int = 16) -> bytes:
     """A distinct key of exactly `size` bytes (at least 16): prefix (2 chars), worker, sequence."""
     return f"{prefix[:2]:<2}{worker:03d}{i:0{size - 5}d}".encode()
