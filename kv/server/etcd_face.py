@@ -24,7 +24,7 @@ import grpc
 from kv import errors
 from kv.server.auth_gate import TOKEN_METADATA_KEY, AuthGate, token_of
 from kv.server.etcd_checks import EtcdError
-from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call, kv_error
+from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call
 from raft.node.node import RaftNode
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
@@ -226,13 +226,8 @@ class EtcdFace:
         member's state as it is (etcd's), others wait for a ReadIndex round (on the leader);
         `level` "lease" confirms by the leader's lease instead when it holds."""
         level = level or ("stale" if serializable else "linearizable")
-        try:
-            await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
-                                  lambda index: index)
-        except errors.RaftKVError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the node's own errors, as the client API's
-            raise kv_error(self.node, e) from None
+        await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
+                              lambda index: index)  # the node's errors come as the client API's (kv_error)
 
 
 class _Redirect(Exception):

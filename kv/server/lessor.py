@@ -45,6 +45,7 @@ class Lessor:
         self._clock = clock
         self._deadlines: dict[int, float] = {}
         self._term: int | None = None  # the term in which this member leads, None when it does not
+        self._known: dict[int, int] = {}  # the published leases the deadlines were last matched to
         self._revoking: set[int] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -70,16 +71,18 @@ class Lessor:
             self._deadlines.clear()
             return False
         term = node.core.term
-        now = self._clock()
         ttls = self._fsm.leases.ttls
         if self._term != term:
+            now = self._clock()
             self._term = term
             self._deadlines = {lease: now + ttl for lease, ttl in ttls.items()}
-        else:
+        elif ttls is not self._known:  # a batch granted or revoked leases since: once per batch, not per call
+            now = self._clock()
             for lease, ttl in ttls.items():  # granted since (applied here): from now
                 self._deadlines.setdefault(lease, now + ttl)
             for lease in self._deadlines.keys() - ttls.keys():
                 del self._deadlines[lease]  # revoked
+        self._known = ttls
         return True
 
     def expired(self) -> list[int]:
