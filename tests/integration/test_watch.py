@@ -46,8 +46,9 @@ def test_the_watch_protocol_as_etcd_speaks_it(cluster: Cluster) -> None:
     c.put("w/a", "2")
     c.delete("w/a")
     c.put("w/b", "x")
+    on_follower = cluster.client([follower])
     wait_until("the follower applied every write",
-               lambda: (kv := c.get_kv("w/b", consistency="stale")) is not None or None)
+               lambda: on_follower.get_kv("w/b", consistency="stale") is not None or None)
     stream = RawWatch(cluster._channel(follower))  # a follower serves watches from its own state
     try:
         # From a past revision, with the versions they replaced, no deletes.
@@ -81,7 +82,6 @@ def test_the_watch_protocol_as_etcd_speaks_it(cluster: Cluster) -> None:
         assert progress.watch_id == -1 and progress.header.revision >= first + 4 and not progress.events
         # A watch from a compacted revision is created, then cancelled with the compacted revision.
         c.compact(first + 2)
-        on_follower = cluster.client([follower])
         wait_until("the follower applied the compaction",
                    lambda: _refused(lambda: on_follower.get_kv("w/a", revision=first, consistency="stale")) or None)
         stream.send(create_request=pb.WatchCreateRequest(key=b"w/a", start_revision=first))

@@ -179,7 +179,7 @@ def stream_delay(spark: Any, endpoints: str, out_dir: Path, seconds: float = 30.
             delays.clear()
             started = time.monotonic()
             n = 0
-            while (elapsed := time.monotonic() - started) < seconds:
+            while time.monotonic() - started < seconds:
                 client.put(f"delay/{n % 1000:04d}", str(time.time()))
                 n += 1
                 pause = n / rate - (time.monotonic() - started)
