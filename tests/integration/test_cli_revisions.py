@@ -5,6 +5,7 @@ talks to raftkv's etcd API) must print the same bytes and leave the same keys.""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ COMPACTED = "etcdserver: mvcc: required revision has been compacted"
 FUTURE = "etcdserver: mvcc: required revision is a future revision"
 
 
+@functools.cache
 def console_script() -> list[str]:
     """`raftkv` as installed (pyproject's [project.scripts]) when it runs this source tree, else
     `python -m kv`, the same entry point (kv/__main__.py)."""
@@ -35,14 +37,9 @@ def console_script() -> list[str]:
     return [sys.executable, "-m", "kv"]
 
 
-RAFTKV: list[str] = []
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three members with a leader, shared by the module's tests (each uses keys of its own)."""
-    if not RAFTKV:
-        RAFTKV.extend(console_script())
     yield from module_cluster(tmp_path_factory.mktemp("cluster"))
 
 
@@ -54,7 +51,7 @@ def environment() -> dict[str, str]:
 
 def raftkv(cluster: Cluster, *argv: str, stdin: bytes = b"", endpoints: list[str] | None = None
            ) -> subprocess.CompletedProcess[bytes]:
-    command = [*RAFTKV, *argv, "--endpoints", ",".join(endpoints or cluster.endpoints), "--timeout", "10"]
+    command = [*console_script(), *argv, "--endpoints", ",".join(endpoints or cluster.endpoints), "--timeout", "10"]
     return subprocess.run(command, input=stdin, capture_output=True, env=environment(), timeout=60)
 
 

@@ -40,18 +40,13 @@ NOT_FOUND = "etcdserver: requested lease not found"
 # etcdctl -w json's fields of the response header, which raftkv's -w json leaves out.
 HEADER_FIELDS = ("cluster_id", "member_id", "revision", "raft_term")
 
-RAFTKV: list[str] = []
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if not RAFTKV:
-        RAFTKV.extend(console_script())
     yield from module_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 def raftkv_argv(cluster: Cluster, *argv: str, endpoints: list[str] | None = None) -> list[str]:
-    return [*RAFTKV, *argv, "--endpoints", ",".join(endpoints or cluster.endpoints), "--timeout", "10"]
+    return [*console_script(), *argv, "--endpoints", ",".join(endpoints or cluster.endpoints), "--timeout", "10"]
 
 
 def etcdctl_argv(cluster: Cluster, *argv: str, endpoints: list[str] | None = None) -> list[str]:
