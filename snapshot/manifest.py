@@ -2,7 +2,9 @@
 
 The manifest is the only thing a reader needs to trust the payload: ``size`` and ``sha256``
 describe the payload bytes exactly, ``index``/``term`` say which log entry the state includes last,
-``members`` the membership at that point. ``cluster_id`` and ``created_at`` are for people
+``members`` the member ids at that point and ``membership`` its configuration (voters, learners
+and their peer addresses, as raft/core/membership.py encodes it; empty when the state never
+applied one). ``cluster_id`` and ``created_at`` are for people
 (`raftkv snapshot inspect`), not for the protocol: a restored cluster gets a new cluster id.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ class SnapshotManifest:
     size: int  # bytes of the state payload (the compacted LMDB data.mdb)
     sha256: str  # hex digest of the payload
     key_count: int
+    membership: str = ""
     created_at: str = field(default_factory=lambda: utc_now_iso())
     format_version: int = FORMAT_VERSION
 
@@ -51,6 +54,7 @@ class SnapshotManifest:
             size=_int(fields, "size"),
             sha256=_sha256(fields),
             key_count=_int(fields, "key_count"),
+            membership=_typed(fields, "membership", str),
             created_at=_typed(fields, "created_at", str),
             format_version=_int(fields, "format_version"),
         )

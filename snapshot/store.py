@@ -11,6 +11,7 @@ names. `prune` must not run while a snapshot it may delete is being sent (keep >
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -40,8 +41,9 @@ _NAME = re.compile(r"^snapshot-(\d{20})-(\d{20})\.snap$")
 class Snapshottable(Protocol):
     """What `create` needs from a state machine (KVStateMachine has it)."""
 
-    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
-        """Write a consistent compacted copy to directory/data.mdb; return its (applied index, term)."""
+    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
+        """Write a consistent compacted copy to directory/data.mdb; return its (applied index,
+        term, membership: raft/core/membership.py's encoding, b"" when none was applied)."""
         ...
 
 
@@ -60,16 +62,19 @@ class SnapshotStore:
 
     def create(self, state_machine: Snapshottable, members: Sequence[str], cluster_id: str) -> SnapshotManifest:
         """Snapshot the state machine's current applied state; returns the manifest (the file is
-        at `path_for(manifest)`)."""
+        at `path_for(manifest)`). `members`: the bootstrap members, recorded when the state names
+        no configuration."""
         token = uuid.uuid4().hex
         copy_dir = self.directory / f"{TMP_PREFIX}{token}.copy"
         tmp_file = self.directory / f"{TMP_PREFIX}{token}.snap"
         try:
-            index, term = state_machine.copy_to(copy_dir)
+            index, term, membership = state_machine.copy_to(copy_dir)
             payload = copy_dir / STATE_FILE
             size, sha256 = payload_digest(payload)
+            if membership:
+                members = sorted({**json.loads(membership)["voters"], **json.loads(membership)["learners"]})
             manifest = SnapshotManifest(
-                index=index, term=term, members=tuple(members), cluster_id=cluster_id,
+                index=index, term=term, members=tuple(members), membership=membership.decode(), cluster_id=cluster_id,
                 size=size, sha256=sha256, key_count=count_keys(copy_dir))
             with open(tmp_file, "xb") as out:
                 write_snapshot(out, manifest, payload)

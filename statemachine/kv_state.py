@@ -9,6 +9,7 @@ One LMDB environment (a directory) holds these named databases:
 - ``sessions``, ``session_results``, ``session_expiry``: the client sessions that apply each
                       write exactly once (statemachine/client_sessions.py: rules, key layouts)
 - ``meta``            b"applied" -> (applied index, term of that entry); b"format" -> version;
+                      b"membership" -> the last configuration applied (raft/core/membership.py);
                       b"revision", b"compacted" -> the store's revision and the compacted one
 - ``auth``            users, roles, permissions and whether auth is on (statemachine/auth_state.py):
                       never among the user's keys, but in every copy, snapshot and state hash
@@ -111,6 +112,9 @@ _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, 
              HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME)
 _DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME})
 _APPLIED_KEY = b"applied"
+# The configuration of the last CONFIG entry applied (raft/core/membership.py's encoding): the
+# members a node restarts with, and a snapshot carries.
+_MEMBERSHIP_KEY = b"membership"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
 _APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
@@ -422,10 +426,16 @@ class KVStateMachine:
         raw = txn.get(_APPLIED_KEY, db=self._meta)
         return ReadView(txn, self._mvcc, self._auth_db, _APPLIED.unpack(raw) if raw is not None else (0, 0))
 
-    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
+    @property
+    def membership(self) -> bytes:
+        """The configuration of the last CONFIG entry applied (b"" when none was)."""
+        with self._env.begin() as txn:
+            return bytes(txn.get(_MEMBERSHIP_KEY, b"", db=self._meta))
+
+    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
         """Write a packed copy of the whole state (data, sessions, applied index) to
         `directory`/data.mdb from one read transaction, without stopping `apply`. Returns the
-        (applied index, applied term) the copy contains. For the snapshot code.
+        (applied index, applied term, membership) the copy contains. For the snapshot code.
 
         Packed rather than LMDB's compacting copy, which drops free pages but keeps every page as
         full as it is: keys inserted into the middle of the tree split pages in half, and W6's
@@ -437,6 +447,7 @@ class KVStateMachine:
         directory.mkdir(parents=True, exist_ok=True)
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED_KEY, db=self._meta)
+            membership = bytes(txn.get(_MEMBERSHIP_KEY, b"", db=self._meta))
             copy = lmdb.open(str(directory), map_size=self._env.info()["map_size"], subdir=True, max_dbs=len(_DB_NAMES),
                              sync=False, metasync=False, lock=False)
             try:
@@ -445,7 +456,8 @@ class KVStateMachine:
                     _append_all(txn, db, copy, copy.open_db(name, dupsort=dupsort), dupsort)
             finally:
                 copy.close()
-        return _APPLIED.unpack(raw) if raw is not None else (0, 0)
+        index, term = _APPLIED.unpack(raw) if raw is not None else (0, 0)
+        return index, term, membership
 
 
 # Entries per write transaction of a packed copy: bounds the copy's dirty pages in memory.
@@ -471,6 +483,7 @@ class _Batch:
 
     def __init__(self, machine: KVStateMachine, txn: lmdb.Transaction) -> None:
         self.txn = txn
+        self.meta_db = machine._meta
         self.mvcc = RevisionWriter(txn, machine._mvcc)
         self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
         self.auth_db = machine._auth_db
@@ -485,6 +498,8 @@ class _Batch:
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         if entry.type != EntryType.NORMAL:
+            if entry.type == EntryType.CONFIG:
+                self.txn.put(_MEMBERSHIP_KEY, entry.payload, db=self.meta_db)
             return None
         try:
             command = decode_command(entry.payload)

@@ -24,7 +24,8 @@ class NodeSnapshots:
         self._keep = keep
 
     def _info(self, manifest: SnapshotManifest, path: Path) -> SnapshotInfo:
-        return SnapshotInfo(manifest.index, manifest.term, path, path.stat().st_size, manifest.sha256)
+        return SnapshotInfo(manifest.index, manifest.term, path, path.stat().st_size, manifest.sha256,
+                            manifest.membership.encode())
 
     def newest(self) -> SnapshotInfo | None:
         found = self.store.newest()

@@ -129,6 +129,11 @@ class ReplaceableStateMachine:
         with self._lock.shared():
             return self._machine.applied_term
 
+    @property
+    def membership(self) -> bytes:
+        with self._lock.shared():
+            return self._machine.membership
+
     def apply(self, entries: Sequence[Entry]) -> list[Any]:
         return self._call("apply", entries)
 
@@ -184,7 +189,7 @@ class ReplaceableStateMachine:
     def sync(self) -> None:
         self._call("sync")
 
-    def copy_to(self, directory: str) -> tuple[int, int]:
+    def copy_to(self, directory: str) -> tuple[int, int, bytes]:
         return self._call("copy_to", directory)
 
     def read_view(self) -> Any:

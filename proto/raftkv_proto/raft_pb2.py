@@ -24,53 +24,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftkv_proto/raft.proto\x12\x0braftkv.raft\"N\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xad\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"<\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0f\n\x07members\x18\x03 \x03(\t\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\x97\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"\x95\x01\n\tPeerHello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\r\n\x05to_id\x18\x03 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x04 \x01(\t\x12%\n\x07purpose\x18\x05 \x01(\x0e\x32\x14.raftkv.raft.Purpose\x12\x15\n\rack_within_ms\x18\x06 \x01(\r\"\x95\x01\n\x0ePeerHelloReply\x12\x0f\n\x07refusal\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12\x15\n\rlast_log_term\x18\x05 \x01(\x04\x12\x16\n\x0elast_log_index\x18\x06 \x01(\x04\x12\x0c\n\x04\x61\x63ks\x18\x07 \x01(\x08\":\n\x0cMessageBatch\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\x19\n\x07Refusal\x12\x0e\n\x06reason\x18\x01 \x01(\t\"k\n\x0eSnapshotHeader\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\'\n\x04meta\x18\x02 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\t\";\n\rSnapshotChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t*!\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03*I\n\x07Purpose\x12\x17\n\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x0c\n\x08MESSAGES\x10\x01\x12\x0c\n\x08SNAPSHOT\x10\x02\x12\t\n\x05PROBE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftkv_proto/raft.proto\x12\x0braftkv.raft\"`\n\x0bVoteRequest\x12\x16\n\x0elast_log_index\x18\x01 \x01(\x04\x12\x15\n\rlast_log_term\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\x12\x10\n\x08transfer\x18\x04 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"5\n\x10HeartbeatRequest\x12\x14\n\x0c\x63ommit_index\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"D\n\x11HeartbeatResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xad\x01\n\x0bPushRequest\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12\x11\n\tpre_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_term\x18\x03 \x01(\x04\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x04\x12\x16\n\x0etruncate_index\x18\x06 \x01(\x04\x12\x15\n\rtruncate_term\x18\x07 \x01(\x04\"\xae\x01\n\x0cPushResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.raftkv.raft.PushType\x12#\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x15.raftkv.raft.PushCode\x12\x11\n\tpre_index\x18\x03 \x01(\x04\x12\r\n\x05index\x18\x04 \x01(\x04\x12\x11\n\tend_index\x18\x05 \x01(\x04\x12\x0e\n\x06x_term\x18\x06 \x01(\x04\x12\x0f\n\x07x_index\x18\x07 \x01(\x04\"?\n\x0cSnapshotMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x12\n\nmembership\x18\x03 \x01(\x0c\"\x13\n\x11TimeoutNowRequest\"A\n\x16InstallSnapshotRequest\x12\'\n\x04meta\x18\x01 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\"L\n\x17InstallSnapshotResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x11\n\tend_index\x18\x03 \x01(\x04\"\xd6\x04\n\x0bPeerMessage\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x30\n\x0cvote_request\x18\n \x01(\x0b\x32\x18.raftkv.raft.VoteRequestH\x00\x12\x32\n\rvote_response\x18\x0b \x01(\x0b\x32\x19.raftkv.raft.VoteResponseH\x00\x12:\n\x11heartbeat_request\x18\x0c \x01(\x0b\x32\x1d.raftkv.raft.HeartbeatRequestH\x00\x12<\n\x12heartbeat_response\x18\r \x01(\x0b\x32\x1e.raftkv.raft.HeartbeatResponseH\x00\x12\x30\n\x0cpush_request\x18\x0e \x01(\x0b\x32\x18.raftkv.raft.PushRequestH\x00\x12\x32\n\rpush_response\x18\x0f \x01(\x0b\x32\x19.raftkv.raft.PushResponseH\x00\x12G\n\x18install_snapshot_request\x18\x10 \x01(\x0b\x32#.raftkv.raft.InstallSnapshotRequestH\x00\x12I\n\x19install_snapshot_response\x18\x11 \x01(\x0b\x32$.raftkv.raft.InstallSnapshotResponseH\x00\x12=\n\x13timeout_now_request\x18\x12 \x01(\x0b\x32\x1e.raftkv.raft.TimeoutNowRequestH\x00\x42\x06\n\x04\x62ody\"\xab\x01\n\tPeerHello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12\r\n\x05to_id\x18\x03 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x04 \x01(\t\x12%\n\x07purpose\x18\x05 \x01(\x0e\x32\x14.raftkv.raft.Purpose\x12\x15\n\rack_within_ms\x18\x06 \x01(\r\x12\x14\n\x0cpeer_address\x18\x07 \x01(\t\"\xa6\x01\n\x0ePeerHelloReply\x12\x0f\n\x07refusal\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12\x15\n\rlast_log_term\x18\x05 \x01(\x04\x12\x16\n\x0elast_log_index\x18\x06 \x01(\x04\x12\x0c\n\x04\x61\x63ks\x18\x07 \x01(\x08\x12\x0f\n\x07removed\x18\x08 \x01(\x08\":\n\x0cMessageBatch\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.raftkv.raft.PeerMessage\"\x19\n\x07Refusal\x12\x0e\n\x06reason\x18\x01 \x01(\t\"k\n\x0eSnapshotHeader\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\'\n\x04meta\x18\x02 \x01(\x0b\x32\x19.raftkv.raft.SnapshotMeta\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\t\";\n\rSnapshotChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\"/\n\x0bSnapshotAck\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t*-\n\tEntryType\x12\n\n\x06NORMAL\x10\x00\x12\x08\n\x04NOOP\x10\x01\x12\n\n\x06\x43ONFIG\x10\x02*=\n\x08PushType\x12\n\n\x06\x41PPEND\x10\x00\x12\x0b\n\x07\x43OMPARE\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03*F\n\x08PushCode\x12\x0b\n\x07SUCCESS\x10\x00\x12\x10\n\x0cINCONSISTENT\x10\x01\x12\x0e\n\nSTALE_TERM\x10\x02\x12\x0b\n\x07REFUSED\x10\x03*I\n\x07Purpose\x12\x17\n\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x0c\n\x08MESSAGES\x10\x01\x12\x0c\n\x08SNAPSHOT\x10\x02\x12\t\n\x05PROBE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftkv_proto.raft_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYTYPE']._serialized_start=2004
-  _globals['_ENTRYTYPE']._serialized_end=2037
-  _globals['_PUSHTYPE']._serialized_start=2039
-  _globals['_PUSHTYPE']._serialized_end=2100
-  _globals['_PUSHCODE']._serialized_start=2102
-  _globals['_PUSHCODE']._serialized_end=2172
-  _globals['_PURPOSE']._serialized_start=2174
-  _globals['_PURPOSE']._serialized_end=2247
+  _globals['_ENTRYTYPE']._serialized_start=2148
+  _globals['_ENTRYTYPE']._serialized_end=2193
+  _globals['_PUSHTYPE']._serialized_start=2195
+  _globals['_PUSHTYPE']._serialized_end=2256
+  _globals['_PUSHCODE']._serialized_start=2258
+  _globals['_PUSHCODE']._serialized_end=2328
+  _globals['_PURPOSE']._serialized_start=2330
+  _globals['_PURPOSE']._serialized_end=2403
   _globals['_VOTEREQUEST']._serialized_start=40
-  _globals['_VOTEREQUEST']._serialized_end=118
-  _globals['_VOTERESPONSE']._serialized_start=120
-  _globals['_VOTERESPONSE']._serialized_end=169
-  _globals['_HEARTBEATREQUEST']._serialized_start=171
-  _globals['_HEARTBEATREQUEST']._serialized_end=224
-  _globals['_HEARTBEATRESPONSE']._serialized_start=226
-  _globals['_HEARTBEATRESPONSE']._serialized_end=294
-  _globals['_PUSHREQUEST']._serialized_start=297
-  _globals['_PUSHREQUEST']._serialized_end=470
-  _globals['_PUSHRESPONSE']._serialized_start=473
-  _globals['_PUSHRESPONSE']._serialized_end=647
-  _globals['_SNAPSHOTMETA']._serialized_start=649
-  _globals['_SNAPSHOTMETA']._serialized_end=709
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=711
-  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=776
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=778
-  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=854
-  _globals['_PEERMESSAGE']._serialized_start=857
-  _globals['_PEERMESSAGE']._serialized_end=1392
-  _globals['_PEERHELLO']._serialized_start=1395
-  _globals['_PEERHELLO']._serialized_end=1544
-  _globals['_PEERHELLOREPLY']._serialized_start=1547
-  _globals['_PEERHELLOREPLY']._serialized_end=1696
-  _globals['_MESSAGEBATCH']._serialized_start=1698
-  _globals['_MESSAGEBATCH']._serialized_end=1756
-  _globals['_REFUSAL']._serialized_start=1758
-  _globals['_REFUSAL']._serialized_end=1783
-  _globals['_SNAPSHOTHEADER']._serialized_start=1785
-  _globals['_SNAPSHOTHEADER']._serialized_end=1892
-  _globals['_SNAPSHOTCHUNK']._serialized_start=1894
-  _globals['_SNAPSHOTCHUNK']._serialized_end=1953
-  _globals['_SNAPSHOTACK']._serialized_start=1955
-  _globals['_SNAPSHOTACK']._serialized_end=2002
+  _globals['_VOTEREQUEST']._serialized_end=136
+  _globals['_VOTERESPONSE']._serialized_start=138
+  _globals['_VOTERESPONSE']._serialized_end=187
+  _globals['_HEARTBEATREQUEST']._serialized_start=189
+  _globals['_HEARTBEATREQUEST']._serialized_end=242
+  _globals['_HEARTBEATRESPONSE']._serialized_start=244
+  _globals['_HEARTBEATRESPONSE']._serialized_end=312
+  _globals['_PUSHREQUEST']._serialized_start=315
+  _globals['_PUSHREQUEST']._serialized_end=488
+  _globals['_PUSHRESPONSE']._serialized_start=491
+  _globals['_PUSHRESPONSE']._serialized_end=665
+  _globals['_SNAPSHOTMETA']._serialized_start=667
+  _globals['_SNAPSHOTMETA']._serialized_end=730
+  _globals['_TIMEOUTNOWREQUEST']._serialized_start=732
+  _globals['_TIMEOUTNOWREQUEST']._serialized_end=751
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_start=753
+  _globals['_INSTALLSNAPSHOTREQUEST']._serialized_end=818
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_start=820
+  _globals['_INSTALLSNAPSHOTRESPONSE']._serialized_end=896
+  _globals['_PEERMESSAGE']._serialized_start=899
+  _globals['_PEERMESSAGE']._serialized_end=1497
+  _globals['_PEERHELLO']._serialized_start=1500
+  _globals['_PEERHELLO']._serialized_end=1671
+  _globals['_PEERHELLOREPLY']._serialized_start=1674
+  _globals['_PEERHELLOREPLY']._serialized_end=1840
+  _globals['_MESSAGEBATCH']._serialized_start=1842
+  _globals['_MESSAGEBATCH']._serialized_end=1900
+  _globals['_REFUSAL']._serialized_start=1902
+  _globals['_REFUSAL']._serialized_end=1927
+  _globals['_SNAPSHOTHEADER']._serialized_start=1929
+  _globals['_SNAPSHOTHEADER']._serialized_end=2036
+  _globals['_SNAPSHOTCHUNK']._serialized_start=2038
+  _globals['_SNAPSHOTCHUNK']._serialized_end=2097
+  _globals['_SNAPSHOTACK']._serialized_start=2099
+  _globals['_SNAPSHOTACK']._serialized_end=2146
 # @@protoc_insertion_point(module_scope)

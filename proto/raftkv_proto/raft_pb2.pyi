@@ -11,6 +11,7 @@ class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     NORMAL: _ClassVar[EntryType]
     NOOP: _ClassVar[EntryType]
+    CONFIG: _ClassVar[EntryType]
 
 class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +35,7 @@ class Purpose(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROBE: _ClassVar[Purpose]
 NORMAL: EntryType
 NOOP: EntryType
+CONFIG: EntryType
 APPEND: PushType
 COMPARE: PushType
 TRUNCATE: PushType
@@ -48,14 +50,16 @@ SNAPSHOT: Purpose
 PROBE: Purpose
 
 class VoteRequest(_message.Message):
-    __slots__ = ("last_log_index", "last_log_term", "pre_vote")
+    __slots__ = ("last_log_index", "last_log_term", "pre_vote", "transfer")
     LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
     last_log_index: int
     last_log_term: int
     pre_vote: bool
-    def __init__(self, last_log_index: _Optional[int] = ..., last_log_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ...) -> None: ...
+    transfer: bool
+    def __init__(self, last_log_index: _Optional[int] = ..., last_log_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., transfer: _Optional[bool] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
     __slots__ = ("granted", "pre_vote")
@@ -120,14 +124,18 @@ class PushResponse(_message.Message):
     def __init__(self, type: _Optional[_Union[PushType, str]] = ..., code: _Optional[_Union[PushCode, str]] = ..., pre_index: _Optional[int] = ..., index: _Optional[int] = ..., end_index: _Optional[int] = ..., x_term: _Optional[int] = ..., x_index: _Optional[int] = ...) -> None: ...
 
 class SnapshotMeta(_message.Message):
-    __slots__ = ("index", "term", "members")
+    __slots__ = ("index", "term", "membership")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
-    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
-    members: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
+    membership: bytes
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., membership: _Optional[bytes] = ...) -> None: ...
+
+class TimeoutNowRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class InstallSnapshotRequest(_message.Message):
     __slots__ = ("meta",)
@@ -146,7 +154,7 @@ class InstallSnapshotResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., index: _Optional[int] = ..., end_index: _Optional[int] = ...) -> None: ...
 
 class PeerMessage(_message.Message):
-    __slots__ = ("src", "dst", "term", "vote_request", "vote_response", "heartbeat_request", "heartbeat_response", "push_request", "push_response", "install_snapshot_request", "install_snapshot_response")
+    __slots__ = ("src", "dst", "term", "vote_request", "vote_response", "heartbeat_request", "heartbeat_response", "push_request", "push_response", "install_snapshot_request", "install_snapshot_response", "timeout_now_request")
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +166,7 @@ class PeerMessage(_message.Message):
     PUSH_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     INSTALL_SNAPSHOT_REQUEST_FIELD_NUMBER: _ClassVar[int]
     INSTALL_SNAPSHOT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_NOW_REQUEST_FIELD_NUMBER: _ClassVar[int]
     src: str
     dst: str
     term: int
@@ -169,26 +178,29 @@ class PeerMessage(_message.Message):
     push_response: PushResponse
     install_snapshot_request: InstallSnapshotRequest
     install_snapshot_response: InstallSnapshotResponse
-    def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., heartbeat_request: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., push_request: _Optional[_Union[PushRequest, _Mapping]] = ..., push_response: _Optional[_Union[PushResponse, _Mapping]] = ..., install_snapshot_request: _Optional[_Union[InstallSnapshotRequest, _Mapping]] = ..., install_snapshot_response: _Optional[_Union[InstallSnapshotResponse, _Mapping]] = ...) -> None: ...
+    timeout_now_request: TimeoutNowRequest
+    def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., heartbeat_request: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., push_request: _Optional[_Union[PushRequest, _Mapping]] = ..., push_response: _Optional[_Union[PushResponse, _Mapping]] = ..., install_snapshot_request: _Optional[_Union[InstallSnapshotRequest, _Mapping]] = ..., install_snapshot_response: _Optional[_Union[InstallSnapshotResponse, _Mapping]] = ..., timeout_now_request: _Optional[_Union[TimeoutNowRequest, _Mapping]] = ...) -> None: ...
 
 class PeerHello(_message.Message):
-    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose", "ack_within_ms")
+    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose", "ack_within_ms", "peer_address")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_ID_FIELD_NUMBER: _ClassVar[int]
     TO_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     ACK_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     from_id: str
     to_id: str
     client_address: str
     purpose: Purpose
     ack_within_ms: int
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ..., ack_within_ms: _Optional[int] = ...) -> None: ...
+    peer_address: str
+    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ..., ack_within_ms: _Optional[int] = ..., peer_address: _Optional[str] = ...) -> None: ...
 
 class PeerHelloReply(_message.Message):
-    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index", "acks")
+    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index", "acks", "removed")
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +208,7 @@ class PeerHelloReply(_message.Message):
     LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     refusal: str
     node_id: str
     client_address: str
@@ -203,7 +216,8 @@ class PeerHelloReply(_message.Message):
     last_log_term: int
     last_log_index: int
     acks: bool
-    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., acks: _Optional[bool] = ...) -> None: ...
+    removed: bool
+    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., acks: _Optional[bool] = ..., removed: _Optional[bool] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

@@ -16,15 +16,17 @@ from raft.core.messages import (
     PushRequest,
     PushResponse,
     PushType,
+    TimeoutNowRequest,
     VoteRequest,
     VoteResponse,
 )
+from raft.core.membership import ChangeKind, Membership, MembershipChangeError
 from raft.core.raft import RaftCore
 from raft.core.ready import DroppedProposals, FailedRead, Ready, ReadState, SnapshotSend, SoftState
 from raft.core.types import CoreStatus, Entry, EntryType, HardState, Role, SnapshotMeta
 
 __all__ = [
-    "CoreConfig", "CoreStatus", "DroppedProposals", "Entry", "EntryType", "FailedRead", "HardState",
+    "ChangeKind", "CoreConfig", "CoreStatus", "Membership", "MembershipChangeError", "TimeoutNowRequest", "DroppedProposals", "Entry", "EntryType", "FailedRead", "HardState",
     "HeartbeatRequest", "HeartbeatResponse", "InstallSnapshotRequest", "InstallSnapshotResponse",
     "LogStore", "MemoryLogStore", "Message", "NotLeaderError", "PushCode", "PushRequest", "PushResponse",
     "PushType", "RaftCore", "ReadState", "Ready", "Role", "SnapshotMeta", "SnapshotSend", "SoftState",

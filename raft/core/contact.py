@@ -17,16 +17,24 @@ _SENT_KEPT = 1000
 
 
 class FollowerContact:
-    def __init__(self, peers: Sequence[str], quorum: int, now: int) -> None:
-        """`quorum`: members that make a majority, the leader included."""
+    def __init__(self, peers: Sequence[str], need: int, now: int) -> None:
+        """`peers`: the voters other than the leader; `need`: how many of them a majority needs
+        beside the leader (all of a majority when the leader itself is no voter)."""
         self._peers = tuple(peers)
-        self._need = quorum - 1  # followers a majority needs beside the leader
+        self._need = need
         self.since = now  # when this leadership began
         self.seq = 0  # the newest round sent
         self._sent_at: dict[int, int] = {}
         self._acked: dict[str, int] = {p: 0 for p in peers}  # newest round each follower acknowledged
         self._heard: dict[str, int] = {}  # any answer in this term
         self._ack_sent: dict[str, int] = {}  # send time of the newest heartbeat each acknowledged
+
+    def reconfigure(self, peers: Sequence[str], need: int) -> None:
+        """A new configuration: what is known of the voters that stay is kept."""
+        self._peers = tuple(peers)
+        self._need = need
+        for p in self._peers:
+            self._acked.setdefault(p, 0)
 
     def new_round(self, now: int) -> int:
         self.seq += 1
@@ -51,7 +59,7 @@ class FollowerContact:
         """The newest round a majority acknowledged (0: none)."""
         if self._need == 0:
             return self.seq
-        return sorted(self._acked.values(), reverse=True)[self._need - 1]
+        return sorted((self._acked.get(p, 0) for p in self._peers), reverse=True)[self._need - 1]
 
     def read_round_peers(self) -> list[str]:
         """The followers a read round asks: as many as a majority needs, those that acknowledged

@@ -28,7 +28,7 @@ class Election:
 
     config: CoreConfig
     rng: random.Random
-    members: int
+    voters: frozenset[str]  # whose votes count (the latest configuration's voters)
     rejoin_floor: tuple[int, int] | None = None
     deadline: int = 0
     # The votes of the round this node stands in: voter -> granted (itself included).
@@ -71,7 +71,8 @@ class Election:
         return self.won()
 
     def won(self) -> bool:
-        return sum(self.votes.values()) >= majority(self.members)
+        granted = sum(1 for voter, yes in self.votes.items() if yes and voter in self.voters)
+        return granted >= majority(len(self.voters))
 
     def deserves_vote(self, log: RaftLog, last_log_index: int, last_log_term: int) -> bool:
         """Is a candidate's log at least as up to date as ours (Raft §5.4.1), and, while we

@@ -38,12 +38,21 @@ class VoteRequest(Message):
     last_log_term: int = 0
     # A pre-vote asks "would you vote for me at `term`?" without anyone changing term.
     pre_vote: bool = False
+    # The candidate stands because its leader handed it leadership (TimeoutNowRequest): voters
+    # that heard from that leader a moment ago vote anyway (Raft thesis §3.10).
+    transfer: bool = False
 
 
 @dataclass(slots=True)
 class VoteResponse(Message):
     granted: bool = False
     pre_vote: bool = False
+
+
+@dataclass(slots=True)
+class TimeoutNowRequest(Message):
+    """A leader hands its leadership to a follower whose log it has brought up to its own end:
+    stand at once, without a pre-vote (Raft thesis §3.10)."""
 
 
 @dataclass(slots=True)

@@ -15,8 +15,9 @@ from raft.core.config import CoreConfig
 from raft.core.dispatcher import Outgoing
 from raft.core.election import Election
 from raft.core.entry_handler import EntryHandler
-from raft.core.errors import NotLeaderError
+from raft.core.errors import NotLeaderError, TransferringError
 from raft.core.log_store import LogStore
+from raft.core.membership import ChangeKind, Membership, MembershipChangeError, MembershipLog
 from raft.core.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -25,11 +26,12 @@ from raft.core.messages import (
     Message,
     PushRequest,
     PushResponse,
+    TimeoutNowRequest,
     VoteRequest,
     VoteResponse,
     refusal_of_stale,
 )
-from raft.core.leadership import Leadership
+from raft.core.leadership import Leadership, Transfer
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker
 from raft.core.ready import DroppedProposals, FailedRead, Ready, SnapshotSend, SoftState
@@ -39,23 +41,33 @@ _NEVER = -(1 << 62)
 
 
 class RaftCore:
-    """Inputs: tick(now), clock(now), step(message), propose(payloads), read_index(ctx),
-    applied_to(index), peer_unreachable(peer).
+    """Inputs: tick(now), clock(now), step(message), propose(payloads), propose_membership(change),
+    transfer_leadership(target), read_index(ctx), applied_to(index), peer_unreachable(peer).
     Outputs: ready() -> Ready, handled by the driver, then advance(ready).
 
-    `members` includes this node. `log` is read, never written, by the core. `applied_index` is
-    what the state machine already holds on (re)start: the core will not hand those entries out
-    again. `rng` supplies the election timeout jitter, so a seeded generator makes runs repeatable.
-    `rejoin_floor`: this node lost its log and rejoins (election.py says what that means)."""
+    `membership`: the configuration in force at `applied_index` (what the state machine holds,
+    else the bootstrap one of a new cluster; a plain sequence names voters without addresses);
+    None for a node that joins a cluster it knows nothing of yet: it campaigns for nothing and
+    follows whichever leader reaches it. Configurations in the log after `applied_index` take
+    effect at once (membership.py). `log` is read, never written, by the core. `applied_index`
+    is what the state machine already holds on (re)start: the core will not hand those entries
+    out again. `membership_logged`: whether the base configuration came from the log (the
+    state machine applied a CONFIG entry, or installed a snapshot); a leader writes one as its
+    term's first entry while none is, so every log names its members. `rng` supplies the
+    election timeout jitter, so a seeded generator makes runs repeatable. `rejoin_floor`: this
+    node lost its log and rejoins (election.py says what that means)."""
 
-    def __init__(self, node_id: str, members: Sequence[str], log: LogStore, config: CoreConfig,
+    def __init__(self, node_id: str, membership: Membership | Sequence[str] | None, log: LogStore, config: CoreConfig,
                  rng: random.Random, now: int, applied_index: int = 0,
-                 rejoin_floor: tuple[int, int] | None = None) -> None:
-        if node_id not in members:
-            raise ValueError(f"{node_id!r} is not among the members {sorted(members)}")
+                 rejoin_floor: tuple[int, int] | None = None, membership_logged: bool = False) -> None:
+        if membership is not None and not isinstance(membership, Membership):
+            membership = Membership.of_voters({m: "" for m in membership})
+        if membership is not None and node_id not in membership and not membership_logged:
+            # (A configuration from the log may not name this node: a learner's first snapshot
+            # can predate the entry that added it, which its log may not hold yet; a removed
+            # node learns below that it was removed.)
+            raise ValueError(f"{node_id!r} is not among the members {list(membership.members)}")
         self.id = node_id
-        self.members = tuple(sorted(set(members)))
-        self.peers = tuple(m for m in self.members if m != node_id)
         self.config = config
         self.now = now
         self.log = RaftLog(log)
@@ -63,6 +75,12 @@ class RaftCore:
         if not before_index <= applied_index <= self.log.last_index():
             raise ValueError(f"the state machine's applied index {applied_index} lies outside the log "
                              f"({before_index}, {self.log.last_index()}]: the data directory is inconsistent")
+        self._configs = MembershipLog(applied_index, membership or Membership(), logged=membership_logged,
+                                      known=membership is not None)
+        self.log.configs = self._configs
+        self._configs.scan(self.log, applied_index)
+        self.membership = self._configs.latest
+        self._removed_at: int | None = None  # the committed configuration that removed this node
         hard = log.hard_state()
         self._term = hard.term
         self._voted_for = hard.voted_for
@@ -74,7 +92,7 @@ class RaftCore:
         self._apply = ApplyCursor(applied_index)
         self._handler = EntryHandler(self.log, config)
         self._reads = ReadIndexTracker()
-        self._election = Election(config, rng, len(self.members), rejoin_floor)
+        self._election = Election(config, rng, frozenset(self.membership.voters), rejoin_floor)
         self._election.reset_timer(now)
         self._lead: Leadership | None = None  # while this node leads its term
         # Output queues, drained by ready().
@@ -93,6 +111,27 @@ class RaftCore:
     @property
     def term(self) -> int:
         return self._term
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Every member of the latest configuration, voters and learners."""
+        return self.membership.members
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return tuple(m for m in self.membership.members if m != self.id)
+
+    @property
+    def committed_membership(self) -> Membership:
+        """The configuration in force at the commit index (the latest one may be newer, and may
+        still be truncated away)."""
+        return self._configs.at(self._commit)
+
+    @property
+    def removed_at(self) -> int | None:
+        """The index of a committed configuration that removed this node (None: none did). Once
+        it is applied the node is done (the driver stops it)."""
+        return self._removed_at
 
     @property
     def role(self) -> Role:
@@ -116,8 +155,20 @@ class RaftCore:
 
     def status(self) -> CoreStatus:
         peers = dict(self._lead.quorum.match) if self._lead is not None else {}
+        transfer = self._lead.transfer if self._lead is not None else None
         return CoreStatus(self.id, self._role, self._term, self._leader, self._commit, self._apply.applied,
-                          self.log.last_index(), self.log.before_begin()[0], peers)
+                          self.log.last_index(), self.log.before_begin()[0], peers,
+                          tuple(sorted(self.membership.voters)), tuple(sorted(self.membership.learners)),
+                          transfer.target if transfer is not None else None)
+
+    def recently_active(self) -> frozenset[str]:
+        """(Leader) This node and the members that answered it within an election timeout
+        (etcd's "started" members, for its strict reconfiguration check); empty when not leader."""
+        if self._lead is None:
+            return frozenset()
+        live = {p for p in self._lead.dispatchers
+                if self._lead.contact.live(p, self.now, self.config.election_timeout_ms)}
+        return frozenset({self.id, *live})
 
     def replicating_floor(self) -> int | None:
         """(Leader) The lowest match index of the followers that are appending and answered within
@@ -145,8 +196,8 @@ class RaftCore:
             self._tick_leader(self._lead)
             return
         if self.now >= self._election.deadline:
-            if self.rejoining:
-                self._election.reset_timer(self.now)  # not a voter yet: it waits for a leader
+            if self.rejoining or not self._may_stand(self.id):
+                self._election.reset_timer(self.now)  # not a voter (yet): it waits for a leader
             else:
                 self._start_pre_vote()
         self._messages.extend(self._handler.expire_held(self.now))
@@ -158,12 +209,62 @@ class RaftCore:
         self.now = max(self.now, now)
 
     def propose(self, payloads: Sequence[bytes]) -> tuple[int, int]:
-        if self._lead is None:
-            raise NotLeaderError(self._leader, self._term)
+        lead = self._leading()
         first = self.log.last_index() + 1
         self.log.append([Entry(first + i, self._term, EntryType.NORMAL, p) for i, p in enumerate(payloads)])
-        self._lead.proposed(first, self.log.last_index())
+        lead.proposed(first, self.log.last_index())
         return first, self._term
+
+    def _leading(self) -> Leadership:
+        """This node's leadership, if it takes proposals now."""
+        if self._lead is None:
+            raise NotLeaderError(self._leader, self._term)
+        if self._lead.transfer is not None:
+            raise TransferringError(self._lead.transfer.target, self._term)
+        return self._lead
+
+    def propose_membership(self, kind: ChangeKind, member: str, address: str = "") -> tuple[int, int]:
+        """Propose one membership change as a CONFIG entry: (index, term) of the entry, which
+        takes effect at once and is answered, as any proposal, when it is applied.
+        MembershipChangeError when it cannot be made now (membership.py's rules)."""
+        lead = self._leading()
+        if self._configs.latest_index > self._commit:
+            raise MembershipChangeError(f"a membership change is still in progress (the configuration at index "
+                                        f"{self._configs.latest_index} is not committed yet); try again shortly")
+        if not self._committed_in_term():
+            raise MembershipChangeError("the leader has not committed an entry of its term yet; try again shortly")
+        if kind is ChangeKind.REMOVE and member == self.id and self.membership.voters.keys() == {self.id}:
+            raise MembershipChangeError(f"{member} is the only voter")
+        changed = self.membership.changed(kind, member, address)
+        index = self.log.last_index() + 1
+        self.log.append([Entry(index, self._term, EntryType.CONFIG, changed.encode())])
+        lead.proposed(index, index)
+        self._sync_membership()
+        return index, self._term
+
+    def transfer_leadership(self, target: str) -> None:
+        """Hand leadership to voter `target` (Raft thesis §3.10): take no proposals, bring its log
+        up to ours, then tell it to stand at once (TimeoutNowRequest). If it has not won within an
+        election timeout, lead on. ValueError for a target that cannot lead."""
+        lead = self._leading()
+        if target == self.id:
+            raise ValueError(f"{target} already leads")
+        if not self.membership.is_voter(target):
+            raise ValueError(f"{target} is not a voter" + (" (a learner: promote it first)"
+                                                           if target in self.membership.learners else ""))
+        lead.transfer = Transfer(target, self.now + self.config.election_timeout_ms)
+        dispatcher = lead.dispatchers[target]
+        dispatcher.eager = True  # a lazy follower's tail would wait up to lazy_push_ms
+        self._send(dispatcher.poll(self.now))
+        self._maybe_send_timeout_now(lead)
+
+    def _maybe_send_timeout_now(self, lead: Leadership) -> None:
+        transfer = lead.transfer
+        if transfer is None or transfer.timeout_sent:
+            return
+        if lead.match_index(transfer.target) >= self.log.last_index():
+            transfer.timeout_sent = True
+            self._leader_messages.append(TimeoutNowRequest(self.id, transfer.target, self._term))
 
     def read_index(self, ctx: object) -> None:
         if self._role != Role.LEADER:
@@ -205,19 +306,30 @@ class RaftCore:
         return not self._installing and self._apply.has_more(self._commit)
 
     def step(self, msg: Message) -> None:
-        if msg.dst != self.id or msg.src not in self.members or msg.src == self.id:
+        if msg.dst != self.id or msg.src == self.id:
             return
+        if isinstance(msg, VoteRequest) and not self._may_stand(msg.src):
+            # Only the latest configuration's voters stand: a removed member (or one this node's
+            # log does not yet know as a voter) gets no vote and moves no term. (Save one that
+            # an uncommitted configuration removes: see _may_stand.)
+            if not msg.pre_vote or msg.term > self._term:
+                self._messages.append(VoteResponse(self.id, msg.src, self._term, granted=False, pre_vote=msg.pre_vote))
+            return
+        self._step(msg)
+        self._sync_membership()
+
+    def _step(self, msg: Message) -> None:
         if msg.term > self._term:
             if isinstance(msg, VoteRequest):
                 if msg.pre_vote:
                     self._on_vote_request(msg)  # a pre-vote changes no one's term
                     return
-                if self._in_lease():
+                if self._in_lease() and not msg.transfer:
                     return  # a disruptive candidate: ignore it without adopting its term
             if isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
                 self._on_vote_response(msg)  # carries the term we would stand in
                 return
-            is_leader_msg = isinstance(msg, (HeartbeatRequest, PushRequest, InstallSnapshotRequest))
+            is_leader_msg = isinstance(msg, (HeartbeatRequest, PushRequest, InstallSnapshotRequest, TimeoutNowRequest))
             self._become_follower(msg.term, msg.src if is_leader_msg else None)
         elif msg.term < self._term:
             reply = refusal_of_stale(msg, self.id, self._term, self.log.last_index())
@@ -233,6 +345,7 @@ class RaftCore:
             PushResponse: self._on_push_response,
             InstallSnapshotRequest: self._on_install_snapshot,
             InstallSnapshotResponse: self._on_snapshot_response,
+            TimeoutNowRequest: self._on_timeout_now,
         }[type(msg)]
         handler(msg)  # type: ignore[operator]
 
@@ -302,12 +415,42 @@ class RaftCore:
             self._commit = max(self._commit, idx)
             self._apply.installed(idx)
             self._handler.matched_through(idx)
+            self._configs.reset(idx, Membership.decode(rd.snapshot.membership) if rd.snapshot.membership else None)
+            self._configs.scan(self.log, idx)
         if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
         self._election.check_caught_up(self.log, self._leader, self._commit, self._term)
         if self._lead is not None:
             # The leader counts itself toward a quorum only for what is on its own disk.
             self._update_match(self.id, self.log.persisted_index)
+        self._sync_membership()
+
+    def _sync_membership(self) -> None:
+        """Follow the latest configuration in the log (membership.py), and act on one that
+        committed: a leader it removed steps down; a node it removed is done."""
+        configs = self._configs
+        latest = configs.latest
+        if latest is not self.membership:
+            self.membership = latest
+            self._election.voters = frozenset(latest.voters)
+            if self._lead is not None:
+                self._send(self._lead.reconfigure(latest))
+                self._maybe_commit(self._lead)  # fewer voters may make a majority already
+        configs.committed_through(self._commit)
+        committed = configs.latest_index <= self._commit
+        if committed and self.id in latest.removed and self._removed_at is None:
+            self._removed_at = configs.latest_index
+        if self._lead is not None and not latest.is_voter(self.id) and committed:
+            self._hand_over(self._lead)
+
+    def _hand_over(self, lead: Leadership) -> None:
+        """(Leader) A committed configuration took away our vote: step down, first telling the
+        most caught-up voter to stand at once, so the cluster need not wait out a timeout."""
+        best = max(lead.dispatchers.values(), key=lambda d: (d.peer in self.membership.voters, d.match_index),
+                   default=None)
+        if best is not None and best.peer in self.membership.voters and best.match_index >= self.log.last_index():
+            self._leader_messages.append(TimeoutNowRequest(self.id, best.peer, self._term))
+        self._become_follower(self._term, None)
 
     def _soft_state_changed(self) -> bool:
         # Field by field: has_ready runs several times per write, and building a SoftState to
@@ -361,6 +504,26 @@ class RaftCore:
         self._failed_reads.extend(self._reads.fail_unconfirmed(new_leader))
         self._lead = None
 
+    def _may_stand(self, member: str) -> bool:
+        """Whether `member` may stand, as far as this node's log says: a voter of the latest
+        configuration, or of the one before it while the latest is uncommitted (a voter that an
+        uncommitted change removes; its votes are counted in the latest configuration, its own
+        not, and voters that hold that change still consider its requests). Otherwise the
+        leader of two voters that removed itself and lost its leadership before the change
+        reached the other leaves that one unable to win (it needs this node's vote, which this
+        node's longer log refuses) while this one would wait for a leader forever; and with
+        three, the voters holding the change would refuse the only candidate a rejoining voter
+        (raft/core/election.py) may vote for. Granting a vote is safe whoever asks (Raft thesis
+        §4.1: servers vote for candidates outside their latest configuration); the refusal only
+        keeps members removed for good from disturbing the cluster."""
+        if self.membership.is_voter(member):
+            return True
+        configs = self._configs
+        return configs.latest_index > self._commit and configs.at(configs.latest_index - 1).is_voter(member)
+
+    def _voter_peers(self) -> list[str]:
+        return [p for p in self.membership.voters if p != self.id]
+
     def _start_pre_vote(self) -> None:
         self._role = Role.PRE_CANDIDATE
         self._set_leader(None)
@@ -368,11 +531,11 @@ class RaftCore:
         if self._election.stand(self.id):
             self._start_election()
             return
-        for p in self.peers:
+        for p in self._voter_peers():
             self._messages.append(VoteRequest(self.id, p, self._term + 1, self.log.last_index(),
                                               self.log.last_term(), pre_vote=True))
 
-    def _start_election(self) -> None:
+    def _start_election(self, transfer: bool = False) -> None:
         self._term += 1
         self._voted_for, self._hard_dirty = self.id, True
         self._role = Role.CANDIDATE
@@ -381,20 +544,28 @@ class RaftCore:
         if self._election.stand(self.id):
             self._become_leader()
             return
-        for p in self.peers:
+        for p in self._voter_peers():
             # Sent only after the Ready carrying our vote for ourselves is on disk.
-            self._messages.append(VoteRequest(self.id, p, self._term, self.log.last_index(), self.log.last_term()))
+            self._messages.append(VoteRequest(self.id, p, self._term, self.log.last_index(), self.log.last_term(),
+                                              transfer=transfer))
 
     def _become_leader(self) -> None:
         self._role = Role.LEADER
         self._set_leader(self.id)
         self._election.votes = {}
         # A no-op of our term: entries of older terms commit only under one of ours (Raft §5.4.2).
-        self.log.append([Entry(self.log.last_index() + 1, self._term, EntryType.NOOP)])
+        # While the log names no configuration (a new cluster's first leader), the configuration
+        # it starts with takes the no-op's place, so that every log names its members.
+        index = self.log.last_index() + 1
+        if self._configs.logged:
+            self.log.append([Entry(index, self._term, EntryType.NOOP)])
+        else:
+            self.log.append([Entry(index, self._term, EntryType.CONFIG, self.membership.encode())])
         self._lead = Leadership(self)
         self._send(self._lead.start())
         self._broadcast_heartbeat()
         self._update_match(self.id, self.log.persisted_index)
+        self._sync_membership()
 
     # ------------------------------------------------------------------ election messages
 
@@ -455,6 +626,12 @@ class RaftCore:
         self._messages.extend(self._handler.handle(msg, self.now, self._commit))
         self._learn_commit(msg.commit_index)
 
+    def _on_timeout_now(self, msg: TimeoutNowRequest) -> None:
+        """Our leader hands us leadership: stand now, with no pre-vote (its log is ours)."""
+        if not self._accept_leader(msg.src) or self.rejoining or not self.membership.is_voter(self.id):
+            return
+        self._start_election(transfer=True)
+
     def _on_install_snapshot(self, msg: InstallSnapshotRequest) -> None:
         if not self._accept_leader(msg.src) or self._installing:
             return
@@ -471,6 +648,8 @@ class RaftCore:
     # ------------------------------------------------------------------ leader side
 
     def _tick_leader(self, lead: Leadership) -> None:
+        if lead.transfer is not None and self.now >= lead.transfer.deadline:
+            lead.transfer = None  # the target did not win in time: lead on, and take proposals again
         if self.now >= lead.next_heartbeat:
             self._broadcast_heartbeat()
         if not lead.contact.quorum_active(self.now, self.config.election_timeout_ms):
@@ -482,7 +661,7 @@ class RaftCore:
         """The periodic heartbeat, to every follower; it also serves waiting reads."""
         assert self._lead is not None
         self._lead.next_heartbeat = self.now + self.config.heartbeat_interval_ms
-        self._heartbeat_round(self._lead, self.peers)
+        self._heartbeat_round(self._lead, list(self._lead.dispatchers))
 
     def _send_read_round(self) -> None:
         """A heartbeat round for waiting reads, to no more followers than a majority needs: each
@@ -517,6 +696,8 @@ class RaftCore:
             return
         self._send(self._lead.on_push_response(msg))
         self._update_match(msg.src, self._lead.match_index(msg.src))
+        if self._lead is not None:
+            self._maybe_send_timeout_now(self._lead)
 
     def _on_snapshot_response(self, msg: InstallSnapshotResponse) -> None:
         if self._lead is None:

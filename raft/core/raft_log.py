@@ -7,7 +7,8 @@ and a truncation decided meanwhile is simply the next Ready's `truncate_from`.""
 from __future__ import annotations
 
 from raft.core.log_store import LogStore
-from raft.core.types import Entry
+from raft.core.membership import Membership, MembershipLog
+from raft.core.types import Entry, EntryType
 
 
 class LogCompactedError(IndexError):
@@ -18,6 +19,9 @@ class LogCompactedError(IndexError):
 class RaftLog:
     def __init__(self, store: LogStore) -> None:
         self.store = store
+        # The configurations along the log, told of every CONFIG entry appended and every
+        # truncation (the core sets it).
+        self.configs: MembershipLog | None = None
         self._reload()
 
     def _reload(self) -> None:
@@ -106,9 +110,15 @@ class RaftLog:
         if entries and entries[0].index != self.last_index() + 1:
             raise AssertionError(f"append at {entries[0].index} after end {self.last_index()}")
         self._unstable.extend(entries)
+        if self.configs is not None:
+            for e in entries:
+                if e.type is EntryType.CONFIG:
+                    self.configs.appended(e.index, Membership.decode(e.payload))
 
     def truncate_from(self, index: int) -> None:
         """Drop entries >= index."""
+        if self.configs is not None:
+            self.configs.truncated_from(index)
         on_disk = index < self._offset or index <= self._handed_to  # written, or being written
         if index >= self._offset:
             del self._unstable[index - self._offset:]
@@ -145,6 +155,8 @@ class RaftLog:
 
     def discard_unpersisted(self) -> None:
         """A snapshot install supersedes every change not yet on disk; the store is reread after it."""
+        if self.configs is not None:
+            self.configs.truncated_from(self._offset)
         self._unstable = []
         self._pending_truncate = None
         self._handed_to = self._offset - 1

@@ -10,6 +10,9 @@ class EntryType(enum.IntEnum):
 
     NORMAL = 0
     NOOP = 1
+    # A configuration: the whole membership after one change (raft/core/membership.py). The
+    # state machine records it (it is part of every snapshot) and otherwise treats it as a NOOP.
+    CONFIG = 2
 
 
 # What an entry costs beyond its payload in batch-size limits (index, term, type, framing).
@@ -45,11 +48,13 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotMeta:
-    """Identity of a snapshot: the last entry it includes and the members it was taken with."""
+    """Identity of a snapshot: the last entry it includes, and the configuration in force there
+    (Membership.encode(); empty for a snapshot of a cluster whose log never recorded one, whose
+    members are the bootstrap ones)."""
 
     index: int
     term: int
-    members: tuple[str, ...] = field(default_factory=tuple)
+    membership: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +68,7 @@ class CoreStatus:
     last_index: int
     snapshot_index: int  # the log's before_begin index
     peers: dict[str, int] = field(default_factory=dict)  # leader only: member -> match index
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
+    # Whether a leadership transfer is under way, and to whom.
+    transferring_to: str | None = None

@@ -240,6 +240,10 @@ class NodeConfig:
     # proxy or NAT in front of it, so it may differ from node to node). Must include this node.
     # Empty means a single-node cluster of just us, with no peer listener.
     peers: dict[str, str] = field(default_factory=dict)
+    # This node joins an existing cluster (raftkv serve --join) that added it as a member: it founds
+    # nothing and knows no configuration until its leader sends one; `peers` then only names
+    # where it reaches the members it was told of.
+    join: bool = False
     # Where this node takes its peers' connections (raft/transport/peer_protocol.py); None means
     # its own entry in `peers`.
     listen_peer: str | None = None

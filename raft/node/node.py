@@ -21,11 +21,13 @@ arriving while a Ready is handled go into the next one, which is where group com
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from typing import Any, Sequence
 
-from raft.core.errors import NotLeaderError
+from raft.core.errors import NotLeaderError, TransferringError
+from raft.core.membership import ChangeKind, Membership
 from raft.core.messages import Message
 from raft.core.raft import RaftCore
 from raft.core.ready import SoftState
@@ -86,10 +88,17 @@ class RaftNode:
         self._clock = clock
         self._rng = rng or random.Random()
         self.applied_index = fsm.applied_index
-        self._joining = None if rejoin_record is None else Joining(
+        # A node that joins an existing cluster (config.join) was added as a new member: it has
+        # nothing of the cluster's to have lost, and asks nothing.
+        self._joining = None if rejoin_record is None or config.join else Joining(
             self, rejoin_record, starts_empty(log_store, self.applied_index, snapshots is not None and
                                               snapshots.newest() is not None))
         self.core = self._new_core()
+        self._membership: Membership | None = None  # the configuration the transport was last told
+        self._removed_told: frozenset[str] = frozenset()  # the removed members it was last told
+        # Writes that arrived while leadership was being handed over (_hold), since when.
+        self._held: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._held_since = 0
         self.stats = NodeStats()  # read by kv/server/metrics.py at scrape time
         # The node's clock (ms) when a message from the leader it knows last arrived.
         self.leader_heard_ms = -(1 << 62)
@@ -108,9 +117,19 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _new_core(self) -> RaftCore:
-        return RaftCore(self.id, self.config.members, self.log, self.config.core, self._rng, self._clock(),
-                        applied_index=self.applied_index,
+        recorded = self.fsm.membership
+        return RaftCore(self.id, self._base_membership(recorded), self.log, self.config.core, self._rng, self._clock(),
+                        applied_index=self.applied_index, membership_logged=bool(recorded),
                         rejoin_floor=self._joining.floor if self._joining is not None else None)
+
+    def _base_membership(self, recorded: bytes) -> Membership | None:
+        """The configuration at the state machine's applied index: the one it recorded, else the
+        bootstrap one of --peers, else (joining an existing cluster) none yet."""
+        if recorded:
+            return Membership.decode(recorded)
+        if self.config.join:
+            return None
+        return Membership.of_voters(self.config.peers or {self.id: ""})
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -183,6 +202,9 @@ class RaftNode:
             self.core.peer_unreachable(peer)
             self.poke()
 
+    def removed_from_cluster(self, why: str) -> None:
+        self.stop_serving(f"removed from the cluster: {why}")
+
     async def receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int,
                                sha256: str, chunks: Chunks) -> tuple[bool, str]:
         return await self.snapshots.receive(leader, term, meta, total_size, sha256, chunks)
@@ -200,10 +222,87 @@ class RaftNode:
             raise DiskFullError(self.disk_full)
         self._check_queue()
         self.core.clock(self._clock())
-        index, term = self.core.propose([payload])
+        try:
+            index, term = self.core.propose([payload])
+        except TransferringError:
+            return self._hold(payload)
         future = self.proposals.add(index, term)
         self.poke()
         return future
+
+    def _hold(self, payload: bytes) -> asyncio.Future[Any]:
+        """A write that arrived while this leader hands leadership over (the core takes none
+        meanwhile): held, not refused, so that its client is not sent to a target that does not
+        lead yet and back. It fails with "not leader" naming the new leader the moment one is
+        known (its client retries there at once), or is proposed here if the transfer fails."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self._held:
+            self._held_since = self._clock()
+        self._held.append((payload, future))
+        return future
+
+    def _release_held(self) -> None:
+        """After a tick or a change of role: settle the held writes once the transfer is over:
+        this node leads on, or another leader is known (or none came within an election timeout)."""
+        if not self._held:
+            return
+        core = self.core
+        if core.role is Role.LEADER:
+            if core.status().transferring_to is not None:
+                return
+        elif core.leader is None and self._clock() - self._held_since < self.config.core.election_timeout_ms:
+            return  # the target is standing: its victory names where the writes go
+        held, self._held = self._held, []
+        for payload, future in held:
+            if future.done():
+                continue
+            if self.core.role is not Role.LEADER:
+                future.set_exception(NotLeaderError(self.core.leader, self.core.term))
+                continue
+            try:
+                index, term = self.core.propose([payload])
+            except NotLeaderError as e:
+                future.set_exception(e)
+                continue
+            proposed = self.proposals.add(index, term)
+            proposed.add_done_callback(functools.partial(_chain, future))
+        self.poke()
+
+    def propose_membership(self, kind: ChangeKind, member: str, address: str = "") -> asyncio.Future[Any]:
+        """Propose one membership change (raft/core/membership.py); the future resolves once its
+        configuration is applied. Raises at once NotLeaderError or MembershipChangeError."""
+        self._check_running()
+        self.core.clock(self._clock())
+        index, term = self.core.propose_membership(kind, member, address)
+        future = self.proposals.add(index, term)
+        self.poke()
+        return future
+
+    async def transfer_leadership(self, target: str | None = None) -> str:
+        """Hand leadership to `target` (None: the voter furthest along) and wait until a leader
+        other than this node is known; returns it. NotLeaderError when this node does not lead,
+        ValueError for a target that cannot lead, TimeoutError when no other leader came within
+        twice the election timeout (the transfer failed; this node may lead on)."""
+        self._check_running()
+        self.core.clock(self._clock())
+        if target is None:
+            target = self._transfer_target()
+        self.core.transfer_leadership(target)
+        self.poke()
+        timeout = 2 * self.config.core.election_timeout_ms / 1000
+        return await asyncio.wait_for(self.wait_for_leader(other_than=self.id), timeout)
+
+    def _transfer_target(self) -> str:
+        status = self.core.status()
+        voters = [v for v in status.voters if v != self.id]
+        if not voters:
+            raise ValueError("no other voter to hand leadership to")
+        return max(voters, key=lambda v: (status.peers.get(v, 0), v))
+
+    @property
+    def membership(self) -> Membership:
+        """The latest configuration in this node's log (committed or not)."""
+        return self.core.membership
 
     def read_barrier(self, consistency: str = "linearizable") -> asyncio.Future[int]:
         """A future that resolves once a read of the local state machine is as fresh as
@@ -237,7 +336,7 @@ class RaftNode:
             raise NodeStoppedError(self._stopped)
 
     def _check_queue(self) -> None:
-        pending = len(self.proposals) + self.reads.pending
+        pending = len(self.proposals) + self.reads.pending + len(self._held)
         if pending >= self.config.limits.max_pending_requests:
             raise QueueFullError(
                 f"{pending} requests are already waiting on node {self.id} "
@@ -267,6 +366,7 @@ class RaftNode:
         while True:
             await asyncio.sleep(interval)
             self.core.tick(self._clock())
+            self._release_held()
             self.poke()
 
     async def _ready_loop(self) -> None:
@@ -342,6 +442,10 @@ class RaftNode:
         self._fail_all(lambda: NodeStoppedError(self._stopped or "stopped"))
 
     def _fail_all(self, write_error: Any, read_error: Any = None) -> None:
+        held, self._held = self._held, []
+        for _, future in held:
+            if not future.done():
+                future.set_exception(write_error())
         self.proposals.fail_all(write_error)
         self.reads.fail_all(read_error or write_error)
 
@@ -406,6 +510,31 @@ class RaftNode:
         if self._full_stores.pop(store, None) is not None:
             log.info("node %s: the %s accepts writes again", self.id, store)
 
+    def membership_changed(self) -> None:
+        """Tell the transport of a new configuration (before a Ready's messages go out): links to
+        its members, and the members a committed configuration removed (refused from then on;
+        not those of an uncommitted one, which a new leader may still truncate away)."""
+        core = self.core
+        latest = core.membership
+        removed = core.committed_membership.removed if latest.removed else frozenset()
+        if latest is not self._membership or removed != self._removed_told:
+            old, self._membership, self._removed_told = self._membership, latest, removed
+            if old is not None and old is not latest:
+                log.info("node %s: members now voters %s, learners %s", self.id,
+                         ", ".join(sorted(latest.voters)) or "-", ", ".join(sorted(latest.learners)) or "-")
+            addresses = {m: self.config.peers.get(m) or latest.address(m) or "" for m in latest.members}
+            self.transport.reconfigure(addresses, sorted(removed))
+
+    def stop_if_removed(self) -> None:
+        """Stop once the configuration that removed this node is applied (its proposer, if this
+        node, has had its answer)."""
+        removed_at = self.core.removed_at
+        if removed_at is not None and self.applied_index >= removed_at and self._stopped is None:
+            latest = self.core.membership
+            self.stop_serving(f"removed from the cluster (by the configuration at index {removed_at}; members now: "
+                              f"voters {', '.join(sorted(latest.voters))}"
+                              f"{', learners ' + ', '.join(sorted(latest.learners)) if latest.learners else ''})")
+
     def soft_state_changed(self, ss: SoftState) -> None:
         old = self._soft
         was_leader = old is not None and old.role is Role.LEADER
@@ -422,6 +551,8 @@ class RaftNode:
             log.info("node %s caught up after rejoining: it votes again", self.id)
             self._joining.caught_up()
         self._soft = ss
+        if ss.role is not Role.LEADER and ss.leader is not None:
+            self._release_held()
         if self._soft_changed is not None:
             changed, self._soft_changed = self._soft_changed, asyncio.Event()
             changed.set()
@@ -476,4 +607,18 @@ class RaftNode:
             # Rejoining after losing its data (or still asking whether its cluster is new): it
             # votes for no one until it has caught up.
             "rejoining": self.core.rejoining,
+            "voters": list(s.voters),
+            "learners": list(s.learners),
         }
+
+
+def _chain(held: asyncio.Future[Any], proposed: asyncio.Future[Any]) -> None:
+    """A held write's future takes the outcome of its proposal."""
+    if held.done():
+        return
+    if proposed.cancelled():
+        held.cancel()
+    elif proposed.exception() is not None:
+        held.set_exception(proposed.exception())  # type: ignore[arg-type]
+    else:
+        held.set_result(proposed.result())

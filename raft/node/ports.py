@@ -9,7 +9,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Callable, Collection, Iterator, Mapping, Protocol, Sequence
 
 from raft.core.messages import Message
 from raft.core.types import Entry, SnapshotMeta
@@ -36,8 +36,14 @@ class StateMachine(Protocol):
         """Term of the entry at applied_index (0 when none was applied)."""
         ...
 
+    @property
+    def membership(self) -> bytes:
+        """The configuration of the last CONFIG entry applied (raft/core/membership.py's
+        encoding; b"" when none was): what the node restarts with."""
+        ...
+
     def apply(self, entries: Sequence[Entry]) -> list[object]:
-        """Apply committed entries in order, NOOPs included (they move applied_index). Returns one
+        """Apply committed entries in order, NOOPs and CONFIGs included (they move applied_index). Returns one
         result per entry applied, handed to the proposer of that entry: all of them, or the first
         few when it ends the batch early (the KV state machine does at a state check marker); the
         driver hands it the rest again. May block (a worker thread)."""
@@ -59,6 +65,7 @@ class SnapshotInfo:
     path: Path
     file_size: int  # bytes of the whole snapshot file (what a stream carries)
     sha256: str  # of the payload, as the manifest records it (what a receiver verifies)
+    membership: bytes = b""  # the configuration in force at `index` (SnapshotMeta.membership)
 
 
 class SnapshotReceiving(Protocol):
@@ -133,6 +140,10 @@ class Inbound(Protocol):
         """A snapshot streamed by `leader`; (installed-or-offered, why not)."""
         ...
 
+    def removed_from_cluster(self, why: str) -> None:
+        """A peer refused this node as a member removed from the cluster."""
+        ...
+
 
 class PeerTransport(Protocol):
     """How a node reaches its peers. `send` never blocks: it queues, and drops what cannot be
@@ -147,6 +158,11 @@ class PeerTransport(Protocol):
     async def send_snapshot(self, peer: str, term: int, meta: SnapshotMeta, info: SnapshotInfo,
                             chunks: Chunks, timeout_s: float) -> tuple[bool, str]:
         """Stream a snapshot file to `peer`; (accepted, why not)."""
+        ...
+
+    def reconfigure(self, addresses: Mapping[str, str], removed: Collection[str]) -> None:
+        """The configuration changed: reach each member at its address (adding links for new
+        ones), and refuse the members seen removed."""
         ...
 
     def client_address(self, member: str) -> str | None:

@@ -54,6 +54,7 @@ class ReadyHandler:
         node, core = self._node, self._node.core
         if rd.soft_state is not None:
             node.soft_state_changed(rd.soft_state)
+        node.membership_changed()  # links to new members before anything is sent to them
         if rd.leader_messages:
             node.transport.send(rd.leader_messages)
         if rd.snapshot is not None:
@@ -87,6 +88,10 @@ class ReadyHandler:
         for dp in rd.failed_proposals:
             node.proposals.dropped(dp, core.term)
         core.advance(rd)
+        if core.removed_at is not None:
+            node.stop_if_removed()
+            if not node.running:
+                return
         if node.applied_index != applied_before:
             core.applied_to(node.applied_index)
             node.note_caught_up()

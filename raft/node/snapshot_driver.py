@@ -118,7 +118,7 @@ class SnapshotDriver:
         ok, why = False, ""
         try:
             info = await self._sendable()
-            meta = SnapshotMeta(info.index, info.term, tuple(node.config.members))
+            meta = SnapshotMeta(info.index, info.term, info.membership)
             rate = node.config.tuning.snapshot_bandwidth_bytes_per_s
             timeout = 60.0 + (info.file_size / rate if rate else 0.0)
             log.info("node %s sending snapshot at index %d (%d bytes) to %s", node.id, info.index, info.file_size, peer)

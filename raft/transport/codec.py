@@ -23,6 +23,7 @@ from raft.core.messages import (
     PushRequest,
     PushResponse,
     PushType,
+    TimeoutNowRequest,
     VoteRequest,
     VoteResponse,
 )
@@ -68,11 +69,11 @@ def unpack_entries(data: bytes) -> list[Entry]:
 
 
 def meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
-    return raft_pb2.SnapshotMeta(index=m.index, term=m.term, members=list(m.members))
+    return raft_pb2.SnapshotMeta(index=m.index, term=m.term, membership=m.membership)
 
 
 def meta_from_proto(p: raft_pb2.SnapshotMeta) -> SnapshotMeta:
-    return SnapshotMeta(index=p.index, term=p.term, members=tuple(p.members))
+    return SnapshotMeta(index=p.index, term=p.term, membership=p.membership)
 
 
 def _enum(cls: Any, value: int) -> Any:
@@ -103,14 +104,16 @@ def _body(msg: Message) -> tuple[str, dict[str, Any]]:
         return "heartbeat_response", {"success": msg.success, "seq": msg.seq, "end_index": msg.end_index}
     if isinstance(msg, VoteRequest):
         return "vote_request", {"last_log_index": msg.last_log_index, "last_log_term": msg.last_log_term,
-                                "pre_vote": msg.pre_vote}
+                                "pre_vote": msg.pre_vote, "transfer": msg.transfer}
     if isinstance(msg, VoteResponse):
         return "vote_response", {"granted": msg.granted, "pre_vote": msg.pre_vote}
     if isinstance(msg, InstallSnapshotRequest):
         m = msg.meta
-        return "install_snapshot_request", {"meta": {"index": m.index, "term": m.term, "members": list(m.members)}}
+        return "install_snapshot_request", {"meta": {"index": m.index, "term": m.term, "membership": m.membership}}
     if isinstance(msg, InstallSnapshotResponse):
         return "install_snapshot_response", {"success": msg.success, "index": msg.index, "end_index": msg.end_index}
+    if isinstance(msg, TimeoutNowRequest):
+        return "timeout_now_request", {}
     raise CodecError(f"no wire form for {type(msg).__name__}")
 
 
@@ -132,7 +135,8 @@ def encode_batch(messages: Iterable[Message]) -> bytes:
 # --- decode: the oneof case picks the constructor ---
 
 def _vote_request(h: dict[str, Any], b: Any) -> Message:
-    return VoteRequest(**h, last_log_index=b.last_log_index, last_log_term=b.last_log_term, pre_vote=b.pre_vote)
+    return VoteRequest(**h, last_log_index=b.last_log_index, last_log_term=b.last_log_term, pre_vote=b.pre_vote,
+                       transfer=b.transfer)
 
 
 def _vote_response(h: dict[str, Any], b: Any) -> Message:
@@ -175,6 +179,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any], Any], Message]] = {
     "push_response": _push_response,
     "install_snapshot_request": _install_snapshot_request,
     "install_snapshot_response": _install_snapshot_response,
+    "timeout_now_request": lambda h, b: TimeoutNowRequest(**h),
 }
 
 

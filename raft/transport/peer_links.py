@@ -56,6 +56,7 @@ from raft.transport.peer_protocol import (
     PROBE,
     SNAPSHOT,
     PeerRefused,
+    RemovedMember,
     check_reply,
     configure_peer_socket,
     hello,
@@ -104,15 +105,19 @@ class PeerLinks:
                  connect_timeout_ms: int, max_inflight: int = 64,
                  on_gone: Callable[[str], None] | None = None,
                  learnt: Callable[[str, str], None] | None = None, ack_timeout_ms: int = 2000,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, peer_address: str = "") -> None:
         """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
         called each time a link to `peer` fails because the connection was refused, reset or
         closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
         is told the client address each peer advertises in its answer to our hello.
         `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
         long is closed and dialled again (TcpTransport: twice the election timeout). `tls`:
-        peer_tls.dial_context's, to dial every peer with TLS (None: plaintext)."""
+        peer_tls.dial_context's, to dial every peer with TLS (None: plaintext). `peer_address`:
+        where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
+        refuses us as a removed member."""
         self._node_id = node_id
+        self._peer_address = peer_address
+        self.on_removed: Callable[[str], None] | None = None
         self._cluster_id = cluster_id
         self._client_address = client_address
         self._timeout_s = connect_timeout_ms / 1000
@@ -128,9 +133,16 @@ class PeerLinks:
         self._links: dict[str, PeerLink] = {}
         self._timing: list[asyncio.Task[None]] = []  # a round-trip timer per peer, once started
         for pid, address in peers.items():
-            if pid != node_id:
-                host, port = split_address(address)
-                self._links[pid] = PeerLink(pid, address, socket_host(host), port)
+            self.add_peer(pid, address)
+
+    def add_peer(self, peer_id: str, address: str) -> bool:
+        """A link to a member not linked yet (a configuration added it); True if it is new. Links
+        are never removed: a removed member is simply sent nothing more."""
+        if peer_id == self._node_id or peer_id in self._links or not address:
+            return False
+        host, port = split_address(address)
+        self._links[peer_id] = PeerLink(peer_id, address, socket_host(host), port)
+        return True
 
     def link(self, peer_id: str) -> PeerLink:
         return self._links[peer_id]
@@ -175,6 +187,10 @@ class PeerLinks:
         while True:
             try:
                 await self._session(link)
+            except RemovedMember as e:
+                self._refused(link, str(e))
+                if self.on_removed is not None:
+                    self.on_removed(str(e))
             except PeerRefused as e:  # the peer answered but refused us, and said why
                 self._refused(link, str(e))
             except TimeoutError:
@@ -233,7 +249,7 @@ class PeerLinks:
                                f"--peer-cert-file its own?")
 
     def _hello(self, link: PeerLink, purpose: int, ack_within_ms: int = 0) -> bytes:
-        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose)
+        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose, self._peer_address)
         h.ack_within_ms = ack_within_ms
         return frame(h.SerializeToString())
 

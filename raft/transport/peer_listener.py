@@ -53,6 +53,7 @@ from raft.transport.peer_protocol import (
     PROBE,
     PURPOSES,
     PeerRefused,
+    RemovedMember,
     check_hello,
     configure_peer_socket,
     not_a_peer,
@@ -89,13 +90,16 @@ class PeerListener:
     seconds on a monotonic clock, for how often refusals are logged (default: the event loop's).
     `tls`: peer_tls.listener_context's, to take only TLS connections (None: plaintext)."""
 
-    def __init__(self, node_id: str, cluster_id: str, members: Collection[str], client_address: str,
+    def __init__(self, node_id: str, cluster_id: str, client_address: str,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
                  learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]],
                  clock: Callable[[], float] | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self.members = frozenset(members)
+        # Members this node saw removed: their hellos are refused (RemovedMember).
+        self.removed: frozenset[str] = frozenset()
+        # Told the peer address a dialer announces (one the node's configuration may not name).
+        self.learnt_peer: Callable[[str, str], None] = lambda member, address: None
         self.deliver = deliver
         self.receive_snapshot = receive_snapshot
         self.learnt = learnt
@@ -306,9 +310,9 @@ class _Accepted(asyncio.Protocol):
             self._refuse_hello(str(e), body)
             return
         try:
-            check_hello(hello, listener.cluster_id, listener.node_id, listener.members)
+            check_hello(hello, listener.cluster_id, listener.node_id, listener.removed)
         except PeerRefused as e:
-            self._refuse_hello(str(e), claimed=hello.from_id)
+            self._refuse_hello(str(e), claimed=hello.from_id, removed=isinstance(e, RemovedMember))
             return
         assert self._transport is not None and self._hello_timer is not None
         peercert = self._transport.get_extra_info("peercert") if listener.tls is not None else None
@@ -323,6 +327,8 @@ class _Accepted(asyncio.Protocol):
         listener.refusals.forget(hello.from_id)
         if hello.client_address:
             listener.learnt(hello.from_id, hello.client_address)
+        if hello.peer_address:
+            listener.learnt_peer(hello.from_id, hello.peer_address)
         term, last_term, last_index = listener.disk_state()
         reply = raft_pb2.PeerHelloReply(node_id=listener.node_id, client_address=listener.client_address, term=term,
                                         last_log_term=last_term, last_log_index=last_index)
@@ -345,7 +351,7 @@ class _Accepted(asyncio.Protocol):
             self._on_frame = self._snapshot_header
         self._transport.write(frame(reply.SerializeToString()))
 
-    def _refuse_hello(self, why: str, received: bytes = b"", claimed: str = "") -> None:
+    def _refuse_hello(self, why: str, received: bytes = b"", claimed: str = "", removed: bool = False) -> None:
         if self._closing:
             return
         if received and why.startswith("malformed hello"):
@@ -354,7 +360,7 @@ class _Accepted(asyncio.Protocol):
         # A misconfigured member dials again every few tens of ms: not a line for each attempt.
         peername = self._transport.get_extra_info("peername")
         self._listener.note_refusal(claimed or _host(peername), peername, why)
-        self._close_with(raft_pb2.PeerHelloReply(refusal=why).SerializeToString())
+        self._close_with(raft_pb2.PeerHelloReply(refusal=why, removed=removed).SerializeToString())
 
     def _bad_frame(self, received: bytes, error: FrameError) -> None:
         if self._on_frame == self._hello:

@@ -81,9 +81,10 @@ def configure_peer_socket(sock: socket.socket | None) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-def hello(cluster_id: str, from_id: str, to_id: str, client_address: str, purpose: int) -> raft_pb2.PeerHello:
+def hello(cluster_id: str, from_id: str, to_id: str, client_address: str, purpose: int,
+          peer_address: str = "") -> raft_pb2.PeerHello:
     return raft_pb2.PeerHello(cluster_id=cluster_id, from_id=from_id, to_id=to_id, client_address=client_address,
-                              purpose=purpose)  # type: ignore[arg-type]
+                              purpose=purpose, peer_address=peer_address)  # type: ignore[arg-type]
 
 
 def not_a_peer(received: bytes, why: str) -> str:
@@ -110,12 +111,22 @@ def parse_hello(body: bytes) -> raft_pb2.PeerHello:
         raise PeerRefused(f"malformed hello: {e}") from None
 
 
-def check_hello(h: raft_pb2.PeerHello, cluster_id: str, node_id: str, members: Collection[str]) -> None:
-    """PeerRefused unless `h` comes from a member of our cluster, meant for us, for a purpose."""
+class RemovedMember(PeerRefused):
+    """The dialer was removed from the cluster: it should stop (PeerHelloReply.removed)."""
+
+
+def check_hello(h: raft_pb2.PeerHello, cluster_id: str, node_id: str, removed: Collection[str]) -> None:
+    """PeerRefused unless `h` comes from our cluster, meant for us, for a purpose, from a member
+    not removed (RemovedMember). A member id this node does not know yet is taken at its word:
+    its configuration may lag the cluster's (the cluster id, and with TLS the certificate, say
+    who may connect)."""
     if h.cluster_id != cluster_id:
         raise PeerRefused(f"wrong cluster id: got {h.cluster_id!r}, this cluster is {cluster_id!r}")
-    if h.from_id not in members:
-        raise PeerRefused(f"unknown member id {h.from_id!r}; members are {sorted(members)}")
+    if not h.from_id:
+        raise PeerRefused("a hello with no member id")
+    if h.from_id in removed:
+        raise RemovedMember(f"{h.from_id} was removed from this cluster: it is no member any more "
+                            f"(stop it; to bring it back, add it again under a new id with an empty data directory)")
     if h.to_id != node_id:
         raise PeerRefused(f"message for {h.to_id!r} reached {node_id!r}: check --peers addresses")
     if h.from_id == node_id:
@@ -135,7 +146,7 @@ def check_reply(reply_body: bytes, to_id: str, address: str) -> raft_pb2.PeerHel
         raise PeerRefused(f"{address} does not answer as a raftkv peer: is it {to_id}'s peer address "
                           f"(--listen-peer), not its client one?")
     if reply.refusal:
-        raise PeerRefused(reply.refusal)
+        raise (RemovedMember if reply.removed else PeerRefused)(reply.refusal)
     if reply.node_id != to_id:
         raise PeerRefused(f"{address} answers as {reply.node_id!r}, not {to_id!r}: check --peers addresses")
     return reply

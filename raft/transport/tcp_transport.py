@@ -11,7 +11,7 @@ etcd_network_peer_round_trip_time_seconds (`round_trip_seconds()`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
@@ -42,8 +42,8 @@ class TcpTransport:
         self._cluster_id = cluster_id
         self._disk_state = disk_state
         self._round_trip_every_s = round_trip_every_s
-        self._members = frozenset(config.members)
         self._inbound: Inbound | None = None
+        self._removed: frozenset[str] = frozenset()
         # member id -> the client address it advertises: ours, and the others' once a handshake told.
         self._client_addresses = {config.node_id: config.advertised_client_address}
         tls = config.security.peer
@@ -51,7 +51,8 @@ class TcpTransport:
         self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
                                ack_timeout_ms=2 * config.core.election_timeout_ms,
-                               tls=dial_context(tls) if tls.enabled else None)
+                               tls=dial_context(tls) if tls.enabled else None,
+                               peer_address=config.peer_listen_address or "")
         self.listener: PeerListener | None = None
 
     @property
@@ -60,8 +61,25 @@ class TcpTransport:
         return self.listener.port if self.listener is not None else 0
 
     def _learn(self, member: str, address: str) -> None:
-        if member in self._members:
+        if member not in self._removed:
             self._client_addresses[member] = address
+
+    def _learn_peer(self, member: str, address: str) -> None:
+        """A dialer announced its peer address: a member our configuration does not name yet
+        gets a link there (ours may lag the cluster's), as etcd adds a remote from X-PeerURLs."""
+        if member not in self._removed and self.links.add_peer(member, address):
+            log.info("peer %s at %s: a member this node's configuration does not name yet", member, address)
+
+    def reconfigure(self, addresses: Mapping[str, str], removed: Collection[str]) -> None:
+        """The members' peer addresses (member -> address, as the node resolves them) and the
+        members seen removed (refused from now on)."""
+        for member, address in addresses.items():
+            self.links.add_peer(member, address)
+        self._removed = frozenset(removed)
+        for member in self._removed:
+            self._client_addresses.pop(member, None)
+        if self.listener is not None:
+            self.listener.removed = self._removed
 
     async def listen(self) -> None:
         """Start taking the peers' connections (if this node has a peer address), before the node
@@ -71,9 +89,11 @@ class TcpTransport:
         if address is None or self.listener is not None:
             return
         config = self._config
-        listener = PeerListener(config.node_id, self._cluster_id, self._members, config.advertised_client_address,
+        listener = PeerListener(config.node_id, self._cluster_id, config.advertised_client_address,
                                 self._deliver, self._receive_snapshot, self._learn, self._disk_state,
                                 tls=self._listener_tls)
+        listener.removed = self._removed
+        listener.learnt_peer = self._learn_peer
         await listener.start(*split_address(address))
         self.listener = listener
         tls = config.security.peer
@@ -85,6 +105,7 @@ class TcpTransport:
 
     async def start(self, inbound: Inbound) -> None:
         self.links.on_gone = inbound.peer_unreachable
+        self.links.on_removed = inbound.removed_from_cluster
         self._inbound = inbound
         await self.listen()
         self.links.time_round_trips(self._round_trip_every_s)

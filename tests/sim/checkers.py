@@ -7,9 +7,11 @@ the end of a schedule."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from raft.core import Entry, EntryType, HardState, MemoryLogStore, Role, SnapshotMeta
+from raft.core.membership import Membership
+from raft.core.quorum import majority
 
 if TYPE_CHECKING:
     from tests.sim.disk import State
@@ -52,6 +54,18 @@ class SafetyChecker:
     # The cluster's nodes, once it registers them: an entry must be on a quorum of their disks
     # the moment it is first applied (a leader commits only what a majority has on disk).
     nodes: list["SimNode"] = field(default_factory=list)
+    # Membership (decision 0064). The voters the cluster started with (None: every node the
+    # checker is given is a voter, for checkers made by hand); the latest committed configuration
+    # (index of its CONFIG entry, its voters); the voters of every CONFIG entry ever written to a
+    # disk after it, committed or not ((index, term) -> voters): a leader counts its commits in
+    # the latest configuration of its log, which may be one of those.
+    initial_voters: frozenset[str] | None = None
+    committed_config: tuple[int, frozenset[str]] | None = None
+    logged_configs: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
+    # The highest commit index any core was seen with, and the term of its entry (the overlap
+    # check's line between the configurations that can still elect a leader and those that cannot).
+    top_commit: tuple[int, int] = (0, 0)
+    overlap_checks: int = 0
 
     # --- seeding (scenarios write logs straight into the store) ---
 
@@ -67,6 +81,8 @@ class SafetyChecker:
             if prev is not None and prev > e.term:
                 raise SimViolation("log matching", f"{node_id}: term goes down at {e.index}: {prev} -> {e.term}")
             rec = _LoggedEntry(e.type, e.payload, prev)
+            if e.type is EntryType.CONFIG and (self.committed_config is None or e.index > self.committed_config[0]):
+                self.logged_configs[(e.index, e.term)] = frozenset(Membership.decode(e.payload).voters)
             old = self.logged.setdefault((e.index, e.term), rec)
             if old != rec:
                 raise SimViolation("log matching", f"{node_id}: two different entries at (index {e.index}, term "
@@ -111,6 +127,9 @@ class SafetyChecker:
             self.committed[e.index] = e
             self.digest_at[e.index] = digest
             self.max_committed = max(self.max_committed, e.index)
+            if e.type is EntryType.CONFIG and (self.committed_config is None or e.index > self.committed_config[0]):
+                self.committed_config = (e.index, frozenset(Membership.decode(e.payload).voters))
+                self.logged_configs = {k: v for k, v in self.logged_configs.items() if k[0] > e.index}
             if self.nodes:
                 self._check_on_a_quorum(e.index, e, self.nodes)
             return
@@ -156,11 +175,16 @@ class SafetyChecker:
     # --- per step ---
 
     def after_step(self, nodes: Iterable["SimNode"]) -> None:
+        nodes = list(nodes)
         for n in nodes:
             core = n.core
             if core is None:
                 continue
             commit = core.commit_index
+            if commit > self.top_commit[0]:
+                term = core.log.term(commit)
+                if term is not None:
+                    self.top_commit = (commit, term)
             seen_core, seen = self.commit_seen.get(n.id, (core, 0))
             if seen_core is core and commit < seen:
                 raise SimViolation("commit index", f"{n.id}: commit index went back {seen} -> {commit}")
@@ -174,6 +198,51 @@ class SafetyChecker:
             if (term, n.id) not in self.leaders_checked:
                 self.leaders_checked.add((term, n.id))
                 self._check_leader_complete(n, term)
+        self.check_overlap(nodes)
+
+    def check_overlap(self, nodes: Sequence["SimNode"]) -> None:
+        """No two disjoint majorities: any two voter sets that may still elect a leader must
+        share a member of some majority of each.
+
+        Two voter sets A and B admit disjoint majorities iff a majority of A and a majority of B
+        fit into A ∪ B without a shared member. The best try takes A's majority from A - B first
+        and B's from B - A first; what each still needs comes from A ∩ B. So they are disjoint
+        possible iff  max(0, maj(A) - |A - B|) + max(0, maj(B) - |B - A|) <= |A ∩ B|
+        (maj(X) = |X| // 2 + 1); `disjoint_majorities` says that. One voter added or removed
+        never allows it (the sum is |A ∩ B| + 1); two at once may ({1,2,3} and {1,2,3,4,5}: {1,2}
+        and {3,4,5}).
+
+        Which voter sets: those in force (RaftCore.membership) on the nodes that are up and
+        could still be elected, those whose log holds the highest entry any core knew as
+        committed (`top_commit`; a snapshot past it holds it too). A node lacking a committed
+        entry can never win an election (leader completeness), and may hold an older
+        configuration by any number of changes: a voter cut off while the others changed the
+        members twice, a removed one never told, or an uncommitted change of a deposed leader
+        that a later leader's log has superseded (that is Raft, not a violation: the voters
+        holding the newer entries refuse it their votes). On logs that do hold it, the rule that
+        a leader changes the configuration only once its latest one is committed and it has
+        committed an entry of its term leaves at most one configuration after the committed one
+        (that of the newest term), one change from it: a violation here is a second change
+        before the first committed, or a deposed leader's change left in force beside a new one
+        (Ongaro's 2015 bug)."""
+        top, top_term = self.top_commit
+        seen: list[tuple[str, Mapping[str, str]]] = []
+        for n in nodes:
+            core = n.core
+            if core is None or not core.membership.voters:
+                continue
+            log = core.log
+            if top > 0 and log.before_begin()[0] < top and log.term(top) != top_term:
+                continue  # lacks a committed entry: it cannot be elected
+            voters = core.membership.voters
+            if any(v == voters for _, v in seen):
+                continue
+            for other, v in seen:
+                if disjoint_majorities(set(voters), set(v)):
+                    raise SimViolation("membership overlap", f"{n.id} has voters {sorted(voters)}, {other} has "
+                                       f"{sorted(v)}: two disjoint majorities could elect two leaders")
+            seen.append((n.id, voters))
+        self.overlap_checks += len(seen) > 1
 
     def _check_leader_complete(self, n: "SimNode", term: int) -> None:
         log = n.log
@@ -197,21 +266,44 @@ class SafetyChecker:
         for i, c in self.committed.items():
             self._check_on_a_quorum(i, c, nodes)
 
+    def voter_sets(self, nodes: Sequence["SimNode"]) -> list[frozenset[str]]:
+        """The voter sets a leader may have counted a commit in: the latest committed
+        configuration (the initial one before any), and every configuration written to a disk
+        after it (a leader counts in the latest of its log from the moment it is appended)."""
+        if self.committed_config is not None:
+            first = self.committed_config[1]
+        else:
+            first = self.initial_voters if self.initial_voters is not None else frozenset(n.id for n in nodes)
+        return [first, *(v for v in set(self.logged_configs.values()) if v != first)]
+
     def _check_on_a_quorum(self, i: int, c: Entry, nodes: list["SimNode"]) -> None:
-        holders = 0
+        """On a majority of the voters of one of `voter_sets` (with membership fixed: of all the
+        nodes). Every committed entry is on a majority of the configuration it was committed in,
+        and everything before the latest committed configuration's entry on a majority of it."""
+        holding: set[str] = set()
         for n in nodes:
             snap = n.snapshot.meta.index if n.snapshot else 0
             synced_state = n.disk.fsm.durable[1]
             if max(snap, synced_state) >= i or n.log.term(i) == c.term or n.disk.replaced:
-                holders += 1
-        if holders < len(nodes) // 2 + 1:
-            raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {holders} disks only")
+                holding.add(n.id)
+        sets = self.voter_sets(nodes)
+        if any(len(holding & voters) >= majority(len(voters)) for voters in sets):
+            return
+        raise SimViolation("durability", f"committed entry {i} (term {c.term}) is on {len(holding)} disks only "
+                           f"({sorted(holding)}; voters {[sorted(v) for v in sets]})")
 
     def check_logs_match(self, nodes: list["SimNode"]) -> None:
         """The full log matching property, pairwise."""
         for a_idx, a in enumerate(nodes):
             for b in nodes[a_idx + 1:]:
                 _check_pair(a, b)
+
+
+def disjoint_majorities(a: set[str], b: set[str]) -> bool:
+    """Whether some majority of voter set `a` and some majority of `b` share no member (see
+    SafetyChecker.check_overlap for the derivation)."""
+    both = len(a & b)
+    return max(0, majority(len(a)) - (len(a) - both)) + max(0, majority(len(b)) - (len(b) - both)) <= both
 
 
 def _check_pair(a: "SimNode", b: "SimNode") -> None:

@@ -13,7 +13,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
-from raft.core import CoreConfig, FailedRead, MemoryLogStore, Message, NotLeaderError, Role
+from raft.core import CoreConfig, FailedRead, MemoryLogStore, Message, NotLeaderError, Role, VoteRequest
+from raft.core.membership import ChangeKind, Membership
 from raft.node.errors import NodeError
 
 from tests.sim.checkers import SafetyChecker, SimViolation
@@ -40,7 +41,7 @@ class Proposal:
     payload: bytes
     node: str
     incarnation: int
-    index: int
+    index: int  # 0 while unknown (held by a leader handing its leadership over)
     term: int
     at: int
     # pending -> committed (its future resolved with its own entry) | dropped (NotLeaderError:
@@ -68,6 +69,8 @@ class Cluster:
                  paused: Sequence[str] = ()) -> None:
         members = tuple(node_ids(ids) if isinstance(ids, int) else ids)
         self.seed = seed
+        self.config = config
+        self.policy = policy or SnapshotPolicy()
         self.steps = 0
         self.loop = VirtualClockLoop()
         self.loop.on_idle = self._after_step
@@ -80,6 +83,11 @@ class Cluster:
         self._goal: tuple[Callable[[], bool], int, asyncio.Future[bool]] | None = None
         self._delivered_this_ms = (0, 0)  # (ms, messages delivered in it)
         self.nodes: dict[str, SimNode] = {}
+        # Nodes that stopped as removed (RaftNode.stop_serving: they applied the configuration
+        # that removed them, or a peer that knows it committed refused them): down for good, as
+        # a removed server's process exits.
+        self.removed: set[str] = set()
+        self.checker.initial_voters = frozenset(members)
         for nid in members:
             node = SimNode(self, nid, node_config(nid, members, config, policy or SnapshotPolicy(), TICK_MS), seed)
             if logs and nid in logs:
@@ -108,14 +116,23 @@ class Cluster:
         return [n for n in self.up_nodes if n.role() == Role.LEADER]
 
     def leader(self) -> SimNode | None:
-        """The leader of the highest term, if any node leads it."""
+        """The leader of the highest term, if any node leads it and no member of its configuration
+        is in a higher term (a node it no longer counts, removed but not yet told, may be: it
+        stood in vain, and nobody follows it)."""
         ls = self.leaders()
         if not ls:
             return None
         top = max(n.core.term for n in ls)  # type: ignore[union-attr]
-        if max(n.core.term for n in self.up_nodes) > top:  # type: ignore[union-attr]
+        lead = next(n for n in ls if n.core.term == top)  # type: ignore[union-attr]
+        members = lead.core.membership  # type: ignore[union-attr]
+        if any(n.core.term > top for n in self.up_nodes if n.id in members):  # type: ignore[union-attr]
             return None
-        return next(n for n in ls if n.core.term == top)  # type: ignore[union-attr]
+        return lead
+
+    def members(self) -> Membership | None:
+        """The configuration of the current leader (None without one)."""
+        lead = self.leader()
+        return lead.core.membership if lead is not None and lead.core is not None else None
 
     # --- running ---
 
@@ -142,10 +159,13 @@ class Cluster:
         self.steps += 1
         if self.violations:
             raise self.violations[0]
-        self.checker.after_step(self.nodes.values())
         for node in self.nodes.values():
             if node.raft is not None and node.raft.stopped not in (None, "not started"):
+                if node.raft.stopped.startswith("removed from the cluster"):
+                    self._removed(node)
+                    continue
                 raise SimViolation("driver", f"{node.id} stopped on its own: {node.raft.stopped}")
+        self.checker.after_step(self.nodes.values())
         for hook in self.after_step_hooks:
             hook(self)
         if self._goal is not None:
@@ -187,6 +207,15 @@ class Cluster:
         node = self.nodes.get(msg.dst)
         if node is None or node.raft is None:
             return
+        if isinstance(msg, VoteRequest) and node.refuses(msg.src):
+            # A real peer listener refuses a removed member's hello (PeerHelloReply.removed), and
+            # the member stops. The simulated links never break, so the refusal comes when a
+            # removed member that hears from no leader any more stands (asks for votes); its other
+            # messages (a leader's hand-over TimeoutNow, answers) go as on a link already open.
+            sender = self.nodes.get(msg.src)
+            if sender is not None and sender.raft is not None:
+                sender.raft.removed_from_cluster(f"{msg.dst} refuses it as a removed member")
+            return
         ms, count = self._delivered_this_ms
         count = count + 1 if ms == self.now else 1
         self._delivered_this_ms = (self.now, count)
@@ -214,6 +243,7 @@ class Cluster:
             return []
         made: list[Proposal] = []
         for payload in payloads:
+            before = raft.core.log.last_index()
             try:
                 future = raft.propose(payload)
             except NotLeaderError:
@@ -221,7 +251,10 @@ class Cluster:
                 break
             except NodeError:
                 break
-            p = Proposal(payload, node_id, node.incarnation, raft.core.log.last_index(), raft.core.term, self.now)
+            # A proposal a leader takes while it hands its leadership over is held, and proposed
+            # at an index not known yet (0 here), here or nowhere, once the transfer ends.
+            index = raft.core.log.last_index()
+            p = Proposal(payload, node_id, node.incarnation, index if index > before else 0, raft.core.term, self.now)
             future.add_done_callback(lambda f, p=p: self._answered(p, f))
             made.append(p)
         self.clients.proposals.extend(made)
@@ -235,8 +268,9 @@ class Cluster:
             return
         if error is None:
             index, payload = future.result()
-            if (index, payload) != (p.index, p.payload):
+            if (index, payload) != (p.index or index, p.payload):
                 self.violations.append(SimViolation("proposal", f"{p} answered with entry {index} {payload!r}"))
+            p.index = index
             p.status = "committed"
         else:
             p.status = "dropped" if isinstance(error, NotLeaderError) else "refused"
@@ -307,10 +341,65 @@ class Cluster:
 
     def restart(self, node_id: str) -> None:
         node = self.nodes[node_id]
-        if node.raft is not None:
+        if node.raft is not None or node_id in self.removed:
             return
         node.start()
         self.checker.on_start(node)
+
+    def _removed(self, node: SimNode) -> None:
+        """`node` stopped serving because it was removed from the cluster: its process ends."""
+        self.removed.add(node.id)
+        node.crash_now()
+        self.crashed(node)
+
+    # --- membership ---
+
+    def add_node(self, node_id: str, start: bool = True) -> SimNode:
+        """A new server for the cluster to add: its own empty disk, NodeConfig.join (it knows no
+        configuration until a leader sends it one), its peers the nodes the cluster has now (whom
+        it asks, should it start empty, what the cluster holds: raft/node/joining.py)."""
+        if node_id in self.nodes:
+            raise ValueError(f"{node_id} already exists")
+        peers = [*self.nodes, node_id]
+        node = SimNode(self, node_id, node_config(node_id, peers, self.config, self.policy, TICK_MS, join=True),
+                       self.seed)
+        some = next(iter(self.nodes.values()), None)
+        if some is not None:
+            node.disk.batch_ends_every = some.disk.batch_ends_every
+        self.nodes[node_id] = node
+        self.checker.register_log(node_id, node.disk.log)
+        self.checker.nodes.append(node)
+        if start:
+            self.restart(node_id)
+        return node
+
+    def change_membership(self, node_id: str, kind: ChangeKind, member: str) -> asyncio.Future[Any]:
+        """Propose one membership change on `node_id` (RaftNode.propose_membership), the member
+        at its simulated address. Raises at once what the driver raises (NotLeaderError,
+        MembershipChangeError, NodeError); the future resolves once the change is applied."""
+        return self.inside_loop(lambda: self._change_membership(node_id, kind, member))
+
+    def _change_membership(self, node_id: str, kind: ChangeKind, member: str) -> asyncio.Future[Any]:
+        raft = self.nodes[node_id].raft
+        if raft is None:
+            raise NodeError(f"{node_id} is down")
+        future = raft.propose_membership(kind, member, f"sim:{member}")
+        future.add_done_callback(_retrieve)
+        return future
+
+    def transfer(self, node_id: str, target: str | None) -> asyncio.Future[Any]:
+        """Ask `node_id` to hand leadership to `target` (RaftNode.transfer_leadership): a task,
+        done with the new leader's id, or with the refusal (NotLeaderError, ValueError) or a
+        TimeoutError when no other leader came in time."""
+        return self.inside_loop(lambda: self._transfer(node_id, target))
+
+    def _transfer(self, node_id: str, target: str | None) -> asyncio.Future[Any]:
+        raft = self.nodes[node_id].raft
+        if raft is None:
+            raise NodeError(f"{node_id} is down")
+        task = asyncio.ensure_future(raft.transfer_leadership(target))
+        task.add_done_callback(_retrieve)
+        return task
 
     def pause(self, node_id: str) -> None:
         """Stop this node's clock (it still receives messages; its timers do not fire)."""
@@ -335,3 +424,9 @@ class Cluster:
             task.cancel()
         self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self.loop.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Nobody need wait on a membership change or a transfer: their failure is an outcome."""
+    if not future.cancelled():
+        future.exception()

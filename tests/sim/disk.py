@@ -95,15 +95,16 @@ class SimLogStore(MemoryLogStore):
 
 
 class SimStateMachine:
-    """The StateMachine port: a dict, its applied index and term; `durable` is what a power loss
-    leaves (the state as last synced)."""
+    """The StateMachine port: a dict, its applied index and term, and the last configuration
+    applied; `durable` is what a power loss leaves (the state as last synced)."""
 
     def __init__(self, node: SimNode) -> None:
         self._node = node
         self.state = empty_state()
         self.applied_index = 0
         self.applied_term = 0
-        self.durable: tuple[State, int, int] = (empty_state(), 0, 0)
+        self.membership = b""
+        self.durable: tuple[State, int, int, bytes] = (empty_state(), 0, 0, b"")
 
     def apply(self, entries: Sequence[Entry]) -> list[object]:
         node = self._node
@@ -117,21 +118,23 @@ class SimStateMachine:
                 raise RuntimeError(f"{node.id}: entry {e.index} does not follow the applied index {self.applied_index}")
             if e.type == EntryType.NORMAL:
                 apply_command(self.state, e.payload)
+            elif e.type == EntryType.CONFIG:
+                self.membership = e.payload
             _watched(node, lambda: node.checker.on_apply(node, e, self.state))
             self.applied_index, self.applied_term = e.index, e.term
             results.append((e.index, e.payload))
         return results
 
     def sync(self) -> None:
-        self.durable = (dict(self.state), self.applied_index, self.applied_term)
+        self.durable = (dict(self.state), self.applied_index, self.applied_term, self.membership)
 
-    def replace(self, state: State, index: int, term: int) -> None:
-        self.state, self.applied_index, self.applied_term = dict(state), index, term
+    def replace(self, state: State, index: int, term: int, membership: bytes) -> None:
+        self.state, self.applied_index, self.applied_term, self.membership = dict(state), index, term, membership
         self.sync()
 
     def lose_unsynced(self) -> None:
-        state, index, term = self.durable
-        self.state, self.applied_index, self.applied_term = dict(state), index, term
+        state, index, term, membership = self.durable
+        self.state, self.applied_index, self.applied_term, self.membership = dict(state), index, term, membership
 
 
 @dataclass
@@ -145,8 +148,8 @@ class SnapshotFile:
         self.sha256 = self.sha256 or hashlib.sha256(self._encoded()).hexdigest()
 
     def _encoded(self) -> bytes:
-        return json.dumps({"index": self.meta.index, "term": self.meta.term, "members": list(self.meta.members),
-                           "state": self.state}, sort_keys=True).encode()
+        return json.dumps({"index": self.meta.index, "term": self.meta.term,
+                           "membership": self.meta.membership.decode(), "state": self.state}, sort_keys=True).encode()
 
     def payload(self) -> bytes:
         data = self._encoded()
@@ -155,7 +158,7 @@ class SnapshotFile:
     @staticmethod
     def parse(payload: bytes) -> SnapshotFile:
         d = json.loads(payload)
-        return SnapshotFile(SnapshotMeta(d["index"], d["term"], tuple(d["members"])), d["state"])
+        return SnapshotFile(SnapshotMeta(d["index"], d["term"], d["membership"].encode()), d["state"])
 
 
 @dataclass
@@ -199,7 +202,8 @@ class SimSnapshots:
 
     def _info(self, path: Path) -> SnapshotInfo:
         file = self.files[path]
-        return SnapshotInfo(file.meta.index, file.meta.term, path, len(file.payload()), file.sha256)
+        return SnapshotInfo(file.meta.index, file.meta.term, path, len(file.payload()), file.sha256,
+                            file.meta.membership)
 
     def verify(self, info: SnapshotInfo) -> bool:
         file = self.files.get(info.path)
@@ -231,7 +235,7 @@ class SimSnapshots:
 
     def take(self) -> SnapshotInfo:
         node, fsm = self._node, self._node.disk.fsm
-        meta = SnapshotMeta(fsm.applied_index, fsm.applied_term, self._members)
+        meta = SnapshotMeta(fsm.applied_index, fsm.applied_term, fsm.membership)
         self._newest = self.keep(SnapshotFile(meta, dict(fsm.state)))
         self._adopted.append(self._newest)
         _watched(node, lambda: node.checker.on_snapshot(node, meta, fsm.state))
@@ -244,7 +248,7 @@ class SimSnapshots:
     def install(self, verified_file: Path) -> SnapshotInfo:
         node, file = self._node, self.files[verified_file]
         _watched(node, lambda: node.checker.on_install(node, file.meta, file.state))
-        node.disk.fsm.replace(file.state, file.meta.index, file.meta.term)
+        node.disk.fsm.replace(file.state, file.meta.index, file.meta.term, file.meta.membership)
         self._newest = verified_file
         self._adopted.append(verified_file)
         if node.disk.crash_after_install:
@@ -254,7 +258,7 @@ class SimSnapshots:
 
     def restore(self, info: SnapshotInfo) -> None:
         file = self.files[info.path]
-        self._node.disk.fsm.replace(file.state, file.meta.index, file.meta.term)
+        self._node.disk.fsm.replace(file.state, file.meta.index, file.meta.term, file.meta.membership)
 
     def chunks(self, info: SnapshotInfo, chunk_size: int) -> Iterator[tuple[int, bytes, bool]]:
         payload = self.files[info.path].payload()

@@ -8,7 +8,7 @@ import asyncio
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from raft.core import CoreConfig, Message, RaftCore, Role, SnapshotMeta
 from raft.node.config import Limits, NodeConfig, StorageConfig, Tuning
@@ -47,11 +47,13 @@ class ServedRead:
 
 
 def node_config(node_id: str, members: Sequence[str], core: CoreConfig, policy: SnapshotPolicy,
-                tick_ms: int) -> NodeConfig:
+                tick_ms: int, join: bool = False) -> NodeConfig:
     """The sim's NodeConfig: the core's timing, snapshots by the policy, no read spin (a loop that
-    polls would never let virtual time move), small snapshot chunks so a stream has several."""
+    polls would never let virtual time move), small snapshot chunks so a stream has several.
+    `join`: the node joins a running cluster (NodeConfig.join): it knows no configuration until a
+    leader sends one; `members` then only names the peers it asks when it starts empty."""
     every = policy.every or 1 << 40
-    return NodeConfig(node_id=node_id, listen=f"sim:{node_id}", peers={m: f"sim:{m}" for m in members},
+    return NodeConfig(node_id=node_id, listen=f"sim:{node_id}", peers={m: f"sim:{m}" for m in members}, join=join,
                       data_dir=Path("/sim") / node_id, core=core,
                       storage=StorageConfig(snapshot_threshold=every, snapshot_threshold_bytes=1 << 62,
                                             snapshot_trailing_entries=policy.keep),
@@ -113,6 +115,7 @@ class SimTransport:
         self._node = node
         self.closed = False
         self.inbound: Inbound | None = None
+        self.removed: frozenset[str] = frozenset()
 
     async def start(self, inbound: Inbound) -> None:
         self.inbound = inbound
@@ -145,6 +148,12 @@ class SimTransport:
         if cluster.net.cut(src, peer):
             return False, "connection reset"
         return receiving.result()
+
+    def reconfigure(self, addresses: Mapping[str, str], removed: Collection[str]) -> None:
+        """Every node of the simulated network is reachable; the removed are refused (the
+        cluster drops what they send here, and tells them, as the peer listener refuses a removed
+        member's hello with PeerHelloReply.removed: Cluster._deliver)."""
+        self.removed = frozenset(removed)
 
     def client_address(self, member: str) -> str | None:
         return f"client:{member}"
@@ -187,6 +196,10 @@ class SimNode:
     @property
     def up(self) -> bool:
         return self.raft is not None
+
+    def refuses(self, member: str) -> bool:
+        """Whether this incarnation's transport refuses `member` as removed from the cluster."""
+        return self._transport is not None and member in self._transport.removed
 
     @property
     def core(self) -> RaftCore | None:

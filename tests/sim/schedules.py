@@ -5,14 +5,25 @@ A schedule has a fault phase (clients propose and read while nodes crash and res
 a log write or lose power, run out of disk space, and the network drops, duplicates, delays and
 partitions) and then a recovery phase (faults stop, every node comes
 back): within a bounded virtual time a leader must be elected, every proposal that was not failed
-must commit, and every node must apply everything committed."""
+must commit, and every node must apply everything committed.
+
+Clients also change the membership now and then (`MEMBERSHIP_OPS`, at a rate drawn per schedule,
+from a generator of its own so the other draws stay as they were): add a learner (a new server,
+started with NodeConfig.join, or one added before whose change was lost), promote a learner,
+remove a voter or a learner, hand leadership to another voter. What the leader refuses
+(MembershipChangeError, NotLeaderError, ValueError) is a normal outcome. A removed node stops
+once it learns its removal committed (the cluster takes it down for good); at the end only the
+members of the leader's configuration must have caught up."""
 from __future__ import annotations
 
 import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from raft.core import CoreConfig, Role
+from raft.core import CoreConfig, NotLeaderError, Role
+from raft.core.membership import ChangeKind, MembershipChangeError
+from raft.core.quorum import majority
+from raft.node.errors import NodeError
 from tests.sim.checkers import SimViolation
 from tests.sim.cluster import SIM_CONFIG, Cluster
 from tests.sim.network import NetConfig
@@ -22,6 +33,9 @@ ACTION_MS = 10  # clients and faults act on this grid
 # Clients stop proposing while this many proposals are unanswered (a leader's bounded pending queue),
 # so the backlog left when faults stop, and with it the recovery time, is bounded.
 MAX_PENDING = 32
+# Membership operations a schedule draws from, and the most servers a schedule adds (ids up to n9).
+MEMBERSHIP_OPS = ("add_learner", "add_learner", "promote", "promote", "remove", "transfer")
+MAX_NODES = 9
 
 
 @dataclass
@@ -38,6 +52,7 @@ class ScheduleParams:
     fault_rate: float  # chance per 10 ms that a new fault starts
     max_down_ms: int
     batch_ends_every: int = 0  # SimDisk.batch_ends_every on every node
+    membership_rate: float = 0.0  # chance per 10 ms of a membership operation
 
     @staticmethod
     def from_seed(seed: int, n: int | None = None) -> "ScheduleParams":
@@ -63,6 +78,8 @@ class ScheduleParams:
                                             eager_trial_every_ms=r.choice([0, 200, 1000]),
                                             eager_trial_ms=r.choice([30, 100, 300]))
         params.batch_ends_every = r.choice([0, 0, 3, 17])
+        # From a generator of its own, so that the draws above stay those of earlier schedules.
+        params.membership_rate = random.Random(f"membership-params/{seed}").choice([0.0, 0.01, 0.02, 0.04])
         return params
 
 
@@ -82,6 +99,10 @@ class ScheduleResult:
     fault_kinds: dict[str, int] = field(default_factory=dict)
     # Node-steps spent refusing writes for a full disk (each node counted once per step).
     disk_full_steps: int = 0
+    # Membership operations asked, and taken (the leader appended the change, or the transfer began).
+    membership_ops: dict[str, int] = field(default_factory=dict)
+    membership_taken: int = 0
+    removed: int = 0
 
 
 class ScheduleFailure(AssertionError):
@@ -113,6 +134,9 @@ class _Driver:
         self.c.after_step_hooks.append(self._count_disk_full)
         self.next_payload = 0
         self.next_read = 0
+        self.mr = random.Random(f"membership/{p.seed}")  # membership operations draw from this only
+        self.membership_ops: dict[str, int] = {}
+        self.membership_taken = 0
         self.bound_ms = p.recovery_bound_ms  # set when the faults stop (run)
 
     def run(self) -> ScheduleResult:
@@ -134,13 +158,15 @@ class _Driver:
             raise SimViolation("catch-up", self._why_not("every node applying everything committed"))
         c.check_all()
         self._check_states_equal()
+        self._check_removed_stopped()
         counts: dict[str, int] = {}
         for pr in c.clients.proposals:
             counts[pr.status] = counts.get(pr.status, 0) + 1
         counts["not_leader"] = c.clients.not_leader
         return ScheduleResult(p.seed, p.n, c.now, c.steps, c.net.delivered_count, c.net.trace_hash(),
                               len(c.checker.committed), counts, c.checker.reads_served, len(c.checker.leaders),
-                              self.faults, self.fault_kinds, self.disk_full_steps)
+                              self.faults, self.fault_kinds, self.disk_full_steps, self.membership_ops,
+                              self.membership_taken, len(c.removed))
 
     # --- fault phase ---
 
@@ -164,13 +190,89 @@ class _Driver:
                 c.read(r.choice(leaders).id, f"r{self.next_read}")
         if r.random() < p.fault_rate:
             self._fault(t)
+        if p.membership_rate and self.mr.random() < p.membership_rate:
+            self._membership_op()
+
+    # --- membership ---
+
+    def _membership_op(self) -> None:
+        """One membership operation on whichever node believes it leads (else any node); a
+        refusal is a normal outcome."""
+        c, mr = self.c, self.mr
+        kind = mr.choice(MEMBERSHIP_OPS)
+        self.membership_ops[kind] = self.membership_ops.get(kind, 0) + 1
+        leaders = c.leaders()
+        via = mr.choice(leaders).id if leaders else mr.choice(self.ids)
+        core = c.nodes[via].core
+        if core is None:
+            return
+        config = core.membership
+        try:
+            if kind == "add_learner":
+                # A server added before whose change was lost is added again; else a new one.
+                lost = [nid for nid in self.ids if nid not in config and c.nodes[nid].config.join
+                        and nid not in c.removed]
+                if lost:
+                    member = mr.choice(lost)
+                elif len(c.nodes) < MAX_NODES:
+                    member = f"n{len(c.nodes) + 1}"
+                else:
+                    return
+                c.change_membership(via, ChangeKind.ADD_LEARNER, member)
+                if member not in c.nodes:
+                    # Started once its change is in the leader's log, as an operator does
+                    # (raftkv member add, then raftkv serve --join).
+                    c.add_node(member)
+                    self.ids.append(member)
+            elif kind == "promote":
+                if not config.learners:
+                    return
+                c.change_membership(via, ChangeKind.PROMOTE, mr.choice(sorted(config.learners)))
+            elif kind == "remove":
+                members = list(config.members)
+                if not members or not self._room_to_remove():
+                    return
+                c.change_membership(via, ChangeKind.REMOVE, mr.choice(members))
+            elif kind == "transfer":
+                targets = [v for v in sorted(config.voters) if v != via]
+                if not targets:
+                    return
+                c.transfer(via, mr.choice(targets))
+        except (MembershipChangeError, NotLeaderError, ValueError, NodeError):
+            return
+        self.membership_taken += 1
+
+    def _check_removed_stopped(self) -> None:
+        """A node that a committed configuration removed, and that heard of it, is down for good;
+        the leader's configuration names none of them."""
+        members = self.c.members()
+        assert members is not None
+        for nid in self.c.removed:
+            if nid in members:
+                raise SimViolation("membership", f"{nid} stopped as removed, but the configuration names it: "
+                                   f"{sorted(members.voters)} {sorted(members.learners)}")
+            if self.c.nodes[nid].up:
+                raise SimViolation("membership", f"{nid} was removed but runs")
+
+    def _room_to_remove(self) -> bool:
+        """Whether a node may still go for good: a node that restarts empty (lose_disk) waits for
+        answers from enough of the peers it was configured with (raft/node/joining.py counts
+        those, not the configuration, which it cannot know), and a removed node never answers
+        again. So enough nodes must stay, beside one that lost its disk, for the most demanding."""
+        c = self.c
+        need = max(len(n.config.members) - majority(len(n.config.members)) + 1 for n in c.nodes.values())
+        staying = sum(1 for nid in c.nodes if nid not in c.removed) - 1
+        return staying - 1 >= need
+
+    def _live_ids(self) -> list[str]:
+        return [nid for nid in self.ids if nid not in self.c.removed]
 
     def _fault(self, t: int) -> None:
         c, r, p = self.c, self.r, self.p
         self.faults += 1
         kind = r.choice(FAULTS)
         until = t + r.randint(1, max(1, p.max_down_ms // ACTION_MS)) * ACTION_MS
-        victim = r.choice(self.ids)
+        victim = r.choice(self._live_ids())
         self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
         if kind == "crash":
             c.crash(victim)
@@ -207,9 +309,9 @@ class _Driver:
             c.nodes[victim].disk.full_unseen = self.r.random() < 0.5
             self.timers.append((until, "space", victim))
         elif kind == "crash_all":
-            for nid in self.ids:
+            for nid in self._live_ids():
                 c.crash(nid)
-            for nid in self.ids:
+            for nid in self._live_ids():
                 self.timers.append((t + r.randint(1, 20) * ACTION_MS, "restart", nid))
         elif kind == "partition":
             shuffled = self.ids[:]
@@ -248,25 +350,35 @@ class _Driver:
         c.net.heal()
         c.net.config = NetConfig(min_delay_ms=c.net.config.min_delay_ms, max_delay_ms=c.net.config.max_delay_ms)
         self.timers.clear()
-        for nid in self.ids:
+        for nid in self._live_ids():
             c.nodes[nid].disk.crash_in_save = None
             c.nodes[nid].disk.full = False
             c.restart(nid)
             c.resume(nid)
 
     def _survivable_loss(self, victim: str) -> bool:
-        """Whether the other disks still hold, each on a majority, everything committed and the
-        newest term a leader was elected in (so the cluster cannot elect a second leader in it)."""
-        others = [n for nid, n in self.c.nodes.items() if nid != victim]
-        quorum = self.p.n // 2 + 1
-        led = max(self.c.checker.leaders, default=0)
-        if sum(1 for n in others if n.log.hard_state().term >= led) < quorum:
+        """Whether the other disks still hold, each on a majority of the voters of every
+        configuration that may be in force (SafetyChecker.voter_sets), everything committed and
+        the newest term a leader was elected in (so the cluster cannot elect a second leader in it)."""
+        nodes = list(self.c.nodes.values())
+        # Restarted empty, it waits for answers from enough of the peers it was configured with
+        # (raft/node/joining.py counts them, not the configuration it cannot know): removed
+        # members never answer again, so with too few left it would wait forever.
+        peers = self.c.nodes[victim].config.members
+        if sum(1 for nid in self.c.nodes if nid != victim and nid not in self.c.removed) < \
+                len(peers) - majority(len(peers)) + 1:
             return False
-        for index, entry in self.c.checker.committed.items():
-            holders = sum(1 for n in others if (n.snapshot is not None and n.snapshot.meta.index >= index)
-                          or n.log.term(index) == entry.term)
-            if holders < quorum:
+        led = max(self.c.checker.leaders, default=0)
+        for voters in self.c.checker.voter_sets(nodes):
+            others = [self.c.nodes[v] for v in sorted(voters) if v != victim and v in self.c.nodes]
+            quorum = majority(len(voters))
+            if sum(1 for n in others if n.log.hard_state().term >= led) < quorum:
                 return False
+            for index, entry in self.c.checker.committed.items():
+                holders = sum(1 for n in others if (n.snapshot is not None and n.snapshot.meta.index >= index)
+                              or n.log.term(index) == entry.term)
+                if holders < quorum:
+                    return False
         return True
 
     def _count_disk_full(self, c: Cluster) -> None:
@@ -290,6 +402,9 @@ class _Driver:
         return self.c.leader() is not None and not self.c.pending()
 
     def _converged(self) -> bool:
+        """Every member of the leader's configuration (committed: its log ends at its commit
+        index) applies everything committed; a node the configuration does not name (removed
+        and never told, or added by a change that was lost) is no longer the cluster's."""
         c = self.c
         lead = c.leader()
         if lead is None or lead.core is None or c.pending():
@@ -297,24 +412,29 @@ class _Driver:
         commit = lead.core.commit_index
         if commit < lead.log.last_index():
             return False
+        members = lead.core.membership
         return all(n.core is not None and n.applied == commit and n.log.last_index() == commit
-                   and n.core.role in (Role.LEADER, Role.FOLLOWER) for n in c.nodes.values())
+                   and n.core.role in (Role.LEADER, Role.FOLLOWER) for n in c.nodes.values() if n.id in members)
 
     def _why_not(self, goal: str) -> str:
         c = self.c
         lines = [f"not {goal} within {self.bound_ms} ms after faults stopped at {self.p.fault_ms} ms"]
         for n in c.nodes.values():
             core = n.core
+            config = (f" voters={','.join(sorted(core.membership.voters))} "
+                      f"learners={','.join(sorted(core.membership.learners))}" if core else "")
             lines.append(f"  {n.id}: role={core.role.value if core else 'down'} term={core.term if core else '-'} "
                          f"commit={core.commit_index if core else '-'} applied={n.applied} "
-                         f"log=({n.log.before_begin()[0]}, {n.log.last_index()}]")
+                         f"log=({n.log.before_begin()[0]}, {n.log.last_index()}]{config}"
+                         f"{' removed' if n.id in c.removed else ''}")
         pend = c.pending()
         if pend:
             lines.append(f"  {len(pend)} proposals neither committed nor failed, e.g. {pend[0]}")
         return "\n".join(lines)
 
     def _check_states_equal(self) -> None:
-        states = {n.id: n.state for n in self.c.nodes.values()}
+        members = self.c.members()
+        states = {n.id: n.state for n in self.c.nodes.values() if members is None or n.id in members}
         first = next(iter(states.values()))
         for nid, s in states.items():
             if s != first:

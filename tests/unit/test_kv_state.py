@@ -445,7 +445,7 @@ def test_a_state_check_marker_ends_the_batch_and_pins_the_state_as_of_it(sm: KVS
 
 
 def test_copy_to_is_a_consistent_openable_state(filled: KVStateMachine, tmp_path: Path) -> None:
-    index, term = filled.copy_to(tmp_path / "copy")
+    index, term, _ = filled.copy_to(tmp_path / "copy")
     assert (index, term) == (filled.applied_index, filled.applied_term)
     with KVStateMachine(tmp_path / "copy", map_size=16 << 20) as copy:
         assert copy.state_hash() == filled.state_hash() and copy.applied_index == index
@@ -463,7 +463,7 @@ def test_copy_to_packs_pages_that_inserts_into_the_middle_left_half_full(tmp_pat
         half_full = tmp_path / "compacting-copy"
         half_full.mkdir()
         machine._env.copy(str(half_full), compact=True)
-        index, term = machine.copy_to(tmp_path / "packed")
+        index, term, _ = machine.copy_to(tmp_path / "packed")
         packed_size = (tmp_path / "packed" / "data.mdb").stat().st_size
         assert packed_size < 0.7 * (half_full / "data.mdb").stat().st_size
         assert (index, term) == (machine.applied_index, machine.applied_term)

@@ -275,7 +275,7 @@ class CrashingCopy:
     def __init__(self, real: KVStateMachine) -> None:
         self.real = real
 
-    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int]:
+    def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
         self.real.copy_to(directory)
         raise OSError("disk went away")
 

@@ -27,10 +27,12 @@ from raft.core.messages import (
     PushRequest,
     PushResponse,
     PushType,
+    TimeoutNowRequest,
     VoteRequest,
     VoteResponse,
 )
 from raft.core.config import CoreConfig
+from raft.core.membership import Membership
 from raft.core.types import Entry, EntryType, SnapshotMeta
 from raft.node.config import NodeConfig, Security
 from raft.node.ports import SnapshotInfo
@@ -50,6 +52,8 @@ APPEND = PushRequest(**H, type=PushType.APPEND, pre_index=10, pre_term=5, commit
 
 EVERY_MESSAGE: list[Message] = [
     VoteRequest(**H, last_log_index=12, last_log_term=6, pre_vote=True),
+    VoteRequest(**H, last_log_index=12, last_log_term=6, transfer=True),
+    TimeoutNowRequest(**H),
     VoteResponse(**H, granted=True, pre_vote=True),
     HeartbeatRequest(**H, commit_index=11, seq=99),
     HeartbeatResponse(**H, success=True, seq=99, end_index=12),
@@ -57,7 +61,7 @@ EVERY_MESSAGE: list[Message] = [
     PushRequest(**H, type=PushType.TRUNCATE, truncate_index=8, truncate_term=4),
     PushResponse(**H, type=PushType.COMPARE, code=PushCode.INCONSISTENT, pre_index=10, index=3,
                  end_index=9, x_term=4, x_index=6),
-    InstallSnapshotRequest(**H, meta=SnapshotMeta(100, 6, ("n1", "n2", "n3"))),
+    InstallSnapshotRequest(**H, meta=SnapshotMeta(100, 6, Membership({"n1": "a:1", "n2": "b:2"}, {"n3": "c:3"}).encode())),
     InstallSnapshotResponse(**H, success=True, index=100, end_index=100),
 ]
 
@@ -140,6 +144,7 @@ class Recorder:
     def __init__(self) -> None:
         self.delivered: list[Message] = []
         self.gone: list[str] = []
+        self.removed: list[str] = []  # why peers refused us as a removed member
         self.changed = asyncio.Event()  # set on everything that arrives
         self.snapshots: list[dict[str, Any]] = []
         self.snapshot_answer = (True, "")
@@ -152,6 +157,10 @@ class Recorder:
 
     def peer_unreachable(self, peer: str) -> None:
         self.gone.append(peer)
+        self.changed.set()
+
+    def removed_from_cluster(self, why: str) -> None:
+        self.removed.append(why)
         self.changed.set()
 
     async def receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int, sha256: str,
@@ -260,7 +269,7 @@ def test_messages_arrive_in_order_and_members_learn_each_others_client_addresses
 
 @pytest.mark.parametrize("case, reason", [
     ("wrong cluster", "wrong cluster id: got 'other', this cluster is 'c1'"),
-    ("unknown member", "unknown member id 'n9'"),
+    ("removed member", "n9 was removed from this cluster"),
     ("wrong addressee", "message for 'n3' reached 'n2': check --peers addresses"),
 ])
 def test_a_refused_hello_is_logged_once_with_its_reason(caplog: pytest.LogCaptureFixture, case: str,
@@ -270,8 +279,9 @@ def test_a_refused_hello_is_logged_once_with_its_reason(caplog: pytest.LogCaptur
 
     async def main() -> None:
         async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
-            sender, dst, cluster = {"wrong cluster": ("n1", "n2", "other"), "unknown member": ("n9", "n2", CLUSTER),
+            sender, dst, cluster = {"wrong cluster": ("n1", "n2", "other"), "removed member": ("n9", "n2", CLUSTER),
                                     "wrong addressee": ("n1", "n3", CLUSTER)}[case]
+            n2.transport.reconfigure({}, ["n9"])
             async with Node(sender, {dst: n2.address}, cluster_id=cluster) as dialer:
                 dialer.transport.send([heartbeat(1, src=sender, dst=dst)])
                 await dialer.link_settles(dst, lambda link: link.last_refusal is not None)
@@ -287,6 +297,11 @@ def test_a_refused_hello_is_logged_once_with_its_reason(caplog: pytest.LogCaptur
                 assert len(listened) == 1 and reason in listened[0], listened
                 assert link.reachable is not True and link.connection is None
                 assert dialer.inbound.gone == []  # up but refusing: not gone
+                # Only a removed member is told to stop.
+                if case == "removed member":
+                    assert dialer.inbound.removed and all(reason in why for why in dialer.inbound.removed)
+                else:
+                    assert dialer.inbound.removed == []
                 assert n2.inbound.delivered == []
                 assert n2.transport.client_address(sender) is None
 
@@ -368,7 +383,7 @@ def test_a_dialer_refused_again_and_again_is_logged_once_a_minute_with_the_count
         return [r.getMessage() for r in caplog.records if r.name == "raft.transport.peer_listener"]
 
     async def main() -> None:
-        listener = PeerListener("n2", CLUSTER, ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
+        listener = PeerListener("n2", CLUSTER, "client:1", lambda m: None, Recorder().receive_snapshot,
                                 lambda member, address: None, lambda: (0, 0, 0), clock=lambda: now[0])
         port = await listener.start("127.0.0.1", 0)
         wrong_cluster = hello_frame(cluster="other")
@@ -437,7 +452,7 @@ async def file_chunks(pieces: list[bytes]) -> AsyncIterator[tuple[int, bytes, bo
         offset += len(data)
 
 
-META = SnapshotMeta(50, 4, ("n1", "n2"))
+META = SnapshotMeta(50, 4, Membership.of_voters({"n1": "a:1", "n2": "b:2"}).encode())
 
 
 def test_a_snapshot_travels_in_chunks_on_its_own_connection_and_gets_its_ack() -> None:
@@ -712,7 +727,7 @@ def test_the_listener_takes_one_port_on_every_address_it_binds() -> None:
     port 0 every one of them must listen on the same port."""
 
     async def main() -> None:
-        listener = PeerListener("n2", CLUSTER, ["n1", "n2"], "client:1", lambda m: None, Recorder().receive_snapshot,
+        listener = PeerListener("n2", CLUSTER, "client:1", lambda m: None, Recorder().receive_snapshot,
                                 lambda member, address: None, lambda: (0, 0, 0))
         port = await listener.start("", 0)
         try:
