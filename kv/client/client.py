@@ -22,6 +22,7 @@ from tenacity import Retrying
 from kv.client.auth_admin import AuthAdmin
 from kv.client.changes import Changes
 from kv.client.maintenance import Maintenance
+from kv.client.members import Members
 from kv.client.leader_hints import LeaderHinted
 from kv.client.lease import Leases
 from kv.client.revisions import Revisions
@@ -104,7 +105,7 @@ class _Session:
             self.client_id = None
 
 
-class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
+class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
     """A thread-safe client of a raftkv cluster. See the module docstring.
 
     endpoints: "host:port,..." or a sequence of them (any members; the leader is found).
@@ -291,6 +292,9 @@ class Client(AuthAdmin, Maintenance, Revisions, Leases, Changes):
                 # a stub as every call does, and find it here.
                 stub.etcd = LeaderHinted(etcd_rpc_pb2_grpc.KVStub(channel))  # type: ignore[attr-defined]
                 stub.etcd_lease = LeaderHinted(etcd_rpc_pb2_grpc.LeaseStub(channel))  # type: ignore[attr-defined]
+                # etcd's Cluster and Maintenance services, for kv.client.members' calls.
+                stub.etcd_members = (etcd_rpc_pb2_grpc.ClusterStub(channel),  # type: ignore[attr-defined]
+                                     etcd_rpc_pb2_grpc.MaintenanceStub(channel))
             return self._channels[address], stub
 
     def _open_channel(self, address: str) -> grpc.Channel:

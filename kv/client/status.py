@@ -34,6 +34,8 @@ def status_dict(s: kv_pb2.StatusResponse, address: str | None = None) -> dict[st
         "alarms": alarm_dicts(s.alarms),
         "nospace": s.nospace or None,
         "unhealthy": s.unhealthy or None,
+        "voters": list(s.voters),
+        "learners": list(s.learners),
     }
     if s.role == "leader":
         out["peers"] = dict(s.peers)

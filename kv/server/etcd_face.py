@@ -14,7 +14,6 @@ the first 8 bytes of the sha256 of the name, the same on every member and across
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call
 from raft.node.node import RaftNode
 from raftkv_proto import etcd_rpc_pb2 as pb
+from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
 from statemachine.auth_state import PERMISSION_DENIED, permission_range
 from statemachine.commands import encode_compaction, encode_etcd_txn
@@ -54,11 +54,6 @@ _CODE_OF_KIND = {
     "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
     "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
 }
-
-
-def member_number(name: str) -> int:
-    """etcd's uint64 member (or cluster) id for a raftkv name."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
 
 
 def etcd_error(e: BaseException) -> BaseException:
@@ -138,10 +133,13 @@ class EtcdFace:
     def leads(self) -> bool:
         return self.node.leader == self.node.id
 
-    async def forward(self, context: grpc.aio.ServicerContext, service: str, method: str, request: Any) -> Any:
-        """`request` sent on to the leader's `service`.`method`, with the caller's token; its
-        answer, or its refusal as this call's."""
+    async def forward(self, context: grpc.aio.ServicerContext, service: str, method: str, request: Any,
+                      carry: tuple[str, ...] = ()) -> Any:
+        """`request` sent on to the leader's `service`.`method`, with the caller's token and the
+        caller's metadata keys named in `carry`; its answer, or its refusal as this call's."""
         metadata = self.forward_metadata(context)
+        sent = dict(context.invocation_metadata() or ())
+        metadata.extend((key, sent[key]) for key in carry if key in sent)
         stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self.leader_channel())
         try:
             response = await getattr(stub, method)(request, metadata=metadata, timeout=context.time_remaining())

@@ -395,7 +395,7 @@ class KVHandler:
             disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks(),
             max_request_bytes=self._node.config.limits.max_request_bytes, nospace=self.nospace(),
             alarms=[a.to_proto() for a in self.alarms.listed()],
-            unhealthy=member_health(self._node, self.alarms).reason)
+            unhealthy=member_health(self._node, self.alarms).reason, voters=s["voters"], learners=s["learners"])
 
 
 def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:

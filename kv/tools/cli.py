@@ -1,7 +1,8 @@
 """The `raftkv` command (also `python -m kv`): run a node, talk to a cluster, start a local one.
 The commands live beside it: data_commands (put, get, delete, scan, compact, revision),
 txn_command (txn), watch_command (watch), lease_commands (lease grant|revoke|...), cluster_commands
-(status, endpoint health, cluster up/restart), snapshot_commands, serve_command, spark/cli, bench/cli."""
+(status, endpoint health, cluster up/restart), member_commands (member list|add|remove|promote,
+leader transfer), snapshot_commands, serve_command, spark/cli, bench/cli."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ from kv.tools.client_options import EXIT_FAILED, client_options, describe  # noq
 from kv.tools.cluster_commands import add_cluster_commands  # noqa: E402
 from kv.tools.data_commands import add_data_commands  # noqa: E402
 from kv.tools.lease_commands import add_lease_commands  # noqa: E402
+from kv.tools.member_commands import add_member_commands  # noqa: E402
 from kv.tools.serve_command import add_serve_parser  # noqa: E402
 from kv.tools.snapshot_commands import add_snapshot_commands  # noqa: E402
 from kv.tools.txn_command import add_txn_command  # noqa: E402
@@ -53,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  raftkv lease grant 30               a lease; raftkv put KEY VALUE --lease ID attaches a key\n"
                "  raftkv status --endpoints 127.0.0.1:7001,127.0.0.1:7002\n"
                "  export RAFTKV_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003\n"
-               "  raftkv endpoint health              exit 1 when a member is unhealthy")
+               "  raftkv endpoint health              exit 1 when a member is unhealthy\n"
+               "  raftkv member list -w table         voters and learners (raftkv member --help: add, remove, promote)\n"
+               "  raftkv leader transfer --to n2      hand the leadership to n2")
     parser.add_argument("--version", action="version", version=f"raftkv {package_version()}",
                         help="print raftkv's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -64,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_watch_command(commands, options)
     add_lease_commands(commands, options)
     add_cluster_commands(commands, options)
+    add_member_commands(commands, options)
     add_auth_commands(commands, options)
     add_alarm_commands(commands, options)
     add_snapshot_commands(commands)

@@ -130,6 +130,11 @@ def add_serve_parser(commands: Any) -> None:
     _add(serve, "--listen-peer", default=None, metavar="HOST:PORT",
                        help="where to take the other members' connections (default: this member's address "
                             "in --peers)")
+    _add(serve, "--join", default="", metavar="HOST:PORT,...",
+                       help="join an existing cluster that added this member (raftkv member add): the client "
+                            "addresses of some of its members, asked once, on the first start, for the cluster "
+                            "id and the members; the data directory must be empty (see README, \"Changing the "
+                            "members\")")
     _add(serve, "--cluster-id", default=None,
                        help="this cluster's id: peers refuse messages carrying another; fixed on the first start "
                             "and kept in --data-dir, after which a different one is refused (default: derived "
@@ -291,5 +296,14 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ImportError as missing:
         print(f"raftkv serve: error: the server cannot start: {missing}", file=sys.stderr)
         return 1
+    if args.join:
+        from kv.server.join import JoinError, joined_config
+        from kv.server.tls import member_channel_credentials
+        try:
+            config = joined_config(config, [e.strip() for e in args.join.split(",") if e.strip()],
+                                   member_channel_credentials(config.security))
+        except (JoinError, ValueError) as e:
+            print(f"raftkv serve: error: cannot join: {e}", file=sys.stderr)
+            return 1
     serve(config, args.event_loop)
     return 0

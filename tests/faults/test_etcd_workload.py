@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 import pytest
 
-from kv.server.etcd_face import member_number
+from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2 as pb
 from tests.faults.history import Kind, Op, Outcome
 from tests.faults.linearizability import Verdict, check

@@ -188,6 +188,19 @@ class Cluster:
                             metrics_url=f"http://127.0.0.1:{metrics_ports[i]}" if self.metrics else None)
             self.nodes[name] = NodeProcess(spec, self.base_dir / f"{name}.log")
 
+    def joining_member(self, node_id: str, join: Iterable[str] | None = None) -> NodeProcess:
+        """A new member's process, not started: an empty data directory, its own client and peer
+        ports, `serve --join` with the client addresses of `join` (default: every member so far).
+        Add it to the cluster first (member add), then start it."""
+        client_port, peer_port = free_ports(2)
+        endpoints = ",".join(self.nodes[n].address for n in (join if join is not None else self.nodes))
+        args = (*self.extra_args, *(self.node_args(node_id) if self.node_args is not None else ()),
+                "--join", endpoints)
+        spec = NodeSpec(node_id, f"127.0.0.1:{client_port}", self.base_dir / node_id,
+                        {node_id: f"127.0.0.1:{peer_port}"}, args)
+        node = self.nodes[node_id] = NodeProcess(spec, self.base_dir / f"{node_id}.log")
+        return node
+
     def metrics_url(self, node_id: str) -> str:
         url = self.nodes[node_id].spec.metrics_url
         assert url is not None, "start the Cluster with metrics=True"
