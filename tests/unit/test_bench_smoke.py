@@ -17,8 +17,9 @@ from kv.tools.bench.cli import _workloads
 from kv.tools.bench.cpu import CpuRoles, process_cpu_s
 from kv.tools.bench.etcd import etcd_version
 from kv.tools.bench.measure import percentile
+from kv.tools.bench.membership_workload import longest_gap
 from kv.tools.bench.report import RoundResult, format_table, summarize
-from kv.tools.bench.runner import round_order
+from kv.tools.bench.runner import ORDER, PLANS, round_order
 from kv.tools.bench.settings import QUICK, WORKLOADS
 from kv.tools.bench.watch_workload import check_deliveries, stream_plan
 from kv.tools.bench.watchers import merged_percentile, order_hash, prefix_end, quantile_points
@@ -289,3 +290,37 @@ def test_watch_helpers() -> None:
     assert abs(merged - exact) <= 11
     assert merged_percentile([(1000, points)], 50) == pytest.approx(500, abs=10)
     assert merged_percentile([], 50) == 0.0
+
+
+W16_FIGURES = ("seconds add to voter", "add->caught up s", "caught up->promoted s", "store keys", "store MB",
+               "transfer stall ms", "transfer stall max ms", "put p50 ms", "MoveLeader ms", "MoveLeader max ms")
+
+
+def test_quick_membership_change(tmp_path: Path) -> None:
+    """W16 on raftkv: a learner n4 added, started with --join, promoted, then removed (the workload
+    itself waits for the voters to be n1..n3 again), and two leadership transfers under a writer."""
+    result, report = run_bench(tmp_path, "--workloads", "W16", "--membership-keys", "500", "--transfers", "2")
+    assert [r["error"] for r in report["rounds"]] == [None]
+    measured = figures(report)
+    for name in W16_FIGURES:
+        assert measured[("W16", name)] is not None and measured[("W16", name)] > 0, name
+    assert measured[("W16", "store keys")] == 500  # loaded by W16 itself: the store was empty
+    assert measured[("W16", "add->caught up s")] <= measured[("W16", "seconds add to voter")]
+    assert measured[("W16", "transfer stall ms")] <= measured[("W16", "transfer stall max ms")]
+    assert "W16" in result.stdout
+
+
+def test_membership_workload_is_raftkv_only_named_and_last() -> None:
+    assert "W16" in PLANS["raftkv"] and "W16" not in PLANS["etcd"]  # --compare etcd: no etcd side
+    assert ORDER[-1] == "W16"
+    assert "W16" not in _workloads(None, "native") and "W16" not in _workloads(None, "etcd")
+    assert _workloads("w16", "etcd") == ("W16",)
+
+
+def test_longest_gap_around_a_transfer() -> None:
+    acked = [0.0, 0.01, 0.02, 0.30, 0.31, 0.50, 0.90]
+    assert longest_gap(acked, 0.05, 0.06) == pytest.approx(0.28)  # the gap the transfer fell in
+    assert longest_gap(acked, 0.305, 0.306) == pytest.approx(0.01)
+    assert longest_gap(acked, 0.0, 1.0) == pytest.approx(0.40)  # every gap overlaps: the longest
+    assert longest_gap(acked, 0.45, 0.55) == pytest.approx(0.40)  # two gaps overlap it: the longer
+    assert longest_gap([0.1], 0.0, 1.0) == 0.0

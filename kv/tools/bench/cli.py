@@ -47,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compare on the mod revision, one put) run when named, on raftkv and etcd alike; "
                              "so do W14 (watchers on one prefix under a steady writer: delivery latency) and W15 "
                              "(leases kept alive: leader CPU per keep-alive), through etcd's Watch and Lease "
-                             "services whatever --api says")
+                             "services whatever --api says; W16 (membership change: a learner n4 added, started "
+                             "with --join, caught up and promoted on a store of --membership-keys keys, then "
+                             "removed; the longest stall of a sequential writer over --transfers MoveLeader "
+                             "calls) runs when named, on raftkv only: --compare etcd measures no etcd side")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help=f"measured window of each load W1..W5, W12, W13 (default {DEFAULTS.duration_s})")
     parser.add_argument("--clients", type=_positive_int, default=None,
@@ -75,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"W15: keep-alive streams to the leader (default {DEFAULTS.lease_streams})")
     parser.add_argument("--lease-duration", type=_positive_float, default=None, metavar="SECONDS",
                         help=f"W15: the measured window (default {DEFAULTS.lease_duration_s:.0f})")
+    parser.add_argument("--membership-keys", type=_positive_int, default=None, metavar="N",
+                        help=f"W16: keys in the store when the learner joins; W16 loads its own up to this many "
+                             f"when the store holds fewer (default {DEFAULTS.membership_keys:,})")
+    parser.add_argument("--transfers", type=_positive_int, default=None, metavar="N",
+                        help=f"W16: MoveLeader calls under the writer (default {DEFAULTS.transfers})")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the members keep their data (default: a new directory under the current "
                              "one, on the disk being measured; removed afterwards unless --keep)")
@@ -127,7 +135,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
                            failover_trials=args.failover_trials, watchers=args.watchers,
                            watch_streams=args.watch_streams, watch_rate=args.watch_rate,
                            watch_duration_s=args.watch_duration, leases=args.leases, lease_ttl_s=args.lease_ttl,
-                           lease_streams=args.lease_streams, lease_duration_s=args.lease_duration)
+                           lease_streams=args.lease_streams, lease_duration_s=args.lease_duration,
+                           membership_keys=args.membership_keys, transfers=args.transfers)
     api = getattr(args, "api", NATIVE_API)
     workloads = _workloads(args.workloads, api)
     systems: tuple[str, ...] = (RAFTKV,)

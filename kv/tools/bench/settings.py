@@ -7,8 +7,10 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
 # Run only when named (W10, W11: they need the spark extra and Java; raftkv only, native API;
 # W10 loads bulk_keys rows). W12, W13 (reads at a past revision, compare-and-swap Txns) run
 # when named, and by default under `--api etcd`. W14, W15 (watchers under a steady writer, leases
-# kept alive) run when named, through etcd's Watch and Lease services whatever `--api` says.
-OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13", "W14", "W15")
+# kept alive) run when named, through etcd's Watch and Lease services whatever `--api` says. W16
+# (membership change: a learner added and promoted, leadership moved under a writer) runs when
+# named, on raftkv only (etcd's side is not measured).
+OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13", "W14", "W15", "W16")
 REVISION_WORKLOADS = ("W12", "W13")
 # What only raftkv's native API can drive, with why: refused under `--api etcd`.
 NATIVE_ONLY = {
@@ -44,12 +46,14 @@ class Sizes:
     lease_ttl_s: int = 30           # W15: their TTL; each is kept alive every TTL/3
     lease_streams: int = 5          # W15: LeaseKeepAlive streams (clients) to the leader
     lease_duration_s: float = 20.0  # W15: the measured window, after warmup_s
+    membership_keys: int = 100_000  # W16: keys in the store when the learner joins (topped up if fewer)
+    transfers: int = 5              # W16: MoveLeader calls under the writer
 
 
 QUICK = Sizes(duration_s=0.3, warmup_s=0.1, clients=4, read_keys=50, bulk_keys=2_000, bulk_batch=500,
               bulk_clients=2, failover_trials=1, failover_clients=2, watchers=20, watch_streams=4,
               watch_rate=100.0, watch_duration_s=0.5, watch_drain_s=60.0, leases=100, lease_ttl_s=10,
-              lease_streams=2, lease_duration_s=2.0)
+              lease_streams=2, lease_duration_s=2.0, membership_keys=2_000, transfers=2)
 
 
 def with_overrides(base: Sizes, **overrides: float | int | None) -> Sizes:
