@@ -164,11 +164,19 @@ def _health_problem(client: Client) -> str | None:
 STATUS_COLUMNS = ("address", "id", "role", "term", "leader", "commit_index", "applied_index", "snapshot_index")
 
 
+def _cell(status: dict[str, Any], column: str) -> str:
+    """A status field as the table shows it: a learner's role is "learner" (a follower that counts
+    in no quorum; `-w json` keeps the role and lists the learners)."""
+    if column == "role" and status["id"] in status.get("learners", ()):
+        return "learner"
+    return str(status[column])
+
+
 def status_rows(statuses: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The header and one row per endpoint; an ERROR column only when an endpoint did not answer
     (its other cells are then '-')."""
     columns = [*STATUS_COLUMNS, *(("error",) if any("error" in s for s in statuses) else ())]
-    rows = [[s["address"], *("-" if s.get(c) is None else str(s[c]) for c in columns[1:])] for s in statuses]
+    rows = [[s["address"], *("-" if s.get(c) is None else _cell(s, c) for c in columns[1:])] for s in statuses]
     return [c.upper() for c in columns], rows
 
 

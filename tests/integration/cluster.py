@@ -318,10 +318,10 @@ class Cluster:
         return wait_until(f"{node_id} to apply index {index}", applied, timeout)
 
 
-def module_cluster(base: Path) -> Iterator[Cluster]:
-    """Three members with a leader, shared by a module's tests (each uses keys of its own): for a
-    module-scoped fixture to `yield from`; the members' logs are printed when a test fails."""
-    cluster = Cluster(base).start()
+def module_cluster(base: Path, **options: Any) -> Iterator[Cluster]:
+    """Three members with a leader (Cluster's `options`), shared by a module's tests (each uses
+    keys of its own): for a fixture to `yield from`; the members' logs are printed when a test fails."""
+    cluster = Cluster(base, **options).start()
     try:
         cluster.wait_for_leader()
         yield cluster

@@ -21,7 +21,7 @@ from raftkv_proto import etcd_rpc_pb2_grpc as etcd_grpc
 from tests.faults.history import History, Kind, Op, Outcome
 from tests.faults.linearizability import check
 from tests.faults.workload import Worker, Workload, key_names, perform_all
-from tests.integration.cluster import Cluster, module_cluster, wait_until
+from tests.integration.cluster import FAST_TIMING, Cluster, module_cluster, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +142,36 @@ def test_a_sigkilled_member_is_replaced_by_a_learner_promoted_without_losing_a_w
     wait_until("a write after n2's death", lambda: load.ok_after(at), 20.0)
     cluster.start_node("n2")
     load.finish(["n1", "n2", "n4"])
+
+
+@pytest.fixture
+def snapshotting(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster whose members snapshot, and compact their logs, every 100 entries."""
+    yield from module_cluster(tmp_path, extra_args=(*FAST_TIMING, "--snapshot-threshold", "100"))
+
+
+def test_a_member_joins_by_snapshot_and_restarts_from_it(snapshotting: Cluster) -> None:
+    """A new member whose leader compacted its log gets the snapshot, and with it the members
+    (the configuration is part of every snapshot); promoted, killed and restarted, it comes back
+    from what it installed as a voter, and a leader can be elected with it."""
+    cluster = snapshotting
+    with cluster.client() as client:
+        for i in range(400):
+            client.put(b"s%d" % i, b"v%d" % i)
+    leader = cluster.wait_for_leader()
+    wait_until("the leader to compact its log", lambda: cluster.status(leader)["log_begin_index"] > 1, 30.0)
+    join(cluster, "n4", via="n1")
+    assert cluster.status("n4")["snapshot_index"] > 0  # it installed a snapshot
+    promote(cluster, "n1", "n4")
+    wait_configuration(cluster, ["n1", "n2", "n3", "n4"], ["n1", "n2", "n3", "n4"], [])
+    cluster.restart("n4")
+    cluster.kill("n1")  # with n1 down, n2, n3 and n4 are the quorum: n4 must vote
+    cluster.kill("n2")
+    cluster.start_node("n2")
+    cluster.wait_for_leader(among=["n2", "n3", "n4"])
+    assert configuration(cluster, "n4") == (["n1", "n2", "n3", "n4"], [])
+    with cluster.client(["n2", "n3", "n4"]) as client:
+        assert client.get(b"s399") == b"v399"
 
 
 def test_the_cluster_grows_to_five_and_shrinks_back(cluster: Cluster) -> None:

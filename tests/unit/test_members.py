@@ -10,6 +10,7 @@ import pytest
 
 from kv.client.members import member_dict
 from kv.server.etcd_checks import EtcdError
+from kv.tools.cluster_commands import status_rows
 from kv.server.etcd_services import NOT_ENOUGH_STARTED, _check_in_sync, _check_quorum, peer_address_of
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
@@ -68,3 +69,12 @@ def test_a_member_as_the_client_returns_it() -> None:
     assert member_dict(member) == {"id": "n4", "member_id": member_number("n4"), "learner": True,
                                    "peer_address": "127.0.0.1:7104", "client_address": None,
                                    "peer_urls": ["http://127.0.0.1:7104"], "client_urls": []}
+
+
+def test_the_status_table_names_a_learner_by_its_role() -> None:
+    base = {"term": 3, "leader": "n1", "commit_index": 9, "applied_index": 9, "snapshot_index": 0,
+            "voters": ["n1", "n2"], "learners": ["n4"]}
+    header, rows = status_rows([{**base, "address": "a:1", "id": "n1", "role": "leader"},
+                                {**base, "address": "a:4", "id": "n4", "role": "follower"}])
+    role = header.index("ROLE")
+    assert [row[role] for row in rows] == ["leader", "learner"]
