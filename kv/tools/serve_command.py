@@ -135,6 +135,10 @@ def add_serve_parser(commands: Any) -> None:
                             "addresses of some of its members, asked once, on the first start, for the cluster "
                             "id and the members; the data directory must be empty (see README, \"Changing the "
                             "members\")")
+    _add(serve, "--strict-reconfig-check", type=_true_or_false, default=True, metavar="true|false",
+                       help="refuse a membership change after which the voters the leader hears from would be "
+                            "too few for a quorum (etcd's flag; false lets such a change through, and the "
+                            "cluster then takes writes only once enough of its voters run)")
     _add(serve, "--cluster-id", default=None,
                        help="this cluster's id: peers refuse messages carrying another; fixed on the first start "
                             "and kept in --data-dir, after which a different one is refused (default: derived "
@@ -242,6 +246,15 @@ def _retention_for(mode: str, text: str | None) -> float:
     return sum(float(number) * _DURATION_UNITS_S[unit] for number, unit in _DURATION_PART.findall(text))
 
 
+def _true_or_false(text: str) -> bool:
+    """etcd's boolean flag values: --strict-reconfig-check=false."""
+    if text.lower() in ("true", "1"):
+        return True
+    if text.lower() in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: give true or false")
+
+
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The NodeConfig `raftkv serve` flags stand for. Raises ValueError on inconsistent flags."""
     election = args.election_timeout_ms
@@ -253,6 +266,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
         peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
         cluster_id=args.cluster_id, initial_cluster_token=args.initial_cluster_token, core=core,
+        strict_reconfig_check=args.strict_reconfig_check,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
                               state_max_bytes=args.state_max_bytes, quota_backend_bytes=args.quota_backend_bytes,

@@ -233,8 +233,6 @@ class RaftCore:
                                         f"{self._configs.latest_index} is not committed yet); try again shortly")
         if not self._committed_in_term():
             raise MembershipChangeError("the leader has not committed an entry of its term yet; try again shortly")
-        if kind is ChangeKind.REMOVE and member == self.id and self.membership.voters.keys() == {self.id}:
-            raise MembershipChangeError(f"{member} is the only voter")
         changed = self.membership.changed(kind, member, address)
         index = self.log.last_index() + 1
         self.log.append([Entry(index, self._term, EntryType.CONFIG, changed.encode())])

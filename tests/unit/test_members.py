@@ -44,13 +44,21 @@ def test_a_bad_peer_url_is_etcds_invalid_urls(urls: list[str]) -> None:
 ])
 def test_the_strict_check_wants_a_started_majority_after_the_change(voters_after: int, started: int,
                                                                     allow_second: bool, accepted: bool) -> None:
-    face: Any = None
+    face: Any = strict(True)
     if accepted:
         _check_quorum(face, voters_after, started, allow_second)
     else:
         with pytest.raises(EtcdError) as refused:
             _check_quorum(face, voters_after, started, allow_second)
         assert refused.value is NOT_ENOUGH_STARTED
+
+
+def strict(check: bool) -> Any:
+    return SimpleNamespace(node=SimpleNamespace(config=SimpleNamespace(strict_reconfig_check=check)))
+
+
+def test_the_strict_check_is_off_with_strict_reconfig_check_false() -> None:
+    _check_quorum(strict(False), 4, 2)  # refused above when strict
 
 
 @pytest.mark.parametrize("match, last, ready", [(90, 100, True), (89, 100, False), (0, 5, False), (0, 0, True)])
