@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -73,6 +74,17 @@ def ok(done: subprocess.CompletedProcess[bytes]) -> str:
     return done.stdout.decode()
 
 
+# Starts a command with SIGINT at its default disposition, as a terminal starts the command Ctrl-C
+# reaches. A process inherits an ignored SIGINT: pytest started in the background by a
+# non-interactive shell (`nohup ... &`, `cmd &` in a script or CI step) has it ignored, and so would
+# every command it starts, which Ctrl-C (SIGINT) then never ends. The exec keeps the pid.
+_WITH_DEFAULT_SIGINT = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
 class Stream:
     """A command that prints until it is stopped (watch, keep-alive): its stdout lines, read by a
     thread, are taken with a deadline; interrupt() is Ctrl-C. Use it in a `with`: it is killed at
@@ -80,7 +92,8 @@ class Stream:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.argv = argv
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.process = subprocess.Popen([sys.executable, "-c", _WITH_DEFAULT_SIGINT, *argv],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
