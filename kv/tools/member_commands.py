@@ -21,20 +21,18 @@ examples:
   raftkv member remove n2
 
 replace a dead member (n3 is gone for good; n4 on a new machine takes its place):
-  1. raftkv member remove n3
-       first: a dead voter still counts in the quorum (a voter cannot be added
-       while a majority of the voters after it would not be reachable)
-  2. raftkv member add n4 --peer-address 10.0.0.4:7101 --learner
-  3. on the new machine, with an empty data directory:
-     raftkv serve --id n4 --listen 10.0.0.4:7001 --data-dir /var/lib/raftkv \\
-         --join 10.0.0.1:7001,10.0.0.2:7001
+  1. raftkv member add n4 --peer-address 10.0.0.4:7101 --learner
+       a learner takes no part in elections or commits: adding it never weakens
+       the cluster, however long it takes to catch up
+  2. on the new machine, with an empty data directory:
+     raftkv serve --id n4 --listen 10.0.0.4:7001 --listen-peer 10.0.0.4:7101 \\
+         --data-dir /var/lib/raftkv --join 10.0.0.1:7001,10.0.0.2:7001
        it asks those members for the cluster and catches up from the leader
-  4. raftkv member promote n4
+  3. raftkv member promote n4
        refused ("...which is in sync with leader") until n4 holds 90% of the
        leader's log: wait (raftkv status shows its match index) and run it again
-  5. raftkv member list -w table            n4 is a voter; n3 is gone
-A learner takes no part in elections or commits, so adding it first never
-weakens the cluster, however long it takes to catch up."""
+  4. raftkv member remove n3
+  5. raftkv member list -w table            n4 is a voter; n3 is gone"""
 
 
 def add_member_commands(commands: Any, client_options: argparse.ArgumentParser) -> None:
