@@ -432,6 +432,13 @@ class KVStateMachine:
         with self._env.begin() as txn:
             return bytes(txn.get(_MEMBERSHIP_KEY, b"", db=self._meta))
 
+    def replace_membership(self, encoded: bytes) -> None:
+        """Record `encoded` as the configuration in force, durably: for `snapshot restore`, whose
+        new cluster has the members it is restored for, not those the snapshot was taken with."""
+        with self._env.begin(write=True) as txn:
+            txn.put(_MEMBERSHIP_KEY, encoded, db=self._meta)
+        self._env.sync(True)
+
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
         """Write a packed copy of the whole state (data, sessions, applied index) to
         `directory`/data.mdb from one read transaction, without stopping `apply`. Returns the

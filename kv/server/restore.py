@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from kv.server.data_dir import LOCK_FILE, DataDirLock
+from raft.core.membership import Membership
 from raft.core.types import HardState
 from raft.log import open_log_store
 from raft.node.cluster_id import resolve_cluster_id
@@ -31,6 +32,7 @@ from snapshot.durable import fsync_path
 from snapshot.errors import RestoreRefusedError
 from snapshot.install import extract_state
 from snapshot.manifest import SnapshotManifest
+from statemachine.kv_state import KVStateMachine
 
 STATE_DIR = "state"
 
@@ -59,6 +61,8 @@ def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[s
         new_id = cluster_id or new_cluster_id()
         try:
             manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
+            with KVStateMachine(data_dir / STATE_DIR) as state:  # a new cluster: the members of `peers`
+                state.replace_membership(Membership.of_voters(peers).encode())
             _create_log(data_dir, manifest)
             resolve_cluster_id(data_dir, new_id, list(peers))
             fsync_path(data_dir)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import snapshot.install as install
+from raft.core import Entry, EntryType, Membership
 from raft.log import WalLogStore, open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from snapshot import RestoreRefusedError, SnapshotCorruptError, SnapshotManifest, SnapshotStore
@@ -56,6 +57,20 @@ def test_restore_makes_a_data_dir_at_the_snapshot(tmp_path: Path, source: tuple[
         assert (sm.applied_index, sm.applied_term) == (manifest.index, manifest.term)
         assert sm.state_hash() == source_hash
         assert sm.count() == manifest.key_count
+
+
+def test_a_restored_cluster_has_the_members_it_is_restored_for(tmp_path: Path) -> None:
+    """The snapshot records the configuration of the cluster it was taken from; the restored
+    state records the new cluster's (else its members, named in no configuration, never stand)."""
+    old = Membership.of_voters({"a": "10.0.0.1:7101", "b": "10.0.0.2:7101", "c": "10.0.0.3:7101"})
+    with KVStateMachine(tmp_path / "source", map_size=MAP_SIZE) as sm:
+        sm.apply([Entry(1, 1, EntryType.CONFIG, old.encode())])
+        store = SnapshotStore(tmp_path / "snapshots")
+        manifest = store.create(sm, [], "c-old")
+    assert Membership.decode(manifest.membership.encode()) == old
+    restore(store.path_for(manifest), tmp_path / "n1", "n1", PEERS)
+    with KVStateMachine(tmp_path / "n1" / "state", map_size=MAP_SIZE) as sm:
+        assert Membership.decode(sm.membership) == Membership.of_voters(PEERS)
 
 
 def test_every_member_restored_with_one_cluster_id_agrees(tmp_path: Path, source: tuple[Path, SnapshotManifest, str]) -> None:
