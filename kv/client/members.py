@@ -27,7 +27,7 @@ from raftkv_proto.member_ids import member_number
 # gRPC metadata of a MemberAdd: the new member's name (etcd's MemberAdd carries none; without it,
 # the cluster names the member "m" + 8 hex digits).
 MEMBER_NAME_KEY = "raftkv-member-name"
-_HINTS = (LEADER_HINTS_KEY, "1")
+HINTS = (LEADER_HINTS_KEY, "1")
 
 
 def member_dict(m: pb.Member) -> dict[str, Any]:
@@ -55,7 +55,7 @@ class Members:
 
     def member_list(self) -> list[dict[str, Any]]:
         """Every member of the cluster's latest configuration, voters then learners (member_dict)."""
-        response = self._call(lambda stub: _cluster(stub, "MemberList"), pb.MemberListRequest())
+        response = self._call(lambda stub: cluster_call(stub, "MemberList"), pb.MemberListRequest())
         return [member_dict(m) for m in response.members]
 
     def member_add(self, name: str, peer_address: str, learner: bool = False) -> dict[str, Any]:
@@ -66,19 +66,20 @@ class Members:
         when a majority of the voters after it would not be reachable (etcd's strict check), a
         peer address a member has, and a name that is taken."""
         request = pb.MemberAddRequest(peerURLs=[peer_address], isLearner=learner)
-        response = self._call(lambda stub: _cluster(stub, "MemberAdd", ((MEMBER_NAME_KEY, name),)), request)
+        response = self._call(lambda stub: cluster_call(stub, "MemberAdd", ((MEMBER_NAME_KEY, name),)), request)
         return member_dict(response.member)
 
     def member_remove(self, name: str) -> list[dict[str, Any]]:
         """Remove the member `name` (a voter only if the voters left keep a reachable majority);
         returns the members after. The removed member stops serving once it learns it."""
-        response = self._call(lambda stub: _cluster(stub, "MemberRemove"), pb.MemberRemoveRequest(ID=member_number(name)))
+        response = self._call(lambda stub: cluster_call(stub, "MemberRemove"),
+                              pb.MemberRemoveRequest(ID=member_number(name)))
         return [member_dict(m) for m in response.members]
 
     def member_promote(self, name: str) -> list[dict[str, Any]]:
         """Make the learner `name` a voter; refused while it holds less than 90% of the leader's
         log (etcd's rule). Returns the members after."""
-        response = self._call(lambda stub: _cluster(stub, "MemberPromote"),
+        response = self._call(lambda stub: cluster_call(stub, "MemberPromote"),
                               pb.MemberPromoteRequest(ID=member_number(name)))
         return [member_dict(m) for m in response.members]
 
@@ -87,35 +88,44 @@ class Members:
         new leader's id once it leads. The old leader takes no writes meanwhile (a few round
         trips); kv.errors.FailedPreconditionError for a target that cannot lead ("etcdserver: bad
         leader transferee"), RaftKVError when the transfer did not complete in time."""
-        request = pb.MoveLeaderRequest(targetID=member_number(to) if to else 0)
-        response, trailing = self._call(_move_leader, request)
-        leader = trailing.get(LEADER_ID_KEY)
-        if not leader:
-            raise UnavailableError("the leader answered MoveLeader without naming the new leader")
-        return str(leader)
+        _, trailing = self._call(_move_leader, move_leader_request(to))
+        return new_leader_of(trailing)
 
 
-def _cluster(stub: Any, method: str, extra: tuple[tuple[str, str], ...] = ()) -> Callable[..., Any]:
+def move_leader_request(to: str | None) -> pb.MoveLeaderRequest:
+    """MoveLeader to the voter `to`, or (targetID 0, raftkv's) to the voter furthest along."""
+    return pb.MoveLeaderRequest(targetID=member_number(to) if to else 0)
+
+
+def new_leader_of(trailing: dict[str, Any]) -> str:
+    """The new leader's id, from MoveLeader's trailing metadata."""
+    leader = trailing.get(LEADER_ID_KEY)
+    if not leader:
+        raise UnavailableError("the leader answered MoveLeader without naming the new leader")
+    return str(leader)
+
+
+def cluster_call(stub: Any, method: str, extra: tuple[tuple[str, str], ...] = ()) -> Callable[..., Any]:
     """The Cluster service's `method` on the channel of `stub` (the client's per-endpoint KV stub),
     asking a follower for a NOT_LEADER answer (kv/client/leader_hints.py), with `extra` metadata."""
-    call = getattr(_stubs(stub)[0], method)
+    call = getattr(member_stubs(stub)[0], method)
 
     def send(request: Any, timeout: float, metadata: Any = None) -> Any:
-        return call(request, timeout=timeout, metadata=(*(metadata or ()), _HINTS, *extra))
+        return call(request, timeout=timeout, metadata=(*(metadata or ()), HINTS, *extra))
     return send
 
 
 def _move_leader(stub: Any) -> Callable[..., Any]:
     """Maintenance.MoveLeader, returning (response, trailing metadata as a dict)."""
-    call = _stubs(stub)[1].MoveLeader
+    call = member_stubs(stub)[1].MoveLeader
 
     def send(request: Any, timeout: float, metadata: Any = None) -> Any:
-        response, rpc = call.with_call(request, timeout=timeout, metadata=(*(metadata or ()), _HINTS))
+        response, rpc = call.with_call(request, timeout=timeout, metadata=(*(metadata or ()), HINTS))
         return response, dict(rpc.trailing_metadata() or ())
     return send
 
 
-def _stubs(stub: Any) -> tuple[etcd_rpc_pb2_grpc.ClusterStub, etcd_rpc_pb2_grpc.MaintenanceStub]:
+def member_stubs(stub: Any) -> tuple[etcd_rpc_pb2_grpc.ClusterStub, etcd_rpc_pb2_grpc.MaintenanceStub]:
     """etcd's Cluster and Maintenance stubs on the channel kv.Client keeps for `stub`'s endpoint
     (set there as `etcd_members`)."""
     found: tuple[etcd_rpc_pb2_grpc.ClusterStub, etcd_rpc_pb2_grpc.MaintenanceStub] = stub.etcd_members

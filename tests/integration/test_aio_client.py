@@ -298,3 +298,20 @@ def test_an_aio_election_observes_each_leader_as_it_changes(cluster: Cluster) ->
             await second.close()
             return seen
     assert asyncio.run(test()) == [b"a", b"b"]
+
+
+def test_members_listed_added_and_removed_and_leadership_moved_by_an_aio_client(cluster: Cluster) -> None:
+    leader = cluster.wait_for_leader()
+    target = next(n for n in cluster.nodes if n != leader)
+
+    async def test() -> None:
+        async with aio_client(cluster) as c:
+            assert {(m["id"], m["learner"]) for m in await c.member_list()} == {("n1", False), ("n2", False),
+                                                                                 ("n3", False)}
+            added = await c.member_add("n9", "127.0.0.1:1", learner=True)  # never started: a learner costs nothing
+            assert (added["id"], added["learner"], added["peer_address"]) == ("n9", True, "127.0.0.1:1")
+            assert [m["id"] for m in await c.member_remove("n9")] == ["n1", "n2", "n3"]
+            assert await c.move_leader(target) == target
+
+    asyncio.run(test())
+    assert cluster.wait_for_leader() == target

@@ -27,6 +27,7 @@ from tenacity import AsyncRetrying
 
 from kv.client.leader_hints import LeaderHinted
 from kv.client.aio.lease import Lease, Leases
+from kv.client.aio.members import Members
 from kv.client.aio.revisions import Changes, Revisions
 from kv.client.aio.watch import Watch
 from kv.client.client import (
@@ -113,7 +114,7 @@ class _Session:
         self._changed = asyncio.Event()
 
 
-class Client(Revisions, Changes, Leases):
+class Client(Revisions, Changes, Leases, Members):
     """An asyncio client of a raftkv cluster; its arguments are kv.Client's (no `streams`: every
     call is unary). Use it in `async with`, or await close(). Its tasks share one client session,
     registered at the first write; a user with a password logs in at the first call.
@@ -408,6 +409,9 @@ class Client(Revisions, Changes, Leases):
             # etcd's KV and Lease services on the same channel, found on the stub as kv.Client's are.
             stub.etcd = LeaderHinted(etcd_rpc_pb2_grpc.KVStub(channel))  # type: ignore[attr-defined]
             stub.etcd_lease = LeaderHinted(etcd_rpc_pb2_grpc.LeaseStub(channel))  # type: ignore[attr-defined]
+            # etcd's Cluster and Maintenance services, for kv.client.aio.members' calls.
+            stub.etcd_members = (etcd_rpc_pb2_grpc.ClusterStub(channel),  # type: ignore[attr-defined]
+                                 etcd_rpc_pb2_grpc.MaintenanceStub(channel))
         return stub
 
     def _channel(self, address: str) -> grpc.aio.Channel:
