@@ -12,14 +12,17 @@ and a client certificate "root") and starts every member with TLS on its client 
 port; a restart reuses the same command, hence the same TLS."""
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,22 +79,41 @@ FIRST_PICKED_PORT = 20000
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
+# Where free_ports reserves the ports it hands out, for every process on this machine that uses it:
+# PORT_LOCK_DIR/<port> is flock()ed by the process holding the port's reservation.
+PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "raftkv-ports"
+# This process's reservations: port -> the descriptor of its locked file.
+_reserved: dict[int, int] = {}
+_reserved_guard = threading.Lock()
+
+
 def free_ports(n: int) -> list[int]:
-    """n loopback ports that were free a moment ago (held open together so that they differ).
+    """n loopback ports that were free a moment ago (held open together so that they differ), each
+    reserved for this process until release_ports() (Cluster.close) or its exit.
 
     They are picked below the kernel's ephemeral range when it leaves room: a port the kernel
     hands out for a moment (a bind to port 0) can be handed out again at once, as the local end
     of some connection, before the process meant to listen on it
-    binds ("Address already in use", seen once in the integration tests)."""
+    binds ("Address already in use", seen once in the integration tests).
+
+    A port is only free until a member binds it, seconds later on a busy machine, and again
+    whenever that member is stopped for a restart. Another test run on the same machine, picking
+    from the same range, could hand it out meanwhile and one of the two members would fail to bind
+    ("address already in use" on a peer port, seen with two suites side by side): the reservation,
+    an flock on PORT_LOCK_DIR/<port> that every free_ports respects and the kernel drops when its
+    holder dies, keeps a port out of everybody else's picks while its picker may use it."""
     floor = _ephemeral_floor()
-    with ExitStack() as stack:
+    with ExitStack() as stack, _reserved_guard:
         ports: list[int] = []
         if floor is not None and floor - FIRST_PICKED_PORT >= 100 * n:
             for port in random.sample(range(FIRST_PICKED_PORT, floor), min(floor - FIRST_PICKED_PORT, 50 * n)):
+                if port in _reserved or not _reserve(port):
+                    continue
                 s = stack.enter_context(socket.socket())
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
+                    _release(port)
                     continue
                 ports.append(port)
                 if len(ports) == n:
@@ -99,8 +121,44 @@ def free_ports(n: int) -> list[int]:
         while len(ports) < n:  # no room below the range (or no Linux): let the kernel choose
             s = stack.enter_context(socket.socket())
             s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+            port = s.getsockname()[1]
+            if port not in _reserved:
+                _reserve(port)  # held by nobody else: the kernel gave it to us alone
+            ports.append(port)
         return ports
+
+
+def release_ports(ports: Iterable[int]) -> None:
+    """End this process's reservation of `ports` (their members stopped for good)."""
+    with _reserved_guard:
+        for port in ports:
+            _release(port)
+
+
+def _reserve(port: int) -> bool:
+    """Take the machine-wide reservation of `port`: False when another process holds it. Where the
+    lock files cannot be made at all, every port counts as unreserved, as before reservations."""
+    try:
+        if not PORT_LOCK_DIR.is_dir():
+            PORT_LOCK_DIR.mkdir(exist_ok=True)
+            PORT_LOCK_DIR.chmod(0o1777)  # every user's reservations, as in /tmp
+        fd = os.open(PORT_LOCK_DIR / str(port), os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another process
+        os.close(fd)
+        return False
+    _reserved[port] = fd
+    return True
+
+
+def _release(port: int) -> None:
+    """The lock file stays: removing it could let two processes lock two different files."""
+    fd = _reserved.pop(port, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _ephemeral_floor() -> int | None:

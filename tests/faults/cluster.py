@@ -56,7 +56,7 @@ class FaultCluster(Cluster):
     def __post_init__(self) -> None:
         sources = [CLIENTS] if self.client_proxies else []
         # One call for the members' and the proxies' ports: separate calls could repeat a port.
-        ports = free_ports(2 * self.size + link_count(self.size, len(sources)))
+        ports = self.ports = free_ports(2 * self.size + link_count(self.size, len(sources)))
         names = [f"n{i + 1}" for i in range(self.size)]
         listen = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
         peer_ports = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}

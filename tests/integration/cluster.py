@@ -16,7 +16,7 @@ from typing import IO, Any, TypeVar
 import grpc
 
 from kv import TLS, Client
-from kv.tools.cluster_up import NodeSpec, child_env, free_ports, serve_command
+from kv.tools.cluster_up import NodeSpec, child_env, free_ports, release_ports, serve_command
 from kv.client.client import CHANNEL_OPTIONS
 from kv.client.tls import open_channel
 from raftkv_proto import kv_pb2_grpc
@@ -176,9 +176,10 @@ class Cluster:
     _clients: list[Client] = field(default_factory=list)
     _channels: list[grpc.Channel] = field(default_factory=list)
     metrics: bool = False  # each member serves /metrics and /health (--listen-metrics-urls)
+    ports: list[int] = field(default_factory=list)  # reserved by free_ports until close()
 
     def __post_init__(self) -> None:
-        ports = free_ports(3 * self.size)  # one call, so that no port is handed out twice
+        ports = self.ports = free_ports(3 * self.size)  # one call, so that no port is handed out twice
         names = [f"n{i + 1}" for i in range(self.size)]
         peers = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports[self.size:])}
         metrics_ports = ports[2 * self.size:]
@@ -248,6 +249,7 @@ class Cluster:
                 node.kill()
             except Exception:  # noqa: BLE001 - teardown must reach every node
                 pass
+        release_ports(self.ports)  # no member of ours will bind them again
 
     def log_tails(self) -> str:
         return "\n".join(f"==== {node.id} ({node.log_path})\n{node.log_tail()}" for node in self.nodes.values())

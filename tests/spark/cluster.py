@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kv.tools.cluster_up import free_ports
+from kv.tools.cluster_up import free_ports, release_ports
 from kv.server.export_service import ExportHandler
 from kv.server.server import RunningServer, start_server
 from raft.core.config import CoreConfig
@@ -31,7 +31,7 @@ class InProcessCluster:
     """`security(member id)`, when given, is each member's (TLS on its client port, say)."""
 
     def __init__(self, base: Path, size: int = 3, security: Callable[[str], Security] | None = None) -> None:
-        ports = free_ports(2 * size)  # a client and a peer port per member
+        ports = self.ports = free_ports(2 * size)  # a client and a peer port per member
         names = [f"n{i + 1}" for i in range(size)]
         listen = {nid: f"127.0.0.1:{port}" for nid, port in zip(names, ports)}
         peers = {nid: f"127.0.0.1:{port}" for nid, port in zip(names, ports[size:])}
@@ -62,3 +62,4 @@ class InProcessCluster:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+        release_ports(self.ports)

@@ -1,13 +1,16 @@
 """kv.tools.cluster_up.free_ports: the ports local clusters, the integration tests and the fault suite listen on."""
 from __future__ import annotations
 
+import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kv.tools import cluster_up
-from kv.tools.cluster_up import FIRST_PICKED_PORT, free_ports
+from kv.tools.cluster_up import FIRST_PICKED_PORT, child_env, free_ports, release_ports
 
 
 def test_ports_differ_are_free_and_lie_below_the_ephemeral_range() -> None:
@@ -29,3 +32,46 @@ def test_without_room_below_the_range_the_kernel_chooses(tmp_path: Path, monkeyp
     monkeypatch.setattr(cluster_up, "EPHEMERAL_RANGE_FILE", ranges)
     ports = free_ports(3)
     assert len(set(ports)) == 3 and all(p >= real_floor for p in ports)  # the kernel's own picks
+
+
+def trying_first(port: int, monkeypatch) -> None:
+    """free_ports tries `port` before its random picks."""
+    sample = random.sample
+    monkeypatch.setattr(random, "sample", lambda population, k: [port, *sample(population, k)])
+
+
+# Holds the reservation of one port free_ports handed it until its stdin closes.
+_HOLDER = """
+import sys
+from kv.tools.cluster_up import free_ports
+print(free_ports(1)[0], flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
+def test_a_port_another_process_was_handed_is_not_handed_out_until_that_process_ends(monkeypatch) -> None:
+    # Another test run on the same machine: its member may bind the port seconds later.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=child_env(), text=True)
+    try:
+        theirs = int(holder.stdout.readline())  # type: ignore[union-attr]
+        trying_first(theirs, monkeypatch)
+        (mine,) = free_ports(1)
+        assert mine != theirs
+        release_ports([mine])
+    finally:
+        holder.communicate("", timeout=60)  # it ends: the kernel drops its reservation
+    assert free_ports(1) == [theirs]
+    release_ports([theirs])
+
+
+@pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
+def test_a_port_is_handed_out_once_until_it_is_released(monkeypatch) -> None:
+    (port,) = free_ports(1)
+    trying_first(port, monkeypatch)
+    (other,) = free_ports(1)
+    assert other != port  # still reserved: a stopped member of ours may bind it again
+    release_ports([port, other])
+    assert free_ports(1) == [port]
+    release_ports([port])
