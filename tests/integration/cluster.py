@@ -193,7 +193,8 @@ class Cluster:
         """A new member's process, not started: an empty data directory, its own client and peer
         ports, `serve --join` with the client addresses of `join` (default: every member so far).
         Add it to the cluster first (member add), then start it."""
-        client_port, peer_port = free_ports(2)
+        client_port, peer_port = ports = free_ports(2)
+        self.ports.extend(ports)  # released with the others' at close()
         endpoints = ",".join(self.nodes[n].address for n in (join if join is not None else self.nodes))
         args = (*self.extra_args, *(self.node_args(node_id) if self.node_args is not None else ()),
                 "--join", endpoints)
