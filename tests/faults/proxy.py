@@ -160,6 +160,8 @@ class Link:
             self._member_down(conn)
             if self.down_close is DownClose.HOLD:
                 await self._hold(conn, reader)
+            elif self.down_close is DownClose.FIN:
+                await self._finish(conn, reader)
             return
         conn.upstream = up_writer
         if conn not in self.connections:  # reset while connecting
@@ -200,15 +202,27 @@ class Link:
             self.connections.discard(conn)
             conn.reset()
 
+    async def _finish(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
+        """Close with a FIN whatever the dialer sent: a close() with unread bytes in the socket's
+        receive buffer (a dialer writes as soon as it connects) resets the connection instead. So
+        half-close first (the FIN), then read and drop what comes until the dialer closes its side
+        (or a fault resets the connection), and only then close."""
+        try:
+            conn.client.write_eof()
+            while conn in self.connections and await reader.read(CHUNK_BYTES):
+                pass
+        except OSError:
+            pass
+        if conn in self.connections:
+            self.connections.discard(conn)
+            conn.client.close()
+
     def _member_down(self, conn: _Connection) -> None:
-        """The member did not take our connection: close the one we accepted for it."""
+        """The member did not take our connection: close the one we accepted for it (FIN: _finish)."""
         if self.down_close is DownClose.HOLD:
             return
         self.closed_while_down += 1
-        if self.down_close is DownClose.FIN:
-            self.connections.discard(conn)
-            conn.client.close()
-        else:
+        if self.down_close is DownClose.RESET:
             self._drop(conn)
 
     async def _pump(self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
