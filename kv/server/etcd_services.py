@@ -376,9 +376,10 @@ NOT_LEADER = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: not lea
 BAD_TRANSFEREE = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: bad leader transferee")
 # etcd maps its ErrTimeoutLeaderTransfer to no gRPC code: it reaches the client as UNKNOWN.
 TRANSFER_TIMED_OUT = EtcdError(grpc.StatusCode.UNKNOWN, "etcdserver: request timed out, leader transfer took too long")
-UPDATE_REFUSED = ("raftkv cannot change a member's peer address (MemberUpdate): remove {member} and add the "
-                  "member anew with the new address (raftkv member remove, then raftkv member add NAME "
-                  "--peer-address HOST:PORT --learner, and start it with raftkv serve --join)")
+UPDATE_REFUSED = ("raftkv cannot change a member's peer address (MemberUpdate): add a member under a new id at "
+                  "the new address (raftkv member add NEW_ID --peer-address HOST:PORT --learner, start it with "
+                  "raftkv serve --join, raftkv member promote NEW_ID), then remove {member}: a removed id is "
+                  "never used again")
 # A learner is in sync (may be promoted) once it holds this share of the leader's log (etcd's readyPercent).
 READY_SHARE = 0.9
 # The names MemberAdd gives a member when the caller names none (etcd's MemberAdd carries no name).
