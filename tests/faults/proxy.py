@@ -193,14 +193,18 @@ class Link:
         """Read and drop what the dialer sends, until it closes or a fault resets the connection."""
         self.held += 1
         conn.upstream = None
+        await self._drain(conn, reader)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            conn.reset()
+
+    async def _drain(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
+        """Read and drop what the dialer sends until it closes its side or the connection ends."""
         try:
             while conn in self.connections and await reader.read(CHUNK_BYTES):
                 pass
         except OSError:
             pass
-        if conn in self.connections:
-            self.connections.discard(conn)
-            conn.reset()
 
     async def _finish(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
         """Close with a FIN whatever the dialer sent: a close() with unread bytes in the socket's
@@ -209,10 +213,10 @@ class Link:
         (or a fault resets the connection), and only then close."""
         try:
             conn.client.write_eof()
-            while conn in self.connections and await reader.read(CHUNK_BYTES):
-                pass
         except OSError:
             pass
+        else:
+            await self._drain(conn, reader)
         if conn in self.connections:
             self.connections.discard(conn)
             conn.client.close()
