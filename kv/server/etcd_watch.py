@@ -32,6 +32,9 @@ PROGRESS_INTERVAL_S = 600.0
 MAX_QUEUED_RESPONSES = 64
 INVALID_WATCH_ID = -1
 DUPLICATE_WATCH_ID = "mvcc: duplicate watch ID provided on the WatchStream"
+# Encoded events kept for the watches that deliver the same change (about one revision's worth
+# for each watch on a busy prefix); dropped all at once when full.
+ENCODED_EVENTS_KEPT = 4096
 
 
 class EtcdWatchServicer(etcd_rpc_pb2_grpc.WatchServicer):
@@ -41,10 +44,11 @@ class EtcdWatchServicer(etcd_rpc_pb2_grpc.WatchServicer):
         self._hub = hub
         self._max_response_bytes = max_response_bytes
         self._progress_interval_s = progress_interval_s
+        self._encoder = EventEncoder(face)
 
     async def Watch(self, requests: AsyncIterator[pb.WatchRequest],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WatchResponse]:
-        stream = _WatchStream(self._face, self._hub, context, self._max_response_bytes)
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WatchResponse | bytes]:
+        stream = _WatchStream(self._face, self._hub, context, self._max_response_bytes, self._encoder)
         reader = asyncio.create_task(stream.read(requests))
         progress = asyncio.create_task(stream.notify_progress(self._progress_interval_s))
         try:
@@ -67,14 +71,91 @@ class _Watch:
     quiet: bool = True  # no events sent since the last progress notification
 
 
+class EventEncoder:
+    """A watch response's bytes built from parts encoded once and shared: each change's event
+    (with and without its previous version) and each revision's header. A put on a prefix that
+    340 watches on this member follow is encoded once, not 340 times (etcd, too, builds a
+    revision's events once for all its watchers). The handler sends the bytes as they are
+    (kv/server/input_checks.py lets a response be bytes)."""
+
+    def __init__(self, face: EtcdFace) -> None:
+        self._face = face
+        self._events: dict[tuple[int, bytes, bool], bytes] = {}
+        self._header: tuple[int, int, bytes] = (-1, -1, b"")
+
+    def response(self, watch_id: int, revision: int, events: list[bytes]) -> bytes:
+        """A WatchResponse: the header at `revision`, `watch_id`, then the encoded `events`
+        (fields may come in any order on the wire; these come in field-number order, as
+        SerializeToString writes them)."""
+        watch_field = _WATCH_ID_TAG + _varint(watch_id) if watch_id else b""
+        return b"".join((self._header_field(revision), watch_field, *events))
+
+    def event(self, change: Change, with_prev: bool) -> bytes:
+        """The event field (tag and length included) of `change`, with its previous version
+        when `with_prev` and etcd gives one (not for a creation)."""
+        kv = change.kv
+        key = (kv.mod_revision, kv.key, with_prev)
+        encoded = self._events.get(key)
+        if encoded is None:
+            encoded = _EVENTS_TAG + _length_prefixed(_event(change, with_prev).SerializeToString())
+            if len(self._events) >= ENCODED_EVENTS_KEPT:
+                self._events.clear()
+            self._events[key] = encoded
+        return encoded
+
+    def _header_field(self, revision: int) -> bytes:
+        term = self._face.node.core.term
+        cached_revision, cached_term, encoded = self._header
+        if (cached_revision, cached_term) != (revision, term):
+            header = pb.ResponseHeader()
+            self._face.header(header, revision)
+            encoded = _HEADER_TAG + _length_prefixed(header.SerializeToString())
+            self._header = (revision, term, encoded)
+        return encoded
+
+
+def _event(change: Change, with_prev: bool) -> mvccpb.Event:
+    kv = change.kv
+    if kv.tombstone:
+        event = mvccpb.Event(type=mvccpb.Event.DELETE, kv=mvccpb.KeyValue(key=kv.key, mod_revision=kv.mod_revision))
+    else:
+        event = mvccpb.Event(type=mvccpb.Event.PUT, kv=to_proto(kv))
+    # etcd looks up no previous version for a creation.
+    if with_prev and change.prev is not None and kv.create_revision != kv.mod_revision:
+        event.prev_kv.CopyFrom(to_proto(change.prev))
+    return event
+
+
+# WatchResponse's fields as etcd's rpc.proto numbers them: header 1, watch_id 2, events 11.
+_HEADER_TAG = bytes([1 << 3 | 2])
+_WATCH_ID_TAG = bytes([2 << 3 | 0])
+_EVENTS_TAG = bytes([11 << 3 | 2])
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's varint of an int64 (a negative one as its 64-bit two's complement)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_prefixed(data: bytes) -> bytes:
+    return _varint(len(data)) + data
+
+
 class _WatchStream:
     def __init__(self, face: EtcdFace, hub: WatchHub, context: grpc.aio.ServicerContext,
-                 max_response_bytes: int) -> None:
+                 max_response_bytes: int, encoder: EventEncoder) -> None:
         self._face = face
         self._hub = hub
         self._context = context
         self._max_bytes = max_response_bytes
-        self._queue: asyncio.Queue[pb.WatchResponse] = asyncio.Queue()
+        self._encoder = encoder
+        self._queue: asyncio.Queue[pb.WatchResponse | bytes] = asyncio.Queue()
         self._room = asyncio.Event()
         self._room.set()
         self._watches: dict[int, _Watch] = {}
@@ -82,13 +163,13 @@ class _WatchStream:
 
     # ---- the stream's responses --------------------------------------------------------------
 
-    async def next_response(self) -> pb.WatchResponse:
+    async def next_response(self) -> pb.WatchResponse | bytes:
         response = await self._queue.get()
         if self._queue.qsize() < MAX_QUEUED_RESPONSES // 2:
             self._room.set()
         return response
 
-    def _send(self, response: pb.WatchResponse) -> None:
+    def _send(self, response: pb.WatchResponse | bytes) -> None:
         self._queue.put_nowait(response)
         if self._queue.qsize() >= MAX_QUEUED_RESPONSES:
             self._room.clear()
@@ -173,32 +254,19 @@ class _WatchStream:
     # ---- what the hub delivers ---------------------------------------------------------------
 
     def _deliver(self, watch: _Watch, changes: list[Change], revision: int) -> None:
-        events = [event for change in changes if (event := self._event(watch, change)) is not None]
+        no_delete = pb.WatchCreateRequest.NODELETE in watch.filters
+        no_put = pb.WatchCreateRequest.NOPUT in watch.filters
+        events = [self._encoder.event(change, watch.prev_kv) for change in changes
+                  if not (no_delete if change.kv.tombstone else no_put)]
         if not events:
             return
         watch.quiet = False
-        response = self._response(revision, watch.watch_id, events=events)
-        if watch.fragment and response.ByteSize() >= self._max_bytes and len(events) > 1:
-            for part in _fragments(response, self._max_bytes):
+        response = self._encoder.response(watch.watch_id, revision, events)
+        if watch.fragment and len(response) >= self._max_bytes and len(events) > 1:
+            for part in _fragments(pb.WatchResponse.FromString(response), self._max_bytes):
                 self._send(part)
         else:
             self._send(response)
-
-    @staticmethod
-    def _event(watch: _Watch, change: Change) -> mvccpb.Event | None:
-        kv = change.kv
-        if kv.tombstone:
-            if pb.WatchCreateRequest.NODELETE in watch.filters:
-                return None
-            event = mvccpb.Event(type=mvccpb.Event.DELETE, kv=mvccpb.KeyValue(key=kv.key, mod_revision=kv.mod_revision))
-        else:
-            if pb.WatchCreateRequest.NOPUT in watch.filters:
-                return None
-            event = mvccpb.Event(type=mvccpb.Event.PUT, kv=to_proto(kv))
-        # etcd looks up no previous version for a creation.
-        if watch.prev_kv and change.prev is not None and kv.create_revision != kv.mod_revision:
-            event.prev_kv.CopyFrom(to_proto(change.prev))
-        return event
 
     def _compacted(self, watch: _Watch, compacted: int) -> None:
         self._watches.pop(watch.watch_id, None)

@@ -3,7 +3,10 @@ INVALID_ARGUMENT and a message saying so. Left to itself, gRPC answers such garb
 and logs a traceback per request; a node must give a clear error and keep serving.
 
 Every method gets the check: a unary request before the handler runs, a streaming request's
-messages as the handler reads them (the call ends at the first malformed one)."""
+messages as the handler reads them (the call ends at the first malformed one).
+
+A handler may also answer with bytes it encoded itself, sent as they are: the Watch service
+shares one revision's encoded events among its watches (kv/server/etcd_watch.py)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +28,12 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
         except (DecodeError, ValueError) as e:
             return _Malformed(e)
     return parse_or_mark
+
+
+def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    def serialize_unless_bytes(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+    return serialize_unless_bytes
 
 
 async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
@@ -92,7 +101,8 @@ def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], No
     add_to_server(servicer, capture)
     checked: dict[str, grpc.RpcMethodHandler] = {}
     for name, h in capture.handlers.items():
-        lenient = h._replace(request_deserializer=_lenient(h.request_deserializer))
+        lenient = h._replace(request_deserializer=_lenient(h.request_deserializer),
+                             response_serializer=_passing_bytes(h.response_serializer))
         if h.request_streaming and h.response_streaming:
             checked[name] = lenient._replace(stream_stream=_checked_stream_stream(h.stream_stream))
         elif h.request_streaming:
