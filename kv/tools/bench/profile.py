@@ -1,7 +1,7 @@
 """Where does a loaded leader spend its time? Start a local raftkv cluster, put it under one of the
 bench's loads, and sample the leader (and a follower) with py-spy (`pip install py-spy`).
 
-    python -m kv.tools.bench.profile --load puts --seconds 10 --out ./profile
+    python -m kv.tools.bench.profile --load puts --seconds 10 --out ./profile [--api etcd]
     -> profile/leader.txt, profile/follower.txt (collapsed stacks, flamegraph.pl / speedscope input)
        and a summary of the heaviest functions, self and inclusive, on stdout.
 """
@@ -20,7 +20,7 @@ from kv.tools.bench.measure import closed_loop
 from kv.tools.bench.processes import Registry
 from kv.tools.bench.raftkv_cluster import RaftkvCluster
 from kv.tools.bench.settings import Sizes
-from kv.tools.bench.systems import LINEARIZABLE
+from kv.tools.bench.systems import APIS, LINEARIZABLE, NATIVE_API
 from kv.tools.bench.workloads import Context, key, load_read_set, value_of, READ_PREFIX
 
 LOADS = ("puts", "gets", "bulk")
@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--load", choices=LOADS, default="puts")
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--api", choices=APIS, default=NATIVE_API,
+                        help="the API the load drives the members through (as raftkv bench --api)")
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("profile"))
     parser.add_argument("--native", action="store_true", help="include native (C) frames")
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     registry = Registry()
     work = Path(tempfile.mkdtemp(prefix="raftkv-profile-", dir="."))
-    cluster = RaftkvCluster(work, registry)
+    cluster = RaftkvCluster(work, registry, api=args.api)
     ctx = Context(work, Sizes())
     stop = threading.Event()
     try:
