@@ -97,7 +97,7 @@ class EventEncoder:
         key = (kv.mod_revision, kv.key, with_prev)
         encoded = self._events.get(key)
         if encoded is None:
-            encoded = _EVENTS_TAG + _length_prefixed(_event(change, with_prev).SerializeToString())
+            encoded = _EVENTS_TAG + _length_prefixed(event_message(change, with_prev).SerializeToString())
             if len(self._events) >= ENCODED_EVENTS_KEPT:
                 self._events.clear()
             self._events[key] = encoded
@@ -114,7 +114,8 @@ class EventEncoder:
         return encoded
 
 
-def _event(change: Change, with_prev: bool) -> mvccpb.Event:
+def event_message(change: Change, with_prev: bool) -> mvccpb.Event:
+    """`change` as etcd's watch event."""
     kv = change.kv
     if kv.tombstone:
         event = mvccpb.Event(type=mvccpb.Event.DELETE, kv=mvccpb.KeyValue(key=kv.key, mod_revision=kv.mod_revision))

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kv.server.etcd_watch import EventEncoder
-from raftkv_proto import etcd_mvcc_pb2 as mvccpb
+from kv.server.etcd_watch import EventEncoder, event_message
 from raftkv_proto import etcd_rpc_pb2 as pb
-from statemachine.etcd_txn import to_proto
 from statemachine.key_record import KeyVersion
 from statemachine.mvcc import Change
 
@@ -41,18 +39,9 @@ DELETE = Change(KeyVersion(b"a/3", b"", create_revision=0, mod_revision=9, versi
 
 
 def expected(watch_id: int, revision: int, changes: list[Change], with_prev: bool) -> bytes:
-    """The response as the Watch service built it before: one protobuf message per watch."""
-    response = pb.WatchResponse(watch_id=watch_id)
+    """The response as one protobuf message per watch, serialized by protobuf."""
+    response = pb.WatchResponse(watch_id=watch_id, events=[event_message(c, with_prev) for c in changes])
     MemberFace().header(response.header, revision)
-    for change in changes:
-        kv = change.kv
-        if kv.tombstone:
-            event = mvccpb.Event(type=mvccpb.Event.DELETE, kv=mvccpb.KeyValue(key=kv.key, mod_revision=kv.mod_revision))
-        else:
-            event = mvccpb.Event(type=mvccpb.Event.PUT, kv=to_proto(kv))
-        if with_prev and change.prev is not None and kv.create_revision != kv.mod_revision:
-            event.prev_kv.CopyFrom(to_proto(change.prev))
-        response.events.append(event)
     return response.SerializeToString()
 
 
