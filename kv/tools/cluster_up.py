@@ -71,8 +71,11 @@ class NodeSpec:
                 "--peers", peers, *listen_peer, *metrics, *self.extra_args]
 
 
-# Each member's metrics listener is on its client port + this (7001 -> 7201).
+# From one base port, a member's peer port is its client port + this (7001 -> 7101), its metrics
+# listener its client port + METRICS_PORT_OFFSET (7001 -> 7201).
+PEER_PORT_OFFSET = 100
 METRICS_PORT_OFFSET = 200
+MEMBER_PORT_OFFSETS = (0, PEER_PORT_OFFSET, METRICS_PORT_OFFSET)
 
 # free_ports picks from FIRST_PICKED_PORT up to the kernel's ephemeral range.
 FIRST_PICKED_PORT = 20000
@@ -107,13 +110,7 @@ def free_ports(n: int) -> list[int]:
         ports: list[int] = []
         if floor is not None and floor - FIRST_PICKED_PORT >= 100 * n:
             for port in random.sample(range(FIRST_PICKED_PORT, floor), min(floor - FIRST_PICKED_PORT, 50 * n)):
-                if port in _reserved or not _reserve(port):
-                    continue
-                s = stack.enter_context(socket.socket())
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    _release(port)
+                if not _take(port, stack):
                     continue
                 ports.append(port)
                 if len(ports) == n:
@@ -126,6 +123,48 @@ def free_ports(n: int) -> list[int]:
                 _reserve(port)  # held by nobody else: the kernel gave it to us alone
             ports.append(port)
         return ports
+
+
+def free_port_block(n: int, offsets: Sequence[int]) -> int:
+    """A base port such that the n ports from base + offset, for each offset, were free a moment
+    ago; each reserved as free_ports reserves them (`port_block` names them for release_ports).
+    For `raftkv cluster up --base-port`, which numbers a member's ports from one base. Picked
+    below the kernel's ephemeral range; RuntimeError when no such block is found there."""
+    floor = _ephemeral_floor() or 32768
+    top = floor - max(offsets) - n
+    if top <= FIRST_PICKED_PORT:
+        raise RuntimeError(f"no room for {n} ports at offsets {list(offsets)} below port {floor}")
+    with _reserved_guard:
+        for base in random.sample(range(FIRST_PICKED_PORT, top), min(top - FIRST_PICKED_PORT, 200)):
+            with ExitStack() as stack:
+                taken: list[int] = []
+                for port in port_block(base, n, offsets):
+                    if not _take(port, stack):
+                        break
+                    taken.append(port)
+                else:
+                    return base
+                for port in taken:
+                    _release(port)
+    raise RuntimeError(f"no block of {n} free ports at offsets {list(offsets)} found below port {floor}")
+
+
+def port_block(base: int, n: int, offsets: Sequence[int]) -> list[int]:
+    return [base + offset + i for offset in offsets for i in range(n)]
+
+
+def _take(port: int, stack: ExitStack) -> bool:
+    """Reserve `port` and bind it (the socket stays open in `stack`): False, and nothing held,
+    when another process has reserved it or something is bound to it."""
+    if port in _reserved or not _reserve(port):
+        return False
+    s = stack.enter_context(socket.socket())
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        _release(port)
+        return False
+    return True
 
 
 def release_ports(ports: Iterable[int]) -> None:
@@ -188,7 +227,7 @@ def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence
     (default: base_port + 100..), metrics and health on http://127.0.0.1:base_port + 200.., each
     with its data in data_dir/nI."""
     if base_peer_port is None:
-        base_peer_port = base_port + 100
+        base_peer_port = base_port + PEER_PORT_OFFSET
     clients = range(base_port, base_port + nodes)
     peer_ports = range(base_peer_port, base_peer_port + nodes)
     if set(clients) & set(peer_ports):

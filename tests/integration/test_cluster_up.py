@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -17,25 +15,19 @@ from typing import IO
 import pytest
 
 from kv import Client
-from kv.tools.cluster_up import child_env
+from kv.tools.cluster_up import MEMBER_PORT_OFFSETS, child_env, free_port_block, port_block, release_ports
 from tests.integration.cluster import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def consecutive_free_ports(n: int, attempts: int = 50) -> int:
-    """A base port such that base .. base+n-1 (client ports), base+100 .. (peer ports) and
-    base+200 .. (metrics ports) were all free a moment ago."""
-    for _ in range(attempts):
-        base = random.randrange(20000, 60000)
-        try:
-            with ExitStack() as stack:
-                for port in [p for offset in (0, 100, 200) for p in range(base + offset, base + offset + n)]:
-                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no {n} consecutive free ports found")
+@pytest.fixture
+def base() -> Iterator[int]:
+    """A base port such that `cluster up --base-port` finds its client, peer and metrics ports
+    free, reserved against other suites on this machine until the test ends."""
+    base = free_port_block(3, MEMBER_PORT_OFFSETS)
+    yield base
+    release_ports(port_block(base, 3, MEMBER_PORT_OFFSETS))
 
 
 @dataclass
@@ -79,8 +71,7 @@ def cluster_up(tmp_path: Path, base: int, *flags: str, stderr: IO[bytes] | int =
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: signal.Signals):
-    base = consecutive_free_ports(3)
+def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: signal.Signals, base: int):
     with cluster_up(tmp_path, base, "--data-dir", str(tmp_path / "c")) as up:
         endpoints = up.endpoints
         assert endpoints == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
@@ -102,8 +93,7 @@ def member_pids(lines: list[str]) -> list[int]:
     return [int(m.group(1)) for line in lines if (m := re.search(r"\bpid (\d+)", line))]
 
 
-def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings_it_back(tmp_path: Path):
-    base = consecutive_free_ports(3)
+def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings_it_back(tmp_path: Path, base: int):
     data_dir = tmp_path / "c"
     stderr_path = tmp_path / "cluster-up.stderr"
     with open(stderr_path, "wb") as stderr, \
@@ -143,8 +133,7 @@ def test_a_killed_member_is_reported_the_others_serve_and_cluster_restart_brings
         assert not (data_dir / "cluster.json").exists()
 
 
-def test_cluster_up_tls_serves_only_tls_clients_and_prints_their_variables(tmp_path: Path):
-    base = consecutive_free_ports(3)
+def test_cluster_up_tls_serves_only_tls_clients_and_prints_their_variables(tmp_path: Path, base: int):
     with cluster_up(tmp_path, base, "--tls", "--data-dir", str(tmp_path / "c")) as up:
         exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in up.lines
                        if line.strip().startswith("export "))

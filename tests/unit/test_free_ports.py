@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from kv.tools import cluster_up
-from kv.tools.cluster_up import FIRST_PICKED_PORT, child_env, free_ports, release_ports
+from kv.tools.cluster_up import (
+    FIRST_PICKED_PORT, MEMBER_PORT_OFFSETS, child_env, free_port_block, free_ports, port_block, release_ports,
+)
 
 
 def test_ports_differ_are_free_and_lie_below_the_ephemeral_range() -> None:
@@ -75,3 +77,27 @@ def test_a_port_is_handed_out_once_until_it_is_released(monkeypatch) -> None:
     release_ports([port, other])
     assert free_ports(1) == [port]
     release_ports([port])
+
+
+@pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
+def test_a_port_block_is_free_reserved_and_misses_a_port_another_process_holds(monkeypatch) -> None:
+    # `cluster up --base-port` in a test: its ports must not collide with another suite's members.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=child_env(), text=True)
+    try:
+        theirs = int(holder.stdout.readline())  # type: ignore[union-attr]
+        top = cluster_up._ephemeral_floor() - max(MEMBER_PORT_OFFSETS) - 3  # type: ignore[operator]
+        blocked = next(theirs - offset for offset in MEMBER_PORT_OFFSETS if FIRST_PICKED_PORT <= theirs - offset < top)
+        trying_first(blocked, monkeypatch)  # the first base tried is one whose block holds their port
+        base = free_port_block(3, MEMBER_PORT_OFFSETS)
+        ports = port_block(base, 3, MEMBER_PORT_OFFSETS)
+        assert base != blocked and theirs not in ports and len(set(ports)) == 9
+        for port in ports:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        trying_first(ports[0], monkeypatch)
+        (other,) = free_ports(1)
+        assert other != ports[0]  # reserved for the block's taker until released
+        release_ports([*ports, other])
+    finally:
+        holder.communicate("", timeout=60)
