@@ -3,7 +3,6 @@ put, get and delete run twice: on the client's request streams and on unary call
 from __future__ import annotations
 
 import queue
-import socket
 import sys
 import threading
 import time
@@ -34,15 +33,15 @@ from kv.client import stream_call
 from kv.client.stream_call import CallEnded
 from kv.client.request_stream import MAX_STREAMS_PER_NODE, StreamPool
 from raftkv_proto import kv_pb2, kv_pb2_grpc
+from kv.tools.cluster_up import free_ports
 
 Handler = Callable[[Any, grpc.ServicerContext], Any]
 
 
 def free_address() -> str:
-    """An address nothing listens on (the port was free a moment ago)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    """An address nothing listens on: a port free a moment ago, reserved against other suites
+    (free_ports) and below the kernel's ephemeral range, where no connection's local end lands."""
+    return f"127.0.0.1:{free_ports(1)[0]}"
 
 
 def refuse(context: grpc.ServicerContext, error: RaftKVError) -> None:

@@ -4,7 +4,6 @@ three nodes in one process replicating."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from raft.node import ready_handler
 from raft.node.node import RaftNode
 from raft.transport.tcp_transport import TcpTransport
 from kv.server.server import RunningServer, start_server
+from kv.tools.cluster_up import free_ports
 from statemachine.commands import encode_command, put_op
 from statemachine.errors import StateFullError
 from statemachine.kv_state import ApplyOutcome, KVStateMachine
@@ -34,9 +34,10 @@ WAIT_S = 10.0  # upper bound on any wait below; tests end as soon as the awaited
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port below the kernel's ephemeral range, reserved against other suites (free_ports): a
+    port from a bind to port 0 may be handed out again as a connection's local end before the
+    node binds it."""
+    return free_ports(1)[0]
 
 
 def put_cmd(key: bytes, value: bytes) -> bytes:
