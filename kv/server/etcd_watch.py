@@ -80,7 +80,7 @@ class EventEncoder:
 
     def __init__(self, face: EtcdFace) -> None:
         self._face = face
-        self._events: dict[tuple[int, bytes, bool], bytes] = {}
+        self._events: dict[tuple[int, int, bool], bytes] = {}
         self._header: tuple[int, int, bytes] = (-1, -1, b"")
 
     def response(self, watch_id: int, revision: int, events: list[bytes]) -> bytes:
@@ -94,7 +94,7 @@ class EventEncoder:
         """The event field (tag and length included) of `change`, with its previous version
         when `with_prev` and etcd gives one (not for a creation)."""
         kv = change.kv
-        key = (kv.mod_revision, kv.key, with_prev)
+        key = (kv.mod_revision, kv.mod_sub, with_prev)  # (mod_revision, mod_sub) names one change
         encoded = self._events.get(key)
         if encoded is None:
             encoded = _EVENTS_TAG + _length_prefixed(event_message(change, with_prev).SerializeToString())

@@ -31,10 +31,11 @@ class MemberFace:
         header.revision = revision
 
 
-PUT = Change(KeyVersion(b"a/1", b"v2", create_revision=3, mod_revision=9, version=2, lease=77),
+# Three changes of one revision (one transaction), each with its sub.
+PUT = Change(KeyVersion(b"a/1", b"v2", create_revision=3, mod_revision=9, version=2, lease=77, mod_sub=0),
              prev=KeyVersion(b"a/1", b"v1", create_revision=3, mod_revision=3, version=1))
-CREATION = Change(KeyVersion(b"a/2", b"new", create_revision=9, mod_revision=9, version=1))
-DELETE = Change(KeyVersion(b"a/3", b"", create_revision=0, mod_revision=9, version=0),
+CREATION = Change(KeyVersion(b"a/2", b"new", create_revision=9, mod_revision=9, version=1, mod_sub=1))
+DELETE = Change(KeyVersion(b"a/3", b"", create_revision=0, mod_revision=9, version=0, mod_sub=2),
                 prev=KeyVersion(b"a/3", b"old", create_revision=4, mod_revision=5, version=1))
 
 
@@ -71,3 +72,13 @@ def test_shared_parts_follow_the_revision_and_the_term() -> None:
         _Core.term = 7
     # A change's event with and without its previous version are kept apart.
     assert encoder.event(PUT, True) != encoder.event(PUT, False)
+
+
+def test_two_changes_of_one_key_in_one_revision_are_told_apart() -> None:
+    # A batch that deletes a key and writes it again: one revision, two subs.
+    deleted = Change(KeyVersion(b"k", b"", create_revision=0, mod_revision=12, version=0, mod_sub=0))
+    written = Change(KeyVersion(b"k", b"again", create_revision=12, mod_revision=12, version=1, mod_sub=1))
+    encoder = EventEncoder(MemberFace())  # type: ignore[arg-type]
+    events = [encoder.event(c, False) for c in (deleted, written)]
+    assert events[0] != events[1]
+    assert encoder.response(1, 12, events) == expected(1, 12, [deleted, written], False)
