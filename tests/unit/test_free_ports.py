@@ -5,6 +5,8 @@ import random
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,20 +53,27 @@ sys.stdin.read()
 """
 
 
-@pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
-def test_a_port_another_process_was_handed_is_not_handed_out_until_that_process_ends(monkeypatch) -> None:
-    # Another test run on the same machine: its member may bind the port seconds later.
+@contextmanager
+def another_process_holding_a_port() -> Iterator[int]:
+    """Another test run on the same machine, holding the reservation of the port it yields (its
+    member may bind it seconds later) until the block ends; then it exits, and the kernel drops
+    its reservation."""
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               env=child_env(), text=True)
     try:
-        theirs = int(holder.stdout.readline())  # type: ignore[union-attr]
+        yield int(holder.stdout.readline())  # type: ignore[union-attr]
+    finally:
+        holder.communicate("", timeout=60)
+
+
+@pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
+def test_a_port_another_process_was_handed_is_not_handed_out_until_that_process_ends(monkeypatch) -> None:
+    with another_process_holding_a_port() as theirs:
         trying_first(theirs, monkeypatch)
         (mine,) = free_ports(1)
         assert mine != theirs
         release_ports([mine])
-    finally:
-        holder.communicate("", timeout=60)  # it ends: the kernel drops its reservation
-    assert free_ports(1) == [theirs]
+    assert free_ports(1) == [theirs]  # that process ended
     release_ports([theirs])
 
 
@@ -82,10 +91,7 @@ def test_a_port_is_handed_out_once_until_it_is_released(monkeypatch) -> None:
 @pytest.mark.skipif(cluster_up._ephemeral_floor() is None, reason="the kernel's ephemeral range is Linux's")
 def test_a_port_block_is_free_reserved_and_misses_a_port_another_process_holds(monkeypatch) -> None:
     # `cluster up --base-port` in a test: its ports must not collide with another suite's members.
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              env=child_env(), text=True)
-    try:
-        theirs = int(holder.stdout.readline())  # type: ignore[union-attr]
+    with another_process_holding_a_port() as theirs:
         top = cluster_up._ephemeral_floor() - max(MEMBER_PORT_OFFSETS) - 3  # type: ignore[operator]
         blocked = next(theirs - offset for offset in MEMBER_PORT_OFFSETS if FIRST_PICKED_PORT <= theirs - offset < top)
         trying_first(blocked, monkeypatch)  # the first base tried is one whose block holds their port
@@ -99,5 +105,3 @@ def test_a_port_block_is_free_reserved_and_misses_a_port_another_process_holds(m
         (other,) = free_ports(1)
         assert other != ports[0]  # reserved for the block's taker until released
         release_ports([*ports, other])
-    finally:
-        holder.communicate("", timeout=60)
