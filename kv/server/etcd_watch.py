@@ -33,8 +33,10 @@ MAX_QUEUED_RESPONSES = 64
 INVALID_WATCH_ID = -1
 DUPLICATE_WATCH_ID = "mvcc: duplicate watch ID provided on the WatchStream"
 # Encoded events kept for the watches that deliver the same change (about one revision's worth
-# for each watch on a busy prefix); dropped all at once when full.
+# for each watch on a busy prefix): up to this many changes or this many bytes (values may be
+# large), then dropped all at once.
 ENCODED_EVENTS_KEPT = 4096
+ENCODED_EVENTS_KEPT_BYTES = 16 << 20
 
 
 class EtcdWatchServicer(etcd_rpc_pb2_grpc.WatchServicer):
@@ -81,6 +83,7 @@ class EventEncoder:
     def __init__(self, face: EtcdFace) -> None:
         self._face = face
         self._events: dict[tuple[int, int, bool], bytes] = {}
+        self._events_bytes = 0
         self._header: tuple[int, int, bytes] = (-1, -1, b"")
 
     def response(self, watch_id: int, revision: int, events: list[bytes]) -> bytes:
@@ -98,9 +101,11 @@ class EventEncoder:
         encoded = self._events.get(key)
         if encoded is None:
             encoded = _EVENTS_TAG + _length_prefixed(event_message(change, with_prev).SerializeToString())
-            if len(self._events) >= ENCODED_EVENTS_KEPT:
+            if len(self._events) >= ENCODED_EVENTS_KEPT or self._events_bytes + len(encoded) > ENCODED_EVENTS_KEPT_BYTES:
                 self._events.clear()
+                self._events_bytes = 0
             self._events[key] = encoded
+            self._events_bytes += len(encoded)
         return encoded
 
     def _header_field(self, revision: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kv.server import etcd_watch
 from kv.server.etcd_watch import EventEncoder, event_message
 from raftkv_proto import etcd_rpc_pb2 as pb
 from statemachine.key_record import KeyVersion
@@ -82,3 +83,14 @@ def test_two_changes_of_one_key_in_one_revision_are_told_apart() -> None:
     events = [encoder.event(c, False) for c in (deleted, written)]
     assert events[0] != events[1]
     assert encoder.response(1, 12, events) == expected(1, 12, [deleted, written], False)
+
+
+def test_kept_events_are_bounded_by_bytes_as_well_as_by_count(monkeypatch) -> None:
+    monkeypatch.setattr(etcd_watch, "ENCODED_EVENTS_KEPT_BYTES", 10_000)
+    encoder = EventEncoder(MemberFace())  # type: ignore[arg-type]
+    big = [Change(KeyVersion(b"big/%d" % i, b"x" * 3_000, create_revision=20 + i, mod_revision=20 + i, version=1))
+           for i in range(10)]
+    for change in big:
+        assert pb.WatchResponse.FromString(encoder.response(1, change.kv.mod_revision, [encoder.event(change, False)])
+                                           ).events[0].kv.value == b"x" * 3_000
+        assert encoder._events_bytes <= 10_000
