@@ -118,8 +118,10 @@ class WatchHub:
                     self._fsm.changes, self.revision + 1, revision, b"", None, with_prev)
             except CompactedError:
                 changes = None  # a snapshot install jumped past compacted changes: each catch-up says so
+            # A watcher may have joined during the read: one that wants previous versions the read
+            # left out catches up from the store (with them), as one that fell behind does.
             for watcher in list(self._synced):
-                if changes is None or watcher.behind():
+                if changes is None or watcher.behind() or (watcher.with_prev and not with_prev):
                     self._demote(watcher)
                 else:
                     watcher.take(changes, revision)

@@ -1,5 +1,6 @@
 """The watch hub (kv/server/watch_hub.py) against a fake node and store: what is applied while it
-reads is not held back, and a watcher never goes back to revisions it was given."""
+reads is not held back, a watcher never goes back to revisions it was given, and one that wants
+previous versions never gets changes read without them."""
 from __future__ import annotations
 
 import asyncio
@@ -41,14 +42,32 @@ class FakeStore:
         if self.during_read is not None:
             self.during_read()
             self.during_read = None
-        return [Change(KeyVersion(b"k", b"%d" % r, 2, r, r - 1)) for r in range(first, last + 1)]
+        return [Change(KeyVersion(b"k", b"%d" % r, 2, r, r - 1),
+                       KeyVersion(b"k", b"%d" % (r - 1), 2, r - 1, r - 2) if with_prev else None)
+                for r in range(first, last + 1)]
 
 
-def watcher(start: int, got: list[int]) -> Watcher:
+def watcher(start: int, got: list[int], with_prev: bool = False, prevs: list[bool] | None = None) -> Watcher:
+    """A watcher of key b"k" that notes the revisions it is handed in `got`, and in `prevs` whether
+    each came with its previous version."""
     room = asyncio.Event()
     room.set()
-    return Watcher(b"k", b"k\0", start, False, deliver=lambda changes, _: got.extend(c.kv.mod_revision for c in changes),
-                   compacted=lambda _: None, behind=lambda: False, room=lambda: room)
+
+    def deliver(changes: list[Change], _: int) -> None:
+        got.extend(c.kv.mod_revision for c in changes)
+        if prevs is not None:
+            prevs.extend(c.prev is not None for c in changes)
+    return Watcher(b"k", b"k\0", start, with_prev, deliver=deliver, compacted=lambda _: None,
+                   behind=lambda: False, room=lambda: room)
+
+
+async def until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Lets the hub's tasks run until `condition()` holds (a bounded wait for an event)."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
 
 
 def test_a_change_applied_while_the_hub_reads_is_delivered_without_another_apply() -> None:
@@ -66,10 +85,7 @@ def test_a_change_applied_while_the_hub_reads_is_delivered_without_another_apply
         store.revision = 2
         store.during_read = applied_meanwhile
         node.apply()
-        for _ in range(100):
-            if got == [2, 3]:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: got == [2, 3], "revisions 2 and 3")
         await hub.stop()
         return got
     assert asyncio.run(run()) == [2, 3]
@@ -82,3 +98,24 @@ def test_a_watcher_is_never_handed_revisions_below_those_it_was_given() -> None:
     assert got == [10, 11] and w.next_revision == 12
     w.take([Change(KeyVersion(b"k", b"x", 2, r, 1)) for r in range(8, 10)], 9)  # a member behind it
     assert got == [10, 11] and w.next_revision == 12
+
+
+def test_a_watcher_wanting_previous_versions_added_while_the_hub_reads_without_them_gets_them() -> None:
+    """The hub reads the new changes with previous versions only when a synced watcher wants them.
+    A prev_kv watcher that joins the synced ones while such a read is under way must not be handed
+    its result: it catches up from the store instead, previous versions included."""
+    async def run() -> tuple[list[int], list[bool]]:
+        node, store = FakeNode(), FakeStore()
+        hub = WatchHub(node, store)  # type: ignore[arg-type]
+        hub.start()
+        hub.add(watcher(2, []))  # a synced watcher without prev_kv: the hub's reads leave them out
+        got: list[int] = []
+        prevs: list[bool] = []
+        store.during_read = lambda: loop.call_soon_threadsafe(hub.add, watcher(2, got, True, prevs))
+        loop = asyncio.get_running_loop()
+        store.revision = 3
+        node.apply()
+        await until(lambda: got == [2, 3], "the prev_kv watcher's revisions 2 and 3")
+        await hub.stop()
+        return got, prevs
+    assert asyncio.run(run()) == ([2, 3], [True, True])
