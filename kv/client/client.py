@@ -41,7 +41,7 @@ from kv.errors import (
 from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
-from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, answer_of, explain_running_out, retry_policy
+from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, retry_policy, running_out_error
 from kv.client.tls import TLS, open_channel, with_hint
 from raftkv_proto import etcd_rpc_pb2 as pb_etcd
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
@@ -413,8 +413,7 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
         try:
             return retrying(attempt)
         except RaftKVError as error:
-            explain_running_out(error, attempts, self.timeout, self.endpoints)
-            raise
+            raise running_out_error(error, attempts, self.timeout, self.endpoints) from None
 
     def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
                  attempts: Attempts) -> Any:
@@ -424,8 +423,7 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
             response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
         except RaftKVError as error:
             self._hinted(error)
-            attempts.answers[target] = answer_of(error)
-            attempts.unconnected = isinstance(error, UnavailableError) and "failed to connect" in str(error).lower()
+            attempts.record(target, error)
             self._reroute(attempts, error)
             raise
         with self._lock:

@@ -26,6 +26,8 @@ ELECTION_BACKOFF_MAX_S = 0.1
 # Do not start an attempt with less time than this left: it could only end in DEADLINE_EXCEEDED,
 # hiding the more useful error of the attempt before.
 MIN_ATTEMPT_S = 0.01
+# How an endpoint's answer starts when the call never connected to it.
+NO_CONNECTION = "no connection"
 # Consecutive "not leader" hints followed without backoff, so two nodes pointing at each other
 # during a leader change do not spin.
 MAX_FREE_HOPS = 3
@@ -48,6 +50,21 @@ class Attempts:
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def record(self, target: str, error: RaftKVError) -> None:
+        """Note how the attempt at `target` failed. A timeout at an endpoint this call found no
+        connection to before is still no connection: the attempt spent its time connecting (the
+        last attempt of a call has what time is left, on a busy machine less than a reconnect)."""
+        earlier = self.answers.get(target, "")
+        if isinstance(error, KVTimeoutError) and earlier.startswith(NO_CONNECTION):
+            self.unconnected = True
+            return
+        self.answers[target] = answer_of(error)
+        self.unconnected = isinstance(error, UnavailableError) and "failed to connect" in str(error).lower()
+
+    def reached_no_endpoint(self) -> bool:
+        """Every endpoint tried answered "no connection": the request reached no member."""
+        return bool(self.answers) and all(a.startswith(NO_CONNECTION) for a in self.answers.values())
+
     def summary(self, endpoints: Sequence[str]) -> str:
         """What happened at each endpoint: "A: refused the connection; B: not the leader ..." """
         return "; ".join(f"{e}: {self.answers.get(e, 'not tried')}" for e in [*endpoints, *sorted(
@@ -61,9 +78,9 @@ def answer_of(error: RaftKVError) -> str:
             else "not the leader, and knows no leader"
     text = str(error)
     if isinstance(error, UnavailableError) and HINT_MARK in text:  # a TLS mismatch, not a member down
-        return f"no connection {text[text.index(HINT_MARK):]}"
+        return f"{NO_CONNECTION} {text[text.index(HINT_MARK):]}"
     if isinstance(error, UnavailableError) and ("failed to connect" in text.lower() or "refused" in text.lower()):
-        return "no connection (refused or timed out: is the member running?)"
+        return f"{NO_CONNECTION} (refused or timed out: is the member running?)"
     if isinstance(error, KVTimeoutError):
         return "no answer in time"
     return f"{error.kind}: {text}"
@@ -102,8 +119,15 @@ def retry_policy(attempts: Attempts) -> dict[str, Any]:
     }
 
 
-def explain_running_out(error: RaftKVError, attempts: Attempts, timeout: float, endpoints: Sequence[str]) -> None:
-    """Reword the retryable `error` a call ran out of time with: the last node's error alone blames
-    that node; say what every endpoint answered."""
-    if error.retryable and attempts.answers:
-        error.args = (f"no node served the request within {timeout:g}s ({attempts.summary(endpoints)})",)
+def running_out_error(error: RaftKVError, attempts: Attempts, timeout: float, endpoints: Sequence[str]) -> RaftKVError:
+    """The error of a call that ran out of time with the retryable `error`, saying what every
+    endpoint answered (the last node's error alone blames that node). When the request reached no
+    member it is UnavailableError, whatever the last attempt ended with: a member that is down is
+    unavailable, not slow, however little time the last attempt had to find that out."""
+    if not (error.retryable and attempts.answers):
+        return error
+    message = f"no node served the request within {timeout:g}s ({attempts.summary(endpoints)})"
+    if isinstance(error, KVTimeoutError) and attempts.reached_no_endpoint():
+        return UnavailableError(message)
+    error.args = (message,)
+    return error

@@ -41,7 +41,7 @@ from kv.client.client import (
 from kv.client.client import Client as _SyncClient
 from kv.client.credentials import Credentials, Metadata
 from kv.client.key_like import KeyLike, to_bytes
-from kv.client.retries import MIN_ATTEMPT_S, Attempts, answer_of, explain_running_out, retry_policy
+from kv.client.retries import MIN_ATTEMPT_S, Attempts, retry_policy, running_out_error
 from kv.client.status import alarm_dicts, status_dict
 from kv.client.tls import TLS, with_hint
 from kv.client.watch import watch_range
@@ -49,7 +49,6 @@ from kv.errors import (
     FailedPreconditionError,
     RaftKVError,
     UnauthenticatedError,
-    UnavailableError,
     UnknownSessionError,
     from_rpc_error,
 )
@@ -359,8 +358,7 @@ class Client(Revisions, Changes, Leases, Members):
         try:
             return await retrying(attempt)
         except RaftKVError as error:
-            explain_running_out(error, attempts, self.timeout, self.endpoints)
-            raise
+            raise running_out_error(error, attempts, self.timeout, self.endpoints) from None
 
     async def _attempt(self, method: Method, request: Any, attempts: Attempts) -> Any:
         target = attempts.target
@@ -373,8 +371,7 @@ class Client(Revisions, Changes, Leases, Members):
                 raise from_rpc_error(rpc_error) from None
         except RaftKVError as error:
             self._hinted(error)
-            attempts.answers[target] = answer_of(error)
-            attempts.unconnected = isinstance(error, UnavailableError) and "failed to connect" in str(error).lower()
+            attempts.record(target, error)
             self._reroute(attempts, error)
             raise
         self._preferred = target
