@@ -335,7 +335,7 @@ def test_leader_churn_keeping_a_majority(scenario: MakeScenario, api: str) -> No
     dead: list[str] = []
     kills = 0
     deadline = now_ns() + int(span(6.0, 30.0) * 1e9)
-    while now_ns() < deadline:
+    while kills < 3 or now_ns() < deadline:  # three kills at least, however slow elections are here
         leader = cluster.wait_for_leader(among=cluster.running_ids())
         run.run_for(run.rng.uniform(0.2, 0.5))
         while len(dead) >= 2:  # at most two of five down after the next kill
@@ -343,7 +343,6 @@ def test_leader_churn_keeping_a_majority(scenario: MakeScenario, api: str) -> No
         cluster.kill(leader)
         dead.append(leader)
         kills += 1
-    assert kills >= 3, f"{run.tag()} only {kills} leaders killed"
     run.finish()
 
 
@@ -426,12 +425,17 @@ def leader_churn_through_proxies(run: Scenario) -> Scenario:
         leader = cluster.wait_for_leader(among=cluster.running_ids(), timeout=CHURN_LIVENESS_S)
         term = cluster.status(leader)["term"]
         run.run_for(run.rng.uniform(0.2, 0.5))
+        started: list[str] = []
         while len(dead) >= 2:  # the oldest dead member restarts, behind proxies that kept accepting
-            cluster.nodes[dead.pop(0)].start()
+            started.append(dead.pop(0))
+            cluster.nodes[started[-1]].start()
         cluster.kill(leader)
         dead.append(leader)
         killed_at = now_ns()
-        cluster.wait_for_leader(among=cluster.running_ids(), not_in_term=term, timeout=CHURN_LIVENESS_S)
+        # The members that ran on elect (one just started may still be booting on a busy machine;
+        # the next round's wait includes it).
+        electors = [n for n in cluster.running_ids() if n not in started]
+        cluster.wait_for_leader(among=electors, not_in_term=term, timeout=CHURN_LIVENESS_S)
         run.wait_progress(killed_at, timeout_s=CHURN_LIVENESS_S)
         print(f"{run.tag()} {leader} killed: leader and a write after {(now_ns() - killed_at) / 1e9:.2f} s")
     return run

@@ -26,7 +26,12 @@ T = TypeVar("T")
 # Fast elections keep the tests short; the heartbeat stays well below the timeout so that a
 # loaded machine does not see spurious elections.
 FAST_TIMING = ("--election-timeout-ms", "500", "--heartbeat-interval-ms", "50")
+# For tests that assert the term did not change (nothing they sent disturbed the leader): twice the
+# margin against an election that a stalled process on a busy machine would cause.
+STEADY_TIMING = ("--election-timeout-ms", "1000", "--heartbeat-interval-ms", "100")
 POLL_S = 0.05
+# How long Cluster.status asks a running member again that did not answer.
+STATUS_ANSWER_S = 20.0
 LOG_TAIL_LINES = 40
 
 # Runs a node so that the kernel SIGKILLs it when the test process dies, however it dies (even
@@ -279,10 +284,18 @@ class Cluster:
         """A raw stub of one member: no leader following, no retries."""
         return kv_pb2_grpc.KVStub(self._channel(node_id))
 
-    def status(self, node_id: str, timeout: float = 1.0) -> dict[str, Any]:
-        with Client([self.nodes[node_id].address], timeout=timeout, tls=self.client_tls) as client:
-            (status,) = client.status()
-        return status
+    def status(self, node_id: str, timeout: float = 1.0, answer_within: float = STATUS_ANSWER_S) -> dict[str, Any]:
+        """The member's status. One that runs (not stopped, not paused) but does not answer within
+        `timeout` (a busy machine, a process still starting) is asked again until `answer_within`;
+        then, or at once for a stopped or paused member, the dict with "error" comes back."""
+        node = self.nodes[node_id]
+        deadline = time.monotonic() + answer_within
+        while True:
+            with Client([node.address], timeout=timeout, tls=self.client_tls) as client:
+                (status,) = client.status()
+            if "error" not in status or not node.running or node.paused or time.monotonic() >= deadline:
+                return status
+            time.sleep(POLL_S)
 
     def statuses(self, node_ids: Iterable[str] | None = None, timeout: float = 1.0) -> dict[str, dict[str, Any]]:
         """Status of the given running, unpaused members (default: all of them), by member id."""

@@ -11,7 +11,7 @@ from kv.errors import InvalidArgumentError
 from raftkv_proto import kv_pb2, raft_pb2
 from raft.transport.frames import frame
 from raft.transport.peer_protocol import MAX_FRAME_BYTES
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import STEADY_TIMING, Cluster
 from tests.integration.peer_wire import assert_closed, connect, heartbeat_batch, hello_frame, read_frame, say_hello
 
 pytestmark = pytest.mark.integration
@@ -19,11 +19,18 @@ pytestmark = pytest.mark.integration
 MAX_VALUE = 1024
 
 
+# The tests check that what they sent moved neither the leader nor the term: steady timing, so that
+# a busy machine causes no election of its own.
+@pytest.fixture
+def cluster(make_cluster) -> Cluster:
+    cluster = make_cluster(3, extra_args=STEADY_TIMING)
+    cluster.wait_for_leader()
+    return cluster
+
+
 @pytest.fixture
 def small_values(make_cluster) -> Cluster:
-    from tests.integration.cluster import FAST_TIMING
-
-    cluster = make_cluster(3, extra_args=(*FAST_TIMING, "--max-value-bytes", str(MAX_VALUE)))
+    cluster = make_cluster(3, extra_args=(*STEADY_TIMING, "--max-value-bytes", str(MAX_VALUE)))
     cluster.wait_for_leader()
     return cluster
 

@@ -73,13 +73,26 @@ def test_etcdctl_and_a_python_service_share_one_lock(cluster: Cluster, tmp_path:
         assert not marker.exists() and waiting.poll() is None  # it waits while Python holds the lock
     waiting.communicate(timeout=30)
     assert marker.exists()
-    # And the other way round: etcdctl holds it while its command runs.
-    holder = subprocess.Popen([ETCDCTL, "--endpoints", endpoint, "lock", "shared", "sleep", "2"],
+    # And the other way round: etcdctl holds it while its command runs, and that command waits for
+    # a go file; Python asks for the lock meanwhile and gets it only after the command finished.
+    held, go, finished = tmp_path / "etcdctl-holds", tmp_path / "go", tmp_path / "etcdctl-command-finished"
+    holder = subprocess.Popen([ETCDCTL, "--endpoints", endpoint, "lock", "shared", "--", "sh", "-c",
+                               f"touch {held}; while [ ! -e {go} ]; do sleep 0.05; done; touch {finished}"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until("etcdctl holding the lock", lambda: len(c.get_range("shared/")[0]) == 1 or None)
-    started = time.monotonic()
-    with Lock(c, "shared"):
-        assert time.monotonic() - started > 1  # only once etcdctl's `sleep 2` ended and it let go
+    wait_until("etcdctl holding the lock", lambda: held.exists())
+    acquired: list[bool] = []
+
+    def take_the_lock() -> None:
+        with Lock(c, "shared"):
+            acquired.append(finished.exists() and len(c.get_range("shared/")[0]) == 1)
+
+    taker = threading.Thread(target=take_the_lock)
+    taker.start()
+    wait_until("Python waiting for the lock", lambda: len(c.get_range("shared/")[0]) == 2 or None)
+    assert acquired == []  # it waits while etcdctl holds it
+    go.touch()
+    taker.join(timeout=30)
+    assert acquired == [True]  # once etcdctl's command finished and its key was gone
     holder.communicate(timeout=30)
 
 

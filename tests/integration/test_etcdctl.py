@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
+from tests.integration.cluster import STEADY_TIMING, Cluster, wait_until
 from tests.integration.test_cli_watch_lease import Stream, wait_for_watch
 
 ETCDCTL = shutil.which("etcdctl")
@@ -40,10 +40,6 @@ pytestmark = [
 
 CALL_TIMEOUT_S = 30
 COMPACTED = "etcdserver: mvcc: required revision has been compacted"
-# The server's default timing rather than the harness's fast one: the tests need the leader they
-# found to stay leader while they write through a follower, on a busy machine too.
-STEADY_TIMING = ("--election-timeout-ms", "1000", "--heartbeat-interval-ms", "100")
-
 
 def etcdctl(endpoints: str | list[str], *args: str, stdin: str | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ from kv.errors import FailedPreconditionError, NotFoundError
 from kv.tools.cluster_up import NodeSpec, free_ports
 from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import etcd_rpc_pb2_grpc as etcd_grpc
-from tests.integration.cluster import Cluster, NodeProcess, wait_until
+from tests.integration.cluster import STEADY_TIMING, Cluster, NodeProcess, wait_until
 from tests.integration.test_cli_revisions import console_script, environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,10 +36,6 @@ NOT_ENOUGH_STARTED = "etcdserver: re-configuration failed due to not enough star
 MEMBER_NOT_FOUND = "etcdserver: member not found"
 PEER_URL_EXISTS = "etcdserver: Peer URLs already exists"
 BAD_TRANSFEREE = "etcdserver: bad leader transferee"
-# The server's default timing rather than the harness's fast one where a test needs the leader it
-# found to stay leader (test_etcdctl.py's STEADY_TIMING).
-STEADY_TIMING = ("--election-timeout-ms", "1000", "--heartbeat-interval-ms", "100")
-
 
 def raftkv(cluster: Cluster, *argv: str, endpoints: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [*console_script(), *argv, "--endpoints", ",".join(endpoints or cluster.endpoints), "--timeout", "10"]

@@ -20,7 +20,7 @@ from raft.core.types import Entry, EntryType
 from raft.transport.codec import encode_batch
 from raft.transport.frames import frame
 from statemachine.commands import encode_command, put_op
-from tests.integration.cluster import Cluster, wait_until
+from tests.integration.cluster import STEADY_TIMING, Cluster, wait_until
 from tests.integration.peer_tls import use_peer_tls
 from tests.integration.peer_wire import assert_closed, connect, hello_frame, read_frame
 
@@ -30,7 +30,8 @@ FORGED_KEY = b"forged"
 
 @pytest.fixture
 def tls_cluster(make_cluster: Callable[..., Cluster], tmp_path: Path) -> Cluster:
-    cluster = use_peer_tls(make_cluster(3, start=False), tmp_path / "certs")
+    # The test checks that no forged message moved the term: steady timing, no spurious election.
+    cluster = use_peer_tls(make_cluster(3, extra_args=STEADY_TIMING, start=False), tmp_path / "certs")
     cluster.start()
     return cluster
 

@@ -13,7 +13,7 @@ import pytest
 
 from kv.errors import InvalidArgumentError
 from raftkv_proto import kv_pb2
-from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
+from tests.integration.cluster import FAST_TIMING, STEADY_TIMING, Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def memory(cluster: Cluster, node_id: str) -> dict[str, int]:
 
 
 def test_oversized_puts_are_refused_before_the_node_builds_them(make_cluster) -> None:
-    cluster = make_cluster(3, extra_args=FAST_TIMING)
+    cluster = make_cluster(3, extra_args=STEADY_TIMING)  # it checks the leader kept its term
     leader = cluster.wait_for_leader()
     term = cluster.status(leader)["term"]
     stub = cluster.kv_stub(leader)

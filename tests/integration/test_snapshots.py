@@ -3,6 +3,7 @@ lifetime), restart from snapshot plus log tail, crashes during snapshotting, a b
 from __future__ import annotations
 
 import hashlib
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -32,8 +33,20 @@ def state_digest(cluster: Cluster, node_id: str) -> tuple[int, str]:
 
 
 def log_begin(cluster: Cluster, node_id: str) -> tuple[int, int]:
-    s = cluster.kv_stub(node_id).Status(kv_pb2.StatusRequest(), timeout=2)
-    return s.log_begin_index, s.log_begin_term
+    status = cluster.status(node_id)
+    return status["log_begin_index"], status["log_begin_term"]
+
+
+def settled_log_begin(cluster: Cluster, node_id: str) -> tuple[int, int] | None:
+    """The node's log_begin once no snapshot is under way or due (None before): fewer than
+    THRESHOLD entries applied since its newest snapshot, and that snapshot's "took a snapshot"
+    line logged (the node writes it after compacting the log behind the snapshot)."""
+    status = cluster.status(node_id)
+    taken = re.findall(r"took a snapshot at index (\d+)", cluster.nodes[node_id].log_path.read_text(errors="replace"))
+    if status["applied_index"] - status["snapshot_index"] >= THRESHOLD or not taken \
+            or int(taken[-1]) != status["snapshot_index"]:
+        return None
+    return status["log_begin_index"], status["log_begin_term"]
 
 
 def installs(cluster: Cluster, node_id: str) -> int:
@@ -91,9 +104,9 @@ def test_compaction_boundary_survives_restart_without_install_loops(make_cluster
     last = write_keys(cluster, list(cluster.nodes), range(1500))
     for n in cluster.nodes:
         cluster.wait_applied(n, last)
-    wait_until("every node compacted its log", lambda: all(log_begin(cluster, n)[0] > 0 for n in cluster.nodes),
-               timeout=30)
-    before = {n: log_begin(cluster, n) for n in cluster.nodes}
+    before = {n: wait_until(f"{n} compacted its log, no snapshot under way",
+                            lambda: (begin := settled_log_begin(cluster, n)) and begin[0] > 0 and begin, timeout=30)
+              for n in cluster.nodes}
     for n in cluster.nodes:
         cluster.kill(n)
     for n in cluster.nodes:

@@ -3,6 +3,7 @@ to 3 times), and one in-process three-node cluster with the Export service per m
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ def spark() -> Iterator[SparkSession]:
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "1g")
+               # The workers run this interpreter (with this checkout's raftkv), not the python3 on PATH.
+               .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     kv.tools.spark.register(session)

@@ -56,7 +56,7 @@ def test_write_and_read_with_the_tls_options(tls_cluster: InProcessCluster, cert
 
 def test_a_read_without_the_tls_options_fails_with_the_hint(tls_cluster: InProcessCluster,
                                                             spark: SparkSession) -> None:
-    df = (spark.read.format("raftkv").option("endpoints", tls_cluster.endpoints).option("timeout", "1")
+    df = (spark.read.format("raftkv").option("endpoints", tls_cluster.endpoints).option("timeout", "3")
           .option("prefix", "tls/").load())
     with pytest.raises(Exception, match="TLS: "):
         df.count()

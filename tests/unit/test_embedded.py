@@ -166,7 +166,7 @@ def test_an_embedded_node_with_tls_hands_out_clients_that_use_it(tmp_path: Path)
             client.put("remote", "2")
             assert client.get("local") == b"1"
         assert db.get("remote") == b"2"
-        with Client([db.address], timeout=0.5) as plaintext, pytest.raises(errors.UnavailableError, match="TLS: "):
+        with Client([db.address], timeout=3.0) as plaintext, pytest.raises(errors.UnavailableError, match="TLS: "):
             plaintext.get("local")
 
 
