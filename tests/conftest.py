@@ -1,10 +1,10 @@
 """The `slow` marker: what `python -m pytest -m "not slow"` leaves out for a quick edit-test loop
-(under 2 minutes on 2 cores; the whole suite takes about 8). Plain `python -m pytest`, what CI
+(under 2 minutes on 2 cores; the whole suite takes about 20). Plain `python -m pytest`, what CI
 runs, still runs everything.
 
 Slow: every test that starts node processes or a Spark session (tests/integration, tests/faults,
-tests/spark) and the thousands of random schedules of the simulation. The unit tests and the
-simulation's named scenarios, checkers and pinned seeds stay in the quick tier."""
+tests/spark, the bench's smoke runs) and the thousands of random schedules of the simulation. The
+unit tests and the simulation's named scenarios, checkers and pinned seeds stay in the quick tier."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +13,8 @@ import pytest
 
 TESTS = Path(__file__).parent
 SLOW_DIRECTORIES = {"integration", "faults", "spark"}
+# Files outside those directories whose tests start node processes: the bench's smoke runs.
+SLOW_FILES = {"unit/test_bench_smoke.py"}
 # (file under tests/, test function) outside those directories.
 SLOW_TESTS = {("sim/test_random_schedules.py", "test_random_schedules")}
 
@@ -23,5 +25,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             where = item.path.relative_to(TESTS)
         except ValueError:  # not under tests/
             continue
-        if where.parts[0] in SLOW_DIRECTORIES or (where.as_posix(), getattr(item, "originalname", None)) in SLOW_TESTS:
+        if where.parts[0] in SLOW_DIRECTORIES or where.as_posix() in SLOW_FILES \
+                or (where.as_posix(), getattr(item, "originalname", None)) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
