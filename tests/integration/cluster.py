@@ -3,6 +3,7 @@ ports, a temporary data directory per node, SIGKILL / restart / SIGSTOP / SIGCON
 that always kills everything it started."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -80,6 +81,14 @@ def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) 
                 return last
         time.sleep(POLL_S)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last probe: {last!r}")
+
+
+async def eventually(what: str, done: Callable[[], object], timeout: float = 30.0) -> None:
+    """wait_until inside an event loop: poll `done()`, the loop running meanwhile, until it holds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        await asyncio.sleep(0.01)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from kv.concurrency import Election, Lock
 from kv.errors import RaftKVError, RevisionError
 from kv.txn import Value, get, put
 from raftkv_proto import kv_pb2
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +29,6 @@ pytestmark = pytest.mark.integration
 def aio_client(cluster: Cluster, node_ids: list[str] | None = None, timeout: float = 10.0) -> kv.aio.Client:
     ids = node_ids if node_ids is not None else list(cluster.nodes)
     return kv.aio.Client([cluster.nodes[i].address for i in ids], timeout=timeout)
-
-
-async def eventually(what: str, done: Any, timeout: float = 30.0) -> None:
-    """Wait (polling, the loop running) until `done()` holds."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 async def kill_the_leader(cluster: Cluster, then: Callable[[], object] = lambda: None) -> str:

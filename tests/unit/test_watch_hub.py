@@ -8,6 +8,7 @@ import asyncio
 from kv.server.watch_hub import Watcher, WatchHub
 from statemachine.key_record import KeyVersion
 from statemachine.mvcc import Change
+from tests.integration.cluster import eventually
 
 
 class FakeNode:
@@ -61,15 +62,6 @@ def watcher(start: int, got: list[int], with_prev: bool = False, prevs: list[boo
                    behind=lambda: False, room=lambda: room)
 
 
-async def until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Lets the hub's tasks run until `condition()` holds (a bounded wait for an event)."""
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
-
-
 def test_a_change_applied_while_the_hub_reads_is_delivered_without_another_apply() -> None:
     async def run() -> list[int]:
         node, store, got = FakeNode(), FakeStore(), []
@@ -85,7 +77,7 @@ def test_a_change_applied_while_the_hub_reads_is_delivered_without_another_apply
         store.revision = 2
         store.during_read = applied_meanwhile
         node.apply()
-        await until(lambda: got == [2, 3], "revisions 2 and 3")
+        await eventually("revisions 2 and 3", lambda: got == [2, 3])
         await hub.stop()
         return got
     assert asyncio.run(run()) == [2, 3]
@@ -111,11 +103,11 @@ def test_a_watcher_wanting_previous_versions_added_while_the_hub_reads_without_t
         hub.add(watcher(2, []))  # a synced watcher without prev_kv: the hub's reads leave them out
         got: list[int] = []
         prevs: list[bool] = []
-        store.during_read = lambda: loop.call_soon_threadsafe(hub.add, watcher(2, got, True, prevs))
         loop = asyncio.get_running_loop()
+        store.during_read = lambda: loop.call_soon_threadsafe(hub.add, watcher(2, got, True, prevs))
         store.revision = 3
         node.apply()
-        await until(lambda: got == [2, 3], "the prev_kv watcher's revisions 2 and 3")
+        await eventually("the prev_kv watcher's revisions 2 and 3", lambda: got == [2, 3])
         await hub.stop()
         return got, prevs
     assert asyncio.run(run()) == ([2, 3], [True, True])
