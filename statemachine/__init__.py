@@ -12,7 +12,8 @@ from statemachine.commands import (
 )
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
 from statemachine.client_sessions import SessionStats
-from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.apply_batch import ApplyOutcome
+from statemachine.kv_state import KVStateMachine
 
 __all__ = [
     "ApplyOrderError", "ApplyOutcome", "CommandLimits", "InvalidCommandError", "KVStateMachine", "SessionStats", "StateFullError",

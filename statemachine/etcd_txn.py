@@ -15,6 +15,8 @@ import lmdb
 
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
+from statemachine.commands import validate_key
+from statemachine.errors import InvalidCommandError
 from statemachine.key_record import KeyVersion
 from statemachine.leases import LEASE_NOT_FOUND
 from statemachine.mvcc import (
@@ -193,6 +195,10 @@ def _check(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, pa
             used += _check(txn, tables, op.request_txn, path[used:])
         elif kind == "request_put":
             put = op.request_put
+            try:
+                validate_key(put.key)  # LMDB's limits: a face checks first, a replica never relies on it
+            except InvalidCommandError as exc:
+                raise EtcdRefusal("INVALID_ARGUMENT", str(exc)) from None
             if (put.ignore_value or put.ignore_lease) and txn.get(put.key, db=tables.data) is None:
                 raise EtcdRefusal("INVALID_ARGUMENT", KEY_NOT_FOUND)
             if put.lease and not tables.leases.exists(txn, put.lease):

@@ -19,9 +19,12 @@ One LMDB environment (a directory) holds these named databases:
 `apply` writes a whole batch of entries - user data, sessions and the applied index - in ONE write
 transaction, so the three can never disagree: after any crash the state is exactly "all entries up
 to applied_index", and the driver replays the log from ``applied_index + 1``. Nothing is applied
-twice and nothing is skipped. A batch ends early after a state check marker (Command.check_state):
-the state as of the marker is pinned in a read transaction for kv/server/state_check.py to hash,
-and `apply` returns the outcomes of the entries through it (the driver hands out the rest again).
+twice and nothing is skipped. What each entry does is statemachine/apply_batch.py, the one apply
+path of every face. A batch ends early after a state check marker (Command.check_state): the state
+as of the marker is pinned in a read transaction for kv/server/state_check.py to hash, and `apply`
+returns the outcomes of the entries through it (the driver hands out the rest again). It ends
+early too after an entry that raised while applied: the transaction is rolled back, the entries
+before it applied again, and the entry applied as a refusal (only the applied index moves).
 
 Durability and crash consistency (LMDB's documentation of MDB_NOSYNC / MDB_NOMETASYNC):
 
@@ -43,46 +46,44 @@ take a snapshot) before the log is compacted past `applied_index`.
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 import itertools
 import logging
 import os
 import struct
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import lmdb
-from google.protobuf.message import DecodeError
 
-from raftkv_proto import etcd_rpc_pb2, kv_pb2
-from raft.core import Entry, EntryType
+from raftkv_proto import etcd_rpc_pb2
+from raft.core import Entry
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.alarms import ALARMS_DB_NAME, Alarm, AlarmHolder, apply_alarm, load_alarms
-from statemachine.auth_state import AUTH_DB_NAME, PERMISSION_DENIED, AuthHolder, AuthRefusal, AuthView, apply_auth, load_view
+from statemachine.alarms import ALARMS_DB_NAME, AlarmHolder, load_alarms
+from statemachine.apply_batch import (
+    MEMBERSHIP_KEY,
+    ApplyBatch,
+    ApplyOutcome,
+    EntryNotApplied,
+    Holders,
+    StateTables,
+    not_applied,
+)
+from statemachine.auth_state import AUTH_DB_NAME, AuthHolder, load_view
 from statemachine.client_sessions import (
     MAX_SESSIONS,
     SESSION_DB_NAMES,
-    ClientSessions,
     SessionLimits,
     SessionStats,
     SessionTables,
-    Verdict,
 )
-from statemachine.commands import LMDB_MAX_KEY_BYTES, decode_command
+from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
-from statemachine.etcd_txn import EtcdRefusal, apply_txn, read_range, refusal_of, txn_spans
-from statemachine.key_record import KeyVersion, stored_value
-from statemachine.leases import (
-    LEASE_EXISTS,
-    LEASE_KEYS_DB_NAME,
-    LEASE_NOT_FOUND,
-    LEASES_DB_NAME,
-    LeaseHolder,
-    LeaseTables,
-)
+from statemachine.etcd_txn import read_range, refusal_of
+from statemachine.key_record import stored_value
+from statemachine.leases import LEASE_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
 from statemachine.mvcc import (
     CHANGES_DB_NAME,
     Change,
@@ -91,13 +92,10 @@ from statemachine.mvcc import (
     HISTORY_DB_NAME,
     HISTORY_INDEX_DB_NAME,
     MvccTables,
-    RevisionWriter,
     check_revision,
     compacted_revision,
     history_hash,
-    range_at,
     store_revision,
-    version_at,
 )
 from statemachine.read_view import ReadView, take_page, unsealed_range
 
@@ -112,41 +110,9 @@ _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, 
              HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME)
 _DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME})
 _APPLIED_KEY = b"applied"
-# The configuration of the last CONFIG entry applied (raft/core/membership.py's encoding): the
-# members a node restarts with, and a snapshot carries.
-_MEMBERSHIP_KEY = b"membership"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
 _APPLIED = struct.Struct(">QQ")  # (applied index, applied term)
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyOutcome:
-    """What applying one NORMAL entry did, for the client service waiting on that index.
-
-    - ``duplicate``: the (client_id, seq) was applied before; ``result`` is the recorded one and
-      nothing changed this time.
-    - ``expired``: the seq is older than the client's session window; nothing changed and the
-      original result is unknown. The service should fail the request (not retryable).
-    - ``unknown_session``: the header's client id names no live client session (never
-      registered, expired, or a wrong secret); nothing changed. The client must register again.
-    - ``error``: the payload could not be applied (malformed); nothing changed. Every replica
-      produces the same outcome for the same entry.
-    """
-
-    index: int
-    result: kv_pb2.CommandResult
-    duplicate: bool = False
-    expired: bool = False
-    unknown_session: bool = False
-    other_user: bool = False  # the session belongs to another user (auth on); nothing changed
-    error: str | None = None
-    state_check: bool = False  # a check marker: the state as of it is pinned (take_state_checks)
-
-    @property
-    def ok(self) -> bool:
-        """True when ``result`` describes a write that took effect (now or, for a duplicate, before)."""
-        return self.error is None and not self.expired and not self.unknown_session and not self.other_user
 
 
 class KVStateMachine:
@@ -167,7 +133,7 @@ class KVStateMachine:
         alarms: AlarmHolder | None = None,
         leases: LeaseHolder | None = None,
     ) -> None:
-        self._session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
+        session_limits = SessionLimits(session_window, session_ttl_entries, max_sessions)  # checks them
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         # See the module docstring for why these flags (crash consistency without per-commit fsync).
@@ -176,11 +142,12 @@ class KVStateMachine:
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
         self._dbs = {name: self._env.open_db(name, dupsort=name in _DUPSORT_DB_NAMES) for name in _DB_NAMES}
-        (self._data, sessions, results, expiry, self._meta, self._auth_db, self._alarms_db, history,
+        (self._data, sessions, results, expiry, self._meta, auth_db, alarms_db, history,
          history_index, changes, leases_db, lease_keys_db) = self._dbs.values()
-        self._leases = LeaseTables(leases_db, lease_keys_db)
-        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes, self._leases)
-        self._session_tables = SessionTables(sessions, results, expiry)
+        leases_tables = LeaseTables(leases_db, lease_keys_db)
+        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes, leases_tables)
+        self._tables = StateTables(self._meta, self._mvcc, SessionTables(sessions, results, expiry), session_limits,
+                                   auth_db, alarms_db, leases_tables)
         self._applied = self._load_applied()
         # Shared with the client service, which checks requests against it (auth_state.AuthHolder).
         self.auth = auth or AuthHolder()
@@ -188,10 +155,11 @@ class KVStateMachine:
         self.alarms = alarms or AlarmHolder()
         # Shared with the lessor (kv/server/lessor.py), which counts their expiry on the leader.
         self.leases = leases or LeaseHolder()
+        self._holders = Holders(self.auth, self.alarms, self.leases)
         with self._env.begin() as txn:
-            self.auth.publish(load_view(txn, self._auth_db))
-            self.alarms.publish(load_alarms(txn, self._alarms_db))
-            self.leases.publish(self._leases.load(txn))
+            self.auth.publish(load_view(txn, auth_db))
+            self.alarms.publish(load_alarms(txn, alarms_db))
+            self.leases.publish(leases_tables.load(txn))
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
@@ -241,18 +209,35 @@ class KVStateMachine:
     def apply(self, entries: Sequence[Entry]) -> list[ApplyOutcome | None]:
         """Apply consecutive committed entries, starting at applied_index + 1, in one transaction.
 
-        Returns one item per entry applied: None for a NOOP, an ApplyOutcome for a NORMAL entry.
-        That is every entry, except after a state check marker: the batch ends with it (the state
-        as of the marker is pinned for take_state_checks) and the caller hands the rest in again.
+        Returns one item per entry applied: None for a NOOP or CONFIG entry, an ApplyOutcome for a
+        NORMAL one. That is every entry, except that the batch ends after a state check marker (the
+        state as of the marker is pinned for take_state_checks) and after an entry that could not
+        be applied (statemachine/apply_batch.py): the caller hands the rest in again.
         Raises ApplyOrderError if the entries do not continue the applied index (a driver bug), and
-        StateFullError if the LMDB map is full (then nothing of the batch is applied)."""
+        StateFullError if the LMDB map or its disk is full (then nothing of the batch is applied)."""
         if not entries:
             return []
         self._check_consecutive(entries)
-        outcomes: list[ApplyOutcome | None] = []
         try:
+            outcomes = self._apply_transaction(entries)
+        except EntryNotApplied as failed:
+            # The transaction, with whatever part of the entry it wrote, was rolled back: apply
+            # what came before the entry, then the entry as a refusal. Every replica meets the same
+            # failure on the same entry, so each reaches the same state.
+            log.error("%s; applied as a refusal, nothing of it written", failed)
+            before = list(entries[:entries.index(failed.entry)])
+            outcomes = self._apply_transaction(before) if before else []
+            outcomes.append(self._apply_as_refusal(failed.entry, failed.reason))
+        if outcomes[-1] is not None and outcomes[-1].state_check:
+            self._state_checks.append(self.read_view())
+        return outcomes
+
+    def _apply_transaction(self, entries: Sequence[Entry]) -> list[ApplyOutcome | None]:
+        """`apply`'s work on entries that continue the applied index, in one write transaction."""
+        outcomes: list[ApplyOutcome | None] = []
+        with self._storage_errors(entries):
             with self._env.begin(write=True) as txn:
-                batch = _Batch(self, txn)
+                batch = ApplyBatch(txn, self._tables, self._holders)
                 for entry in entries:
                     outcome = batch.apply_entry(entry)
                     outcomes.append(outcome)
@@ -261,12 +246,28 @@ class KVStateMachine:
                 last = entries[len(outcomes) - 1]
                 batch.sessions.drop_stale(last.index)
                 txn.put(_APPLIED_KEY, _APPLIED.pack(last.index, last.term), db=self._meta)
-            if batch.auth is not self.auth.view:  # published only once committed
-                self.auth.publish(batch.auth)
-            if batch.alarms is not self.alarms.alarms:
-                self.alarms.publish(batch.alarms)
-            if batch.lease_ttls is not self.leases.ttls:
-                self.leases.publish(batch.lease_ttls)
+        if batch.auth is not self.auth.view:  # published only once committed
+            self.auth.publish(batch.auth)
+        if batch.alarms is not self.alarms.alarms:
+            self.alarms.publish(batch.alarms)
+        if batch.lease_ttls is not self.leases.ttls:
+            self.leases.publish(batch.lease_ttls)
+        self._applied = (last.index, last.term)
+        return outcomes
+
+    def _apply_as_refusal(self, entry: Entry, reason: str) -> ApplyOutcome:
+        """Apply `entry` as a refusal: only the applied index moves."""
+        with self._storage_errors([entry]):
+            with self._env.begin(write=True) as txn:
+                txn.put(_APPLIED_KEY, _APPLIED.pack(entry.index, entry.term), db=self._meta)
+        self._applied = (entry.index, entry.term)
+        return not_applied(entry, reason)
+
+    @contextlib.contextmanager
+    def _storage_errors(self, entries: Sequence[Entry]) -> Iterator[None]:
+        """A full map or disk under an apply transaction as StateFullError (nothing of it applied)."""
+        try:
+            yield
         except lmdb.MapFullError as exc:
             raise StateFullError(
                 f"state machine map at {self.path} is full ({self._env.info()['map_size']} bytes): "
@@ -281,10 +282,6 @@ class KVStateMachine:
                 f"no space left on the device of the state machine at {self.path} ({exc}): entries "
                 f"{entries[0].index}..{entries[-1].index} were not applied; reads still work, and "
                 "writes resume by themselves once space is freed.") from exc
-        self._applied = (last.index, last.term)
-        if outcomes[-1] is not None and outcomes[-1].state_check:
-            self._state_checks.append(self.read_view())
-        return outcomes
 
     def take_state_checks(self) -> list[ReadView]:
         """The read views pinned at state check markers since the last call, oldest first: the
@@ -309,22 +306,6 @@ class KVStateMachine:
         with self._env.begin(db=self._data) as txn:
             record = txn.get(key)
         return None if record is None else stored_value(key, record)
-
-    def get_version(self, key: bytes, revision: int = 0) -> KeyVersion | None:
-        """`key` with its revisions, as of `revision` (0: the newest). Raises mvcc.CompactedError
-        or mvcc.FutureRevisionError for a revision no read can be served at."""
-        if not key or len(key) > LMDB_MAX_KEY_BYTES:
-            return None
-        with self._env.begin() as txn:
-            check_revision(txn, self._mvcc, revision)
-            return version_at(txn, self._mvcc, key, revision)
-
-    def versions(self, start: bytes, end: bytes | None, revision: int = 0) -> tuple[int, list[KeyVersion]]:
-        """(store revision, every key version in [start, end) as of `revision`), from one read
-        transaction; for the etcd face's Range, which counts, sorts and filters them."""
-        with self._env.begin() as txn:
-            check_revision(txn, self._mvcc, revision)
-            return store_revision(txn, self._mvcc), list(range_at(txn, self._mvcc, start, end or None, revision))
 
     def etcd_range(self, request: etcd_rpc_pb2.RangeRequest) -> etcd_rpc_pb2.RangeResponse:
         """etcd's Range from one read transaction (statemachine/etcd_txn.py): the header carries
@@ -355,7 +336,7 @@ class KVStateMachine:
     def lease_keys(self, lease: int) -> list[bytes]:
         """The keys attached to `lease` now (etcd's TimeToLive with keys)."""
         with self._env.begin() as txn:
-            return self._leases.attached(txn, lease)
+            return self._tables.leases.attached(txn, lease)
 
     @property
     def revision(self) -> int:
@@ -396,7 +377,7 @@ class KVStateMachine:
     def session_stats(self) -> SessionStats:
         """How many client sessions and recorded results are kept (for status and tests)."""
         with self._env.begin() as txn:
-            return self._session_tables.stats(txn)
+            return self._tables.sessions.stats(txn)
 
     def state_hash(self) -> str:
         """ReadView.state_hash of the current state."""
@@ -424,19 +405,19 @@ class KVStateMachine:
         checks); close it when done."""
         txn = self._env.begin()
         raw = txn.get(_APPLIED_KEY, db=self._meta)
-        return ReadView(txn, self._mvcc, self._auth_db, _APPLIED.unpack(raw) if raw is not None else (0, 0))
+        return ReadView(txn, self._mvcc, self._tables.auth, _APPLIED.unpack(raw) if raw is not None else (0, 0))
 
     @property
     def membership(self) -> bytes:
         """The configuration of the last CONFIG entry applied (b"" when none was)."""
         with self._env.begin() as txn:
-            return bytes(txn.get(_MEMBERSHIP_KEY, b"", db=self._meta))
+            return bytes(txn.get(MEMBERSHIP_KEY, b"", db=self._meta))
 
     def replace_membership(self, encoded: bytes) -> None:
         """Record `encoded` as the configuration in force, durably: for `snapshot restore`, whose
         new cluster has the members it is restored for, not those the snapshot was taken with."""
         with self._env.begin(write=True) as txn:
-            txn.put(_MEMBERSHIP_KEY, encoded, db=self._meta)
+            txn.put(MEMBERSHIP_KEY, encoded, db=self._meta)
         self._env.sync(True)
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
@@ -454,7 +435,7 @@ class KVStateMachine:
         directory.mkdir(parents=True, exist_ok=True)
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED_KEY, db=self._meta)
-            membership = bytes(txn.get(_MEMBERSHIP_KEY, b"", db=self._meta))
+            membership = bytes(txn.get(MEMBERSHIP_KEY, b"", db=self._meta))
             copy = lmdb.open(str(directory), map_size=self._env.info()["map_size"], subdir=True, max_dbs=len(_DB_NAMES),
                              sync=False, metasync=False, lock=False)
             try:
@@ -483,167 +464,3 @@ def _append_all(source: lmdb.Transaction, source_db: lmdb._Database, copy: lmdb.
                                                         dupdata=dupsort)
             if added < _COPY_CHUNK:
                 return
-
-
-class _Batch:
-    """The work of one `apply` call inside its write transaction."""
-
-    def __init__(self, machine: KVStateMachine, txn: lmdb.Transaction) -> None:
-        self.txn = txn
-        self.meta_db = machine._meta
-        self.mvcc = RevisionWriter(txn, machine._mvcc)
-        self.sessions = ClientSessions(txn, machine._session_tables, machine._session_limits)
-        self.auth_db = machine._auth_db
-        self.auth: AuthView = machine.auth.view  # replaced by every auth change of the batch
-        self.alarms_db = machine._alarms_db
-        self.alarms: frozenset[Alarm] = machine.alarms.alarms  # likewise for alarm changes
-        self.leases = machine._leases
-        self.machine_leases = machine.leases
-        # The leases after this batch: a new dict once a lease is granted or revoked, published
-        # when the batch commits (the table is not read again: 10,000 leases take milliseconds).
-        self.lease_ttls: dict[int, int] = machine.leases.ttls
-
-    def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
-        if entry.type != EntryType.NORMAL:
-            if entry.type == EntryType.CONFIG:
-                self.txn.put(_MEMBERSHIP_KEY, entry.payload, db=self.meta_db)
-            return None
-        try:
-            command = decode_command(entry.payload)
-        except InvalidCommandError as exc:
-            # Deterministic on every replica: same bytes, same verdict. Never crash the node.
-            log.error("entry %d (term %d) has a malformed command, applied as a no-op: %s",
-                      entry.index, entry.term, exc)
-            return ApplyOutcome(entry.index, kv_pb2.CommandResult(), error=str(exc))
-        if command.check_state:
-            return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
-        if command.HasField("registration"):
-            self.sessions.register(entry.index, command.registration.secret, command.registration.user)
-            return ApplyOutcome(entry.index, kv_pb2.CommandResult())
-        if command.HasField("auth"):
-            return ApplyOutcome(entry.index, self._apply_auth(command.auth))
-        if command.HasField("alarm"):
-            self.alarms = apply_alarm(self.txn, self.alarms_db, self.alarms, command.alarm)
-            return ApplyOutcome(entry.index, kv_pb2.CommandResult())
-        # While auth is on, a write's session must be its user's; otherwise users are not checked.
-        user = command.user if self.auth.enabled else None
-        if command.compact:
-            return ApplyOutcome(entry.index, self._compact(user, command.compact))
-        if command.HasField("lease"):
-            return ApplyOutcome(entry.index, self._apply_lease(command.lease))
-        if command.HasField("etcd_txn"):
-            write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn.request)
-        else:
-            write = functools.partial(self._apply_checked, user, command.ops)
-        if not command.header.client_id:
-            return ApplyOutcome(entry.index, write())
-        return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, write, user)
-
-    def _apply_tracked(self, index: int, client_id: str, seq: int, write: Callable[[], kv_pb2.CommandResult],
-                       user: str | None) -> ApplyOutcome:
-        check = self.sessions.check(client_id, seq, index, user)
-        if check.verdict is Verdict.APPLY:
-            result = write()
-            self.sessions.record(check, result)
-            return ApplyOutcome(index, result)
-        if check.verdict is Verdict.DUPLICATE:
-            assert check.recorded is not None
-            return ApplyOutcome(index, check.recorded, duplicate=True)
-        return ApplyOutcome(index, kv_pb2.CommandResult(), expired=check.verdict is Verdict.EXPIRED,
-                            unknown_session=check.verdict is Verdict.UNKNOWN_SESSION,
-                            other_user=check.verdict is Verdict.OTHER_USER)
-
-    def _apply_auth(self, command: kv_pb2.AuthCommand) -> kv_pb2.CommandResult:
-        try:
-            self.auth = apply_auth(self.txn, self.auth_db, self.auth, command)
-        except AuthRefusal as refusal:
-            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal))
-        return kv_pb2.CommandResult()
-
-    def _apply_etcd_txn(self, user: str | None, payload: bytes) -> kv_pb2.CommandResult:
-        """Apply an etcd transaction if `user` may (None: auth is off); its response in the result."""
-        request = etcd_rpc_pb2.TxnRequest()
-        try:
-            request.ParseFromString(payload)
-        except DecodeError as exc:  # deterministic on every replica, as a malformed command
-            return kv_pb2.CommandResult(refusal_kind="INVALID_ARGUMENT", refusal=f"malformed etcd transaction: {exc}",
-                                        revision=self.mvcc.revision)
-        if user is not None:
-            refusal = self.auth.spans_refusal(user, *txn_spans(request))
-            if refusal is not None:
-                return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
-        self.mvcc.begin()
-        try:
-            response = apply_txn(self.txn, self.mvcc.tables, self.mvcc, request)
-        except EtcdRefusal as refusal:  # refused before anything changed
-            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.end())
-        return kv_pb2.CommandResult(revision=self.mvcc.end(), etcd_txn_response=response.SerializeToString())
-
-    def _apply_lease(self, command: kv_pb2.LeaseCommand) -> kv_pb2.CommandResult:
-        """Grant a lease, or revoke one and delete its keys in one revision (etcd's Grant, Revoke)."""
-        if command.grant_id:
-            if self.leases.exists(self.txn, command.grant_id):
-                return kv_pb2.CommandResult(refusal_kind="FAILED_PRECONDITION", refusal=LEASE_EXISTS,
-                                            revision=self.mvcc.revision)
-            self.leases.grant(self.txn, command.grant_id, command.ttl)
-            self._changed_leases()[command.grant_id] = command.ttl
-            return kv_pb2.CommandResult(revision=self.mvcc.revision, lease_id=command.grant_id, lease_ttl=command.ttl)
-        if not self.leases.exists(self.txn, command.revoke_id):
-            return kv_pb2.CommandResult(refusal_kind="NOT_FOUND", refusal=LEASE_NOT_FOUND, revision=self.mvcc.revision)
-        self.mvcc.begin()
-        for key in self.leases.revoke(self.txn, command.revoke_id):
-            self.mvcc.delete(key)
-        self._changed_leases().pop(command.revoke_id, None)
-        return kv_pb2.CommandResult(revision=self.mvcc.end())
-
-    def _changed_leases(self) -> dict[int, int]:
-        """This batch's own copy of the leases, to change (readers keep the published one)."""
-        if self.lease_ttls is self.machine_leases.ttls:
-            self.lease_ttls = dict(self.lease_ttls)
-        return self.lease_ttls
-
-    def _compact(self, user: str | None, revision: int) -> kv_pb2.CommandResult:
-        """etcd's Compact (root only while auth is on, as etcd)."""
-        if user is not None and not self.auth.is_root(user):
-            return kv_pb2.CommandResult(refusal_kind="PERMISSION_DENIED", refusal=PERMISSION_DENIED,
-                                        revision=self.mvcc.revision)
-        try:
-            self.mvcc.compact(revision)
-        except LookupError as exc:
-            refusal = refusal_of(exc)
-            return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
-        return kv_pb2.CommandResult(revision=self.mvcc.revision)
-
-    def _apply_checked(self, user: str | None, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
-        """Apply `ops` if `user` may write them as of this entry (None: auth is off)."""
-        if user is not None:
-            refusal = self.auth.write_refusal(user, ops)
-            if refusal is not None:
-                return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal))
-        return self._apply_ops(ops)
-
-    def _apply_ops(self, ops: Sequence[kv_pb2.Op]) -> kv_pb2.CommandResult:
-        """Apply a native write: all its changes share one revision (none when nothing changed)."""
-        existed: list[bool] = []
-        mvcc = self.mvcc
-        mvcc.begin()
-        for op in ops:
-            if op.HasField("put"):
-                existed.append(mvcc.put(op.put.key, op.put.value))
-            elif op.HasField("delete_prefix"):
-                existed.append(bool(mvcc.delete_range(op.delete_prefix, prefix_end(op.delete_prefix) or None)))
-            elif op.HasField("move_prefix"):
-                existed.append(self._move_prefix(op.move_prefix.source, op.move_prefix.target))
-            else:
-                existed.append(mvcc.delete(op.delete) is not None)
-        return kv_pb2.CommandResult(existed=existed, revision=mvcc.end())
-
-    def _move_prefix(self, source: bytes, target: bytes) -> bool:
-        """Rename every key under `source` to `target` + rest, overwriting; True when one moved.
-        Every key under `source` is deleted before any is written again, so a renamed key that
-        falls under `source` once more (target a prefix of source) is not moved twice.
-        commands.validate_prefix_op keeps renamed keys within the key limit."""
-        moved = self.mvcc.delete_range(source, prefix_end(source) or None)
-        for old in moved:
-            self.mvcc.put(target + old.key[len(source):], old.value)
-        return bool(moved)

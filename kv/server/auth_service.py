@@ -31,7 +31,7 @@ from statemachine.auth_state import (
     AuthView,
 )
 from statemachine.commands import encode_auth
-from statemachine.kv_state import ApplyOutcome
+from statemachine.apply_batch import ApplyOutcome
 
 A = kv_pb2
 AUTH_NOT_ENABLED = "etcdserver: authentication is not enabled"

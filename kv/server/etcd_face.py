@@ -31,7 +31,8 @@ from raftkv_proto import etcd_rpc_pb2_grpc
 from statemachine.auth_state import PERMISSION_DENIED, permission_range
 from statemachine.commands import encode_compaction, encode_etcd_txn
 from statemachine.etcd_txn import txn_spans
-from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.apply_batch import ApplyOutcome
+from statemachine.kv_state import KVStateMachine
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.health import member_health
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
-from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.apply_batch import ApplyOutcome
+from statemachine.kv_state import KVStateMachine
 from statemachine.etcd_txn import COMPACTED as COMPACTED_MESSAGE
 from statemachine.mvcc import Change, CompactedError
 from statemachine.alarms import NO_SPACE, encode_alarm

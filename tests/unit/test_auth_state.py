@@ -22,7 +22,8 @@ from statemachine.auth_state import (
     AuthView,
 )
 from statemachine.commands import encode_auth, encode_command, encode_registration, put_op, session_id
-from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.apply_batch import ApplyOutcome
+from statemachine.kv_state import KVStateMachine
 
 A = kv_pb2
 KEY = b"k" * 32

@@ -301,7 +301,7 @@ def test_a_state_of_another_format_is_refused_naming_both(tmp_path: Path) -> Non
 
 def test_malformed_payload_is_a_logged_noop(sm: KVStateMachine, caplog: pytest.LogCaptureFixture) -> None:
     log = Log()
-    with caplog.at_level(logging.ERROR, logger="statemachine.kv_state"):
+    with caplog.at_level(logging.ERROR, logger="statemachine"):
         bad, empty, good = sm.apply([
             log.entry(payload=b"\xff\xfe garbage"),
             log.entry(payload=b""),

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from raft.core import Entry, EntryType
+from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine import KVStateMachine
 from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
-from statemachine.mvcc import CompactedError, FutureRevisionError, changes_between
+from statemachine.etcd_txn import EtcdRefusal
+from statemachine.mvcc import changes_between
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,15 @@ class Applier:
 
 
 def read_all(sm: KVStateMachine, revision: int) -> dict[bytes, Version]:
-    _, versions = sm.versions(b"", None, revision)
-    return {kv.key: Version(kv.value, kv.create_revision, kv.mod_revision, kv.version) for kv in versions}
+    every_key = pb.RangeRequest(key=b"\0", range_end=b"\0", revision=revision)
+    return {kv.key: Version(kv.value, kv.create_revision, kv.mod_revision, kv.version)
+            for kv in sm.etcd_range(every_key).kvs}
+
+
+def version_of(sm: KVStateMachine, key: bytes, revision: int = 0) -> mvccpb.KeyValue | None:
+    """`key` as a Range at `revision` (0: the newest) finds it."""
+    kvs = sm.etcd_range(pb.RangeRequest(key=key, revision=revision)).kvs
+    return kvs[0] if kvs else None
 
 
 def test_an_empty_store_is_at_revision_1_and_each_changing_command_adds_one(machine: KVStateMachine) -> None:
@@ -87,15 +96,15 @@ def test_an_empty_store_is_at_revision_1_and_each_changing_command_adds_one(mach
     assert apply.ops([put_op(b"a", b"1"), put_op(b"b", b"2")]).revision == 2  # one command, one revision
     assert apply.ops([delete_op(b"missing")]).revision == 2  # changed nothing
     assert apply.ops([put_op(b"a", b"3")]).revision == 3
-    a = machine.get_version(b"a")
+    a = version_of(machine, b"a")
     assert (a.create_revision, a.mod_revision, a.version, a.value) == (2, 3, 2, b"3")
     assert apply.ops([delete_op(b"a")]).revision == 4
     assert apply.ops([put_op(b"a", b"4")]).revision == 5
-    a = machine.get_version(b"a")
+    a = version_of(machine, b"a")
     assert (a.create_revision, a.mod_revision, a.version) == (5, 5, 1)  # a new life: version from 1
-    assert machine.get_version(b"a", 3).value == b"3"
-    assert machine.get_version(b"a", 4) is None
-    assert machine.get_version(b"a", 1) is None
+    assert version_of(machine, b"a", 3).value == b"3"
+    assert version_of(machine, b"a", 4) is None
+    assert version_of(machine, b"a", 1) is None
 
 
 def test_reads_at_every_revision_match_the_model_across_compactions(machine: KVStateMachine) -> None:
@@ -120,10 +129,10 @@ def test_reads_at_every_revision_match_the_model_across_compactions(machine: KVS
     for revision in range(model.compacted, model.revision + 1):
         expected = model.revisions[max(r for r in model.revisions if r <= revision)]
         assert read_all(machine, revision) == expected, revision
-    with pytest.raises(CompactedError):
-        machine.versions(b"", None, model.compacted - 1)
-    with pytest.raises(FutureRevisionError):
-        machine.get_version(b"k1", model.revision + 1)
+    with pytest.raises(EtcdRefusal, match="compacted"):
+        read_all(machine, model.compacted - 1)
+    with pytest.raises(EtcdRefusal, match="future revision"):
+        version_of(machine, b"k1", model.revision + 1)
 
 
 def test_compaction_drops_what_no_kept_revision_can_see(machine: KVStateMachine) -> None:
@@ -176,7 +185,7 @@ def test_a_txn_judges_every_compare_before_its_ops_and_its_ops_share_a_revision(
     assert [(kv.key, kv.value, kv.mod_revision) for kv in reads.kvs] == [(b"a", b"2", 3), (b"b", b"1", 3)]
     assert response.responses[3].response_txn.succeeded
     assert machine.get(b"c") == b"yes"
-    assert {kv.mod_revision for kv in machine.versions(b"", None)[1]} == {3}
+    assert {kv.mod_revision for kv in machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0")).kvs} == {3}
     # The failure branch, and a txn that only reads moves no revision.
     result, response = apply.txn(pb.TxnRequest(
         compare=[pb.Compare(key=b"a", target=pb.Compare.MOD, result=pb.Compare.LESS, mod_revision=3)],
@@ -207,7 +216,7 @@ def test_a_delete_range_reports_what_it_deleted(machine: KVStateMachine) -> None
         request_delete_range=pb.DeleteRangeRequest(key=b"p/", range_end=b"p0", prev_kv=True))]))
     deleted = response.responses[0].response_delete_range
     assert deleted.deleted == 2 and [kv.key for kv in deleted.prev_kvs] == [b"p/1", b"p/2"]
-    assert result.revision == 3 and machine.get_version(b"p/1", 2).value == b"1"
+    assert result.revision == 3 and version_of(machine, b"p/1", 2).value == b"1"
 
 
 def test_move_prefix_keeps_the_old_keys_history(machine: KVStateMachine) -> None:
@@ -215,8 +224,8 @@ def test_move_prefix_keeps_the_old_keys_history(machine: KVStateMachine) -> None
     apply.ops([put_op(b"stage/a", b"1"), put_op(b"live/a", b"0")])
     apply.ops([kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=b"stage/", target=b"live/"))])
     assert machine.get(b"stage/a") is None and machine.get(b"live/a") == b"1"
-    assert machine.get_version(b"live/a").version == 2
-    assert machine.get_version(b"stage/a", 2).value == b"1"
+    assert version_of(machine, b"live/a").version == 2
+    assert version_of(machine, b"stage/a", 2).value == b"1"
 
 
 def test_changes_between_replays_every_change_with_the_version_it_replaced(machine: KVStateMachine) -> None:
@@ -256,7 +265,7 @@ def test_a_revoked_lease_takes_its_keys_in_one_revision(machine: KVStateMachine,
     apply.txn(pb.TxnRequest(success=[_put(b"b", b"again")]))  # a put without the lease detaches b
     result, _ = apply.txn(pb.TxnRequest(success=[_put(b"d", b"4", lease=99)]))
     assert (result.refusal_kind, result.refusal) == ("NOT_FOUND", "etcdserver: requested lease not found")
-    assert machine.lease_keys(7) == [b"a"] and machine.get_version(b"a").lease == 7
+    assert machine.lease_keys(7) == [b"a"] and version_of(machine, b"a").lease == 7
     before = machine.revision
     revoked = apply.payload(encode_lease_revoke(7))
     assert revoked.revision == before + 1 and machine.revision == before + 1

@@ -26,7 +26,8 @@ from kv.server.server import RunningServer, start_server
 from kv.tools.cluster_up import free_ports
 from statemachine.commands import encode_command, put_op
 from statemachine.errors import StateFullError
-from statemachine.kv_state import ApplyOutcome, KVStateMachine
+from statemachine.apply_batch import ApplyOutcome
+from statemachine.kv_state import KVStateMachine
 
 # Short timeouts keep elections (and so the tests) fast; the ratios match the defaults.
 FAST = CoreConfig(election_timeout_ms=300, heartbeat_interval_ms=30, lease_ms=250, push_timeout_ms=300)
