@@ -1,6 +1,6 @@
 """The checks etcd's gRPC layer makes before a KV request reaches its server (etcd 3.4's
 etcdserver/api/v3rpc/key.go), with its errors: an etcd client matches on the code and message.
-raftkv's own limits come after them (LMDB's 511-byte keys, --max-value-bytes)."""
+raftkv's own limits, which every face shares, come after them (kv/server/request_checks.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import grpc
 
 from raftkv_proto import etcd_rpc_pb2 as pb
-from statemachine.commands import LMDB_MAX_KEY_BYTES
 
 # etcd's --max-txn-ops default.
 MAX_TXN_OPS = 128
@@ -33,9 +32,6 @@ DUPLICATE_KEY = EtcdError(grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: duplica
 def check_range(request: pb.RangeRequest) -> None:
     if not request.key:
         raise EMPTY_KEY
-    if len(request.key) > LMDB_MAX_KEY_BYTES:
-        raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"key is {len(request.key)} bytes; raftkv keys are at most {LMDB_MAX_KEY_BYTES} bytes")
 
 
 def check_put(request: pb.PutRequest) -> None:
@@ -50,9 +46,6 @@ def check_put(request: pb.PutRequest) -> None:
 def check_delete_range(request: pb.DeleteRangeRequest) -> None:
     if not request.key:
         raise EMPTY_KEY
-    if len(request.key) > LMDB_MAX_KEY_BYTES:
-        raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"key is {len(request.key)} bytes; raftkv keys are at most {LMDB_MAX_KEY_BYTES} bytes")
 
 
 def check_txn(request: pb.TxnRequest, max_ops: int = MAX_TXN_OPS) -> None:

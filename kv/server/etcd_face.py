@@ -24,6 +24,7 @@ from kv import errors
 from kv.server.auth_gate import TOKEN_METADATA_KEY, AuthGate, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call
+from kv.server.request_checks import RequestChecks
 from raft.node.node import RaftNode
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
@@ -78,8 +79,9 @@ class EtcdFace:
     """One node's etcd face: the services call `serve` with their work."""
 
     def __init__(self, node: RaftNode, fsm: KVStateMachine, gate: AuthGate,
-                 channel_credentials: grpc.ChannelCredentials | None) -> None:
+                 channel_credentials: grpc.ChannelCredentials | None, checks: RequestChecks) -> None:
         self.node = node
+        self.checks = checks  # the request checks every face shares
         self.fsm = fsm
         self.gate = gate
         self.auth = gate.holder

@@ -48,6 +48,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
 
         async def work() -> pb.RangeResponse:
             check_range(request)
+            face.checks.key(request.key)
             if not request.serializable and not face.leads():
                 return await face.forward(context, "KV", "Range", request)
             face.check_read(face.user(context), request.key, request.range_end)
@@ -66,6 +67,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
     async def Put(self, request: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
         async def work() -> pb.PutResponse:
             check_put(request)
+            self._face.checks.put(request.key, request.value)
             txn = await self._write(context, "Put", request, pb.TxnRequest(success=[pb.RequestOp(request_put=request)]))
             if isinstance(txn, pb.PutResponse):
                 return txn  # the leader's answer to a forwarded call
@@ -78,6 +80,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
                           context: grpc.aio.ServicerContext) -> pb.DeleteRangeResponse:
         async def work() -> pb.DeleteRangeResponse:
             check_delete_range(request)
+            self._face.checks.key(request.key)
             txn = await self._write(context, "DeleteRange", request,
                                     pb.TxnRequest(success=[pb.RequestOp(request_delete_range=request)]))
             if isinstance(txn, pb.DeleteRangeResponse):
@@ -90,6 +93,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
     async def Txn(self, request: pb.TxnRequest, context: grpc.aio.ServicerContext) -> pb.TxnResponse:
         async def work() -> pb.TxnResponse:
             check_txn(request)
+            self._face.checks.etcd_txn(request)
             if not self._face.leads():
                 return await self._face.forward(context, "KV", "Txn", request)
             response = await self._write(context, "Txn", request, request)

@@ -17,22 +17,11 @@ from kv import errors
 from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
-from statemachine.commands import (
-    SESSION_SECRET_BYTES,
-    CommandLimits,
-    delete_op,
-    encode_command,
-    encode_registration,
-    put_op,
-    session_id,
-    validate_header,
-    validate_key,
-    validate_ops,
-    validate_value,
-)
+from statemachine.commands import SESSION_SECRET_BYTES, delete_op, encode_command, encode_registration, put_op, session_id
 from statemachine.auth_state import PERMISSION_DENIED, KeyRange, permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.health import member_health
+from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
 from statemachine.apply_batch import ApplyOutcome
@@ -89,23 +78,19 @@ class KVHandler:
         self._state_checks = state_checks
         self.auth = fsm.auth  # the AuthHolder the state machine publishes into
         self.alarms = fsm.alarms  # the AlarmHolder likewise: puts are refused while NOSPACE is raised
-        config = node.config
-        self._limits = CommandLimits(max_key_bytes=config.limits.max_key_bytes, max_value_bytes=config.limits.max_value_bytes)
+        self.checks = RequestChecks(node.config.limits)  # every face's: the etcd face uses these too
 
     # ---- writes ------------------------------------------------------------------------------
 
     def begin_put(self, request: kv_pb2.PutRequest, timeout: float | None = None,
                   user: str | None = None) -> asyncio.Future[kv_pb2.PutResponse]:
-        with _INVALID_ARGUMENT:
-            validate_key(request.key, self._limits.max_key_bytes)
-            validate_value(request.value, self._limits.max_value_bytes)
+        self.checks.put(request.key, request.value)
         return self._begin_write([put_op(request.key, request.value)], request.header, timeout,
                                  lambda outcome: kv_pb2.PutResponse(index=outcome.index), user)
 
     def begin_delete(self, request: kv_pb2.DeleteRequest, timeout: float | None = None,
                      user: str | None = None) -> asyncio.Future[kv_pb2.DeleteResponse]:
-        with _INVALID_ARGUMENT:
-            validate_key(request.key, self._limits.max_key_bytes)
+        self.checks.key(request.key)
         return self._begin_write([delete_op(request.key)], request.header, timeout,
                                  lambda outcome: kv_pb2.DeleteResponse(existed=bool(outcome.result.existed[0]),
                                                                        index=outcome.index), user)
@@ -121,8 +106,7 @@ class KVHandler:
     async def batch(self, request: kv_pb2.BatchRequest, timeout: float | None = None,
                     user: str | None = None) -> kv_pb2.BatchResponse:
         ops = list(request.ops)
-        with _INVALID_ARGUMENT:
-            validate_ops(ops, self._limits)
+        self.checks.ops(ops)
         return await self._begin_write(ops, request.header, timeout, lambda outcome: kv_pb2.BatchResponse(
             index=outcome.index, existed=list(outcome.result.existed)), user)
 
@@ -131,8 +115,7 @@ class KVHandler:
         """Propose already validated ops as one Command; a future of `reply(outcome)`. A bad
         header is refused here, before it reaches the log (every replica would refuse to apply it),
         and so is a write `user` may not make."""
-        with _INVALID_ARGUMENT:
-            validate_header(header)
+        self.checks.header(header)
         if self.alarms.nospace and not all(op.WhichOneof("op") in _FREEING_OPS for op in ops):
             raise self._no_space()
         if user is not None:
@@ -196,8 +179,7 @@ class KVHandler:
 
     def begin_get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
                   user: str | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
-        with _INVALID_ARGUMENT:
-            validate_key(request.key, self._limits.max_key_bytes)
+        self.checks.key(request.key)
         if user is not None:
             self.check_read(user, permission_range(request.key, b""))
         return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
@@ -241,13 +223,13 @@ class KVHandler:
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
         index = self._node.applied_index
         try:
-            with _INVALID_ARGUMENT:
-                if request.prefix:
-                    items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit,
-                                                          SCAN_PAGE_BYTES)
-                else:
-                    items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
-                                                          SCAN_PAGE_BYTES)
+            if request.prefix:
+                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
+            else:
+                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
+                                                      SCAN_PAGE_BYTES)
+        except InvalidCommandError as e:  # a start past the key limit
+            raise errors.InvalidArgumentError(str(e)) from None
         except CorruptStateError as e:
             raise self._refused_as_corrupt(e) from None
         return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
@@ -513,20 +495,3 @@ async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: 
     """`begin_node_call` for any awaitable (a coroutine runs as a task), awaited."""
     return await begin_node_call(node, lambda: asyncio.ensure_future(start()), timeout, timeout_message,
                                  lambda result: result)
-
-
-class _InvalidArgument:
-    """`with _INVALID_ARGUMENT:` turns the state machine's InvalidCommandError into kv.errors'
-    InvalidArgumentError. A class rather than @contextmanager: it wraps every request's checks,
-    and a generator per use cost more than the checks."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
-        if exc_type is not None and issubclass(exc_type, InvalidCommandError):
-            raise errors.InvalidArgumentError(str(exc)) from None
-        return False
-
-
-_INVALID_ARGUMENT = _InvalidArgument()

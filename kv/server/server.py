@@ -142,7 +142,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
-        etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security))
+        etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security), handler.checks)
         watches = WatchHub(node, fsm)
         lessor = Lessor(node, fsm)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,

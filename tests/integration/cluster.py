@@ -20,7 +20,7 @@ from kv import TLS, Client
 from kv.tools.cluster_up import NodeSpec, child_env, free_ports, release_ports, serve_command
 from kv.client.client import CHANNEL_OPTIONS
 from kv.client.tls import open_channel
-from raftkv_proto import kv_pb2_grpc
+from raftkv_proto import etcd_rpc_pb2, etcd_rpc_pb2_grpc, kv_pb2_grpc
 
 T = TypeVar("T")
 
@@ -341,6 +341,25 @@ class Cluster:
             status = self.status(node_id)
             return status if status.get("applied_index", -1) >= index else None
         return wait_until(f"{node_id} to apply index {index}", applied, timeout)
+
+
+def hashes_agree(addresses: list[str]) -> None:
+    """Every member's HashKV at the first member's revision, once each has applied it, is one."""
+    channels = [grpc.insecure_channel(address) for address in addresses]
+    try:
+        stubs = [etcd_rpc_pb2_grpc.MaintenanceStub(channel) for channel in channels]
+        revision = stubs[0].Status(etcd_rpc_pb2.StatusRequest(), timeout=10).header.revision
+
+        def hash_of(stub: etcd_rpc_pb2_grpc.MaintenanceStub) -> tuple[int] | None:
+            try:
+                return (stub.HashKV(etcd_rpc_pb2.HashKVRequest(revision=revision), timeout=5).hash,)
+            except grpc.RpcError:  # a member that has not applied `revision` yet
+                return None
+        hashes = [wait_until("the member's hash", lambda stub=stub: hash_of(stub))[0] for stub in stubs]
+        assert len(set(hashes)) == 1, hashes
+    finally:
+        for channel in channels:
+            channel.close()
 
 
 def module_cluster(base: Path, **options: Any) -> Iterator[Cluster]:
