@@ -164,7 +164,7 @@ class KVHandler:
 
     def nospace(self) -> str:
         """Why this member wants a NOSPACE alarm now, or "" (kv/server/alarm_watch.py)."""
-        short = self._node.short_of_space()
+        short = self._node.disk_space.short_of_space()
         if short is not None:
             return short
         storage = self._node.config.storage

@@ -13,7 +13,10 @@ arriving while a Ready is handled go into the next one, which is where group com
 (one fsync for everything that arrived during the previous one). By concern:
 
     ready_handler.py    a Ready, in ready.py's order (persist, send, apply, advance)
+    proposal_gate.py    what a write meets first: the space check, the pending limit, the hold
+                        while leadership is handed over
     proposals.py        proposals waiting for their entry to be applied
+    disk_space.py       a full disk or store: writes refused, a leader gives way
     reads.py            read barriers: ReadIndex rounds, read hold, read spin, lease and stale reads
     snapshot_driver.py  taking, compacting, streaming, receiving and installing snapshots
     recovery.py         bringing the state machine and the log into agreement at start
@@ -21,23 +24,24 @@ arriving while a Ready is handled go into the next one, which is where group com
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 from typing import Any, Sequence
 
-from raft.core.errors import NotLeaderError, TransferringError
+from raft.core.errors import TransferringError
 from raft.core.membership import ChangeKind, Membership
 from raft.core.messages import Message
 from raft.core.raft import RaftCore
 from raft.core.ready import SoftState
 from raft.core.types import Role, SnapshotMeta
 from raft.node.config import NodeConfig
-from raft.node.errors import DiskFullError, NodeStoppedError, QueueFullError
+from raft.node.errors import NodeStoppedError
 from raft.core.log_store import LogStore
+from raft.node.disk_space import DiskSpacePolicy
 from raft.node.joining import Joining, starts_empty
 from raft.node.ports import (Chunks, Clock, DiskSpace, PeerTransport, RejoinRecord, SnapshotHost, StateMachine,
                              monotonic_ms)
+from raft.node.proposal_gate import ProposalGate
 from raft.node.proposals import Proposals
 from raft.node.reads import Reads
 from raft.node.ready_handler import ReadyHandler
@@ -49,8 +53,6 @@ log = logging.getLogger(__name__)
 
 # A follower this far behind its commit index is "catching up"; it logs once when it has caught up.
 CATCH_UP_LAG = 1000
-# How often a state machine that ran out of space is handed its committed entries again.
-APPLY_RETRY_S = 1.0
 
 
 def _role_name(role: Role) -> str:
@@ -82,9 +84,7 @@ class RaftNode:
         self.fsm = fsm
         self.transport = transport
         self.workers = workers or Workers.threads(self.id)
-        self.fsm_full_errors = fsm_full_errors
-        self._disk_space = disk_space
-        self._short_of_space = False  # below the reserve at the last write (logged once per episode)
+        self.disk_space = DiskSpacePolicy(self, disk_space, fsm_full_errors)
         self._clock = clock
         self._rng = rng or random.Random()
         self.applied_index = fsm.applied_index
@@ -96,17 +96,14 @@ class RaftNode:
         self.core = self._new_core()
         self._membership: Membership | None = None  # the configuration the transport was last told
         self._removed_told: frozenset[str] = frozenset()  # the removed members it was last told
-        # Writes that arrived while leadership was being handed over (_hold), since when.
-        self._held: list[tuple[bytes, asyncio.Future[Any]]] = []
-        self._held_since = 0
         self.stats = NodeStats()  # read by kv/server/metrics.py at scrape time
         # The node's clock (ms) when a message from the leader it knows last arrived.
         self.leader_heard_ms = -(1 << 62)
         self.proposals = Proposals()
+        self.proposal_gate = ProposalGate(self, clock)
         self.reads = Reads(self)
         self.snapshots = SnapshotDriver(self, snapshots)
         self._ready = ReadyHandler(self)
-        self._full_stores: dict[str, str] = {}  # "log" / "state machine" -> why it refused a write
         self._stopped: str | None = "not started"
         self._catching_up = True
         self._soft: SoftState | None = None
@@ -117,6 +114,7 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _new_core(self) -> RaftCore:
+        """A core from what is durable (the log store, the state machine's applied index)."""
         recorded = self.fsm.membership
         return RaftCore(self.id, self._base_membership(recorded), self.log, self.config.core, self._rng, self._clock(),
                         applied_index=self.applied_index, membership_logged=bool(recorded),
@@ -216,57 +214,15 @@ class RaftNode:
         command that may use the disk's reserve (an alarm saying the disk is short: the reserve
         is kept for what must still be written then)."""
         self._check_running()
-        if not within_reserve:
-            self._check_space(len(payload))
-        elif self.disk_full is not None:
-            raise DiskFullError(self.disk_full)
-        self._check_queue()
+        self.proposal_gate.admit(payload, within_reserve=within_reserve)
         self.core.clock(self._clock())
         try:
             index, term = self.core.propose([payload])
         except TransferringError:
-            return self._hold(payload)
+            return self.proposal_gate.hold(payload)
         future = self.proposals.add(index, term)
         self.poke()
         return future
-
-    def _hold(self, payload: bytes) -> asyncio.Future[Any]:
-        """A write that arrived while this leader hands leadership over (the core takes none
-        meanwhile): held, not refused, so that its client is not sent to a target that does not
-        lead yet and back. It fails with "not leader" naming the new leader the moment one is
-        known (its client retries there at once), or is proposed here if the transfer fails."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if not self._held:
-            self._held_since = self._clock()
-        self._held.append((payload, future))
-        return future
-
-    def _release_held(self) -> None:
-        """After a tick or a change of role: settle the held writes once the transfer is over:
-        this node leads on, or another leader is known (or none came within an election timeout)."""
-        if not self._held:
-            return
-        core = self.core
-        if core.role is Role.LEADER:
-            if core.status().transferring_to is not None:
-                return
-        elif core.leader is None and self._clock() - self._held_since < self.config.core.election_timeout_ms:
-            return  # the target is standing: its victory names where the writes go
-        held, self._held = self._held, []
-        for payload, future in held:
-            if future.done():
-                continue
-            if self.core.role is not Role.LEADER:
-                future.set_exception(NotLeaderError(self.core.leader, self.core.term))
-                continue
-            try:
-                index, term = self.core.propose([payload])
-            except NotLeaderError as e:
-                future.set_exception(e)
-                continue
-            proposed = self.proposals.add(index, term)
-            proposed.add_done_callback(functools.partial(_chain, future))
-        self.poke()
 
     def propose_membership(self, kind: ChangeKind, member: str, address: str = "") -> asyncio.Future[Any]:
         """Propose one membership change (raft/core/membership.py); the future resolves once its
@@ -310,7 +266,7 @@ class RaftNode:
         for "stale"), at once or through the future."""
         self._check_running()
         if consistency != "stale":
-            self._check_queue()
+            self.proposal_gate.check_queue()
             self.core.clock(self._clock())
         return self.reads.barrier(consistency)
 
@@ -334,13 +290,6 @@ class RaftNode:
     def _check_running(self) -> None:
         if self._stopped is not None:
             raise NodeStoppedError(self._stopped)
-
-    def _check_queue(self) -> None:
-        pending = len(self.proposals) + self.reads.pending + len(self._held)
-        if pending >= self.config.limits.max_pending_requests:
-            raise QueueFullError(
-                f"{pending} requests are already waiting on node {self.id} "
-                f"(max_pending_requests={self.config.limits.max_pending_requests}); back off and retry")
 
     # ---- the driver --------------------------------------------------------------------------
 
@@ -366,7 +315,7 @@ class RaftNode:
         while True:
             await asyncio.sleep(interval)
             self.core.tick(self._clock())
-            self._release_held()
+            self.proposal_gate.release()
             self.poke()
 
     async def _ready_loop(self) -> None:
@@ -386,46 +335,6 @@ class RaftNode:
         except Exception as e:  # a broken store (corruption): stop serving rather than serve wrong data
             self._stop_on_error(e)
 
-    def _check_space(self, payload_bytes: int) -> None:
-        """Refuse a new write (nothing of it stored) while a store is full or the disk is below
-        its reserve."""
-        if self.disk_full is not None:
-            raise DiskFullError(self.disk_full)
-        free = self._free_below_reserve(payload_bytes)
-        if free is None:
-            if self._short_of_space:
-                log.info("node %s: space is free again on the data directory's disk: it accepts writes", self.id)
-                self._short_of_space = False
-            return
-        why = (f"node {self.id} refuses writes: {free / 2**20:.1f} MiB free on the data directory's disk, below "
-               f"the {self.config.storage.reserve_free_bytes / 2**20:.0f} MiB it keeps in reserve "
-               "(--reserve-free-bytes); writes resume once space is freed")
-        if not self._short_of_space:
-            log.error("%s", why)
-            self._short_of_space = True
-            if self.core.role is Role.LEADER:
-                self._give_way()
-        raise DiskFullError(why)
-
-    def short_of_space(self) -> str | None:
-        """Why this member refuses writes for space now (a full store, or its disk below the
-        reserve), or None."""
-        if self.disk_full is not None:
-            return self.disk_full
-        free = self._free_below_reserve()
-        if free is None:
-            return None
-        return (f"node {self.id}: {free / 2**20:.1f} MiB free on the data directory's disk, below the "
-                f"{self.config.storage.reserve_free_bytes / 2**20:.0f} MiB reserve (--reserve-free-bytes)")
-
-    def _free_below_reserve(self, payload_bytes: int = 0) -> int | None:
-        """The free bytes when they are short of the reserve plus `payload_bytes`, else None."""
-        reserve = self.config.storage.reserve_free_bytes
-        if self._disk_space is None or reserve == 0:
-            return None
-        free = self._disk_space.free_bytes()
-        return free if free < reserve + payload_bytes else None
-
     def stop_serving(self, why: str) -> None:
         """Stop for good, as a crash would, on what the node must not serve past (its state is
         corrupt): it no longer votes, leads or answers its peers, and every waiting call fails
@@ -442,10 +351,7 @@ class RaftNode:
         self._fail_all(lambda: NodeStoppedError(self._stopped or "stopped"))
 
     def _fail_all(self, write_error: Any, read_error: Any = None) -> None:
-        held, self._held = self._held, []
-        for _, future in held:
-            if not future.done():
-                future.set_exception(write_error())
+        self.proposal_gate.fail_held(write_error)
         self.proposals.fail_all(write_error)
         self.reads.fail_all(read_error or write_error)
 
@@ -456,59 +362,12 @@ class RaftNode:
         self.applied_index = index
         self.reads.applied(index)
 
-    def on_log_full(self, e: Exception) -> None:
-        """A write to the log failed for space. The Ready cannot be completed, so the core
-        restarts from what is durable - exactly what a crash here would do, which Raft tolerates -
-        and writes are refused until a write of entries succeeds again."""
-        self._note_full("log", e)
-        self._give_way()
-
-    def on_state_full(self, e: Exception) -> None:
-        """The state machine could not apply committed entries for space. A leader gives way (a
-        member with space can serve writes and reads). Otherwise the entries stay committed and
-        the core hands them out again every APPLY_RETRY_S until they apply; new writes are refused
-        meanwhile, stale reads go on, a linearizable read here waits for them."""
-        if self._note_full("state machine", e) and self.core.role is Role.LEADER:
-            self._give_way()
-            return
-        self.core.apply_stopped(self.fsm.applied_index, hold=True)
-        asyncio.get_running_loop().call_later(APPLY_RETRY_S, self._retry_apply)
-
-    def _give_way(self) -> None:
-        """Restart the core from what is durable, as a crash would (a leader becomes a follower;
-        its peers' election timers started before its new one, so one of them usually stands first
-        and leads with space). Reads fail, and so do writes not yet committed, as on any loss of
-        leadership: their entries may be on followers and be committed by the next leader, so the
-        outcome is unknown (a retry with the same session is applied at most once), not "refused".
-        A committed write waits for its entry to be applied here (or fails so when a snapshot is
-        installed over it)."""
-        not_leader = lambda: NotLeaderError(None, self.core.term)  # noqa: E731
-        self.proposals.fail_uncommitted(self.core.commit_index, not_leader)
-        self.reads.fail_all(not_leader)
+    def restart_core(self) -> None:
+        """Replace the core with a fresh one from what is durable, as a crash would (how a node
+        short of space gives way: DiskSpacePolicy); the Ready in hand belongs to the old core and
+        is dropped (ReadyHandler.handle)."""
         self.core = self._new_core()
         self.poke()
-
-    def _retry_apply(self) -> None:
-        self.core.resume_apply()
-        self.poke()
-
-    @property
-    def disk_full(self) -> str | None:
-        """Why writes are refused, while a store is full (None when none is)."""
-        return next(iter(self._full_stores.values()), None)
-
-    def _note_full(self, store: str, e: Exception) -> bool:
-        """Refuse writes for a full store; True when this starts an episode."""
-        first = self.disk_full is None
-        if store not in self._full_stores:  # logged once per episode, not once per retry
-            log.error("node %s refuses writes: its %s is out of space: %s", self.id, store, e)
-        self._full_stores[store] = f"node {self.id} is out of space: {e}"
-        return first
-
-    def store_accepts_writes(self, store: str) -> None:
-        """A write of entries to the log, or an apply, succeeded after the store was full."""
-        if self._full_stores.pop(store, None) is not None:
-            log.info("node %s: the %s accepts writes again", self.id, store)
 
     def membership_changed(self) -> None:
         """Tell the transport of a new configuration (before a Ready's messages go out): links to
@@ -552,7 +411,7 @@ class RaftNode:
             self._joining.caught_up()
         self._soft = ss
         if ss.role is not Role.LEADER and ss.leader is not None:
-            self._release_held()
+            self.proposal_gate.release()
         if self._soft_changed is not None:
             changed, self._soft_changed = self._soft_changed, asyncio.Event()
             changed.set()
@@ -603,22 +462,10 @@ class RaftNode:
             "last_index": s.last_index,
             "leader_address": self.transport.client_address(s.leader) if s.leader else None,
             "log_size_bytes": size_bytes() if callable(size_bytes) else 0,
-            "disk_full": self.disk_full is not None or self._free_below_reserve() is not None,
+            "disk_full": self.disk_space.short_of_space() is not None,
             # Rejoining after losing its data (or still asking whether its cluster is new): it
             # votes for no one until it has caught up.
             "rejoining": self.core.rejoining,
             "voters": list(s.voters),
             "learners": list(s.learners),
         }
-
-
-def _chain(held: asyncio.Future[Any], proposed: asyncio.Future[Any]) -> None:
-    """A held write's future takes the outcome of its proposal."""
-    if held.done():
-        return
-    if proposed.cancelled():
-        held.cancel()
-    elif proposed.exception() is not None:
-        held.set_exception(proposed.exception())  # type: ignore[arg-type]
-    else:
-        held.set_result(proposed.result())

@@ -49,7 +49,7 @@ class ReadyHandler:
 
     async def handle(self, rd: Ready) -> None:
         """Handle one Ready. Returns without advancing the core when the core was rebuilt meanwhile
-        (a node out of space gave way: RaftNode._give_way); the Ready then belongs to a core that
+        (a node out of space gave way: DiskSpacePolicy._give_way); the Ready then belongs to a core that
         no longer exists."""
         node, core = self._node, self._node.core
         if rd.soft_state is not None:
@@ -106,16 +106,16 @@ class ReadyHandler:
         try:
             node.log.save(rd.hard_state, rd.truncate_from, rd.entries)
         except LogFullError as e:
-            node.on_log_full(e)
+            node.disk_space.on_log_full(e)
             return
         node.stats.wal_fsync_seconds.observe(time.perf_counter() - started)  # one per write batch
         if rd.entries:
-            node.store_accepts_writes("log")
+            node.disk_space.store_accepts_writes("log")
 
     async def _apply(self, entries: list[Entry]) -> None:
         """Apply (small batches on the loop, others on the apply thread), then settle each entry's
         proposal. When the state machine is full, the core holds what it could not apply and hands
-        it out again later (RaftNode.on_state_full)."""
+        it out again later (DiskSpacePolicy.on_state_full)."""
         node = self._node
         payload_bytes = sum(len(e.payload) for e in entries)
         started = time.perf_counter()
@@ -127,14 +127,14 @@ class ReadyHandler:
                                                        node.config.tuning.follower_yield_entries)
             else:
                 results = await node.workers.apply.run(node.fsm.apply, entries)
-        except node.fsm_full_errors as e:
+        except node.disk_space.fsm_full_errors as e:
             # A sliced apply may have committed its first slices (their results are lost): the
             # core hands out again what follows what the state machine holds.
             node.applied(node.fsm.applied_index)
-            node.on_state_full(e)
+            node.disk_space.on_state_full(e)
             return
         node.stats.apply_seconds.observe(time.perf_counter() - started)  # one per apply transaction
-        node.store_accepts_writes("state machine")
+        node.disk_space.store_accepts_writes("state machine")
         node.snapshots.bytes_since += payload_bytes
         core = node.core
         for entry, result in zip(entries, results):

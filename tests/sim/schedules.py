@@ -382,7 +382,7 @@ class _Driver:
         return True
 
     def _count_disk_full(self, c: Cluster) -> None:
-        self.disk_full_steps += sum(1 for n in c.up_nodes if n.raft is not None and n.raft.disk_full is not None)
+        self.disk_full_steps += sum(1 for n in c.up_nodes if n.raft is not None and n.raft.disk_space.full is not None)
 
     # --- recovery phase ---
 

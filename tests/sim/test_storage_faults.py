@@ -67,11 +67,11 @@ def test_a_follower_out_of_space_refuses_then_catches_up_when_space_returns() ->
     assert c.run_until(lambda: not c.pending(), 5 * T)
     assert all(p.status == "committed" for p in c.clients.proposals), "writes stopped for one full follower"
     raft = c.nodes[follower].raft
-    assert raft is not None and raft.disk_full is not None and raft.running
+    assert raft is not None and raft.disk_space.full is not None and raft.running
     assert c.nodes[follower].applied < c.nodes[leader].applied
     c.nodes[follower].disk.full = False
     assert c.run_until(lambda: converged(c), 20 * T)
-    assert c.nodes[follower].raft.disk_full is None  # type: ignore[union-attr]
+    assert c.nodes[follower].raft.disk_space.full is None  # type: ignore[union-attr]
     c.check_all()
 
 
@@ -87,7 +87,7 @@ def test_a_leader_out_of_space_gives_way_and_nothing_acknowledged_is_lost() -> N
     # another member leads.
     c.propose(leader, [b"refused"])
     assert c.run_until(lambda: c.leader() is not None and c.leader().id != leader, 10 * T)  # type: ignore[union-attr]
-    assert write_to.disk_full is not None and write_to.running
+    assert write_to.disk_space.full is not None and write_to.running
     write(c, 10, "elsewhere")
     c.nodes[leader].disk.full = False
     assert c.run_until(lambda: converged(c), 20 * T)
@@ -111,7 +111,7 @@ def test_a_leader_whose_state_machine_fills_gives_way_and_applies_when_space_ret
     assert len(held) == 2
     assert c.run_until(lambda: c.leader() is not None and c.leader().id != leader, 10 * T)  # type: ignore[union-attr]
     raft = c.nodes[leader].raft
-    assert raft is not None and raft.disk_full is not None and raft.running
+    assert raft is not None and raft.disk_space.full is not None and raft.running
     write(c, 30, "elsewhere")  # the new leader snapshots and compacts past what the old one holds
     assert c.run_until(lambda: not c.pending(), 10 * T), f"never answered: {c.pending()}"
     assert all(p.status == "committed" for p in c.clients.proposals if p.payload.startswith(b"elsewhere"))
@@ -119,7 +119,7 @@ def test_a_leader_whose_state_machine_fills_gives_way_and_applies_when_space_ret
     assert any(e.payload == b"held2" for e in c.checker.committed.values())
     c.nodes[leader].disk.state_full = False
     assert c.run_until(lambda: converged(c), 20 * T)
-    assert c.nodes[leader].raft.disk_full is None  # type: ignore[union-attr]
+    assert c.nodes[leader].raft.disk_space.full is None  # type: ignore[union-attr]
     c.check_all()
 
 
