@@ -18,6 +18,7 @@ from raft.core.membership import ChangeKind, Membership
 from raft.node.errors import NodeError
 
 from tests.sim.checkers import SafetyChecker, SimViolation
+from tests.sim.disk import POISON, RefusedAtApply
 from tests.sim.network import NetConfig, SimNetwork
 from tests.sim.node import ServedRead, SimNode, SnapshotPolicy, node_config
 from tests.sim.virtual_loop import VirtualClockLoop
@@ -44,7 +45,8 @@ class Proposal:
     index: int  # 0 while unknown (held by a leader handing its leadership over)
     term: int
     at: int
-    # pending -> committed (its future resolved with its own entry) | dropped (NotLeaderError:
+    # pending -> committed (its future resolved with its own entry) | refused at apply (a poison
+    # entry, committed and applied as a refusal) | dropped (NotLeaderError:
     # another leader's entry took the index, or the core dropped it) | refused (the node's
     # refusal: disk full, stopping) | lost (its node crashed before answering: a client timeout).
     status: str = "pending"
@@ -266,8 +268,16 @@ class Cluster:
         error = future.exception()
         if p.status != "pending":
             return
-        if error is None:
+        if error is None and isinstance(future.result(), RefusedAtApply):
+            refused = future.result()
+            if refused.payload != p.payload or not p.payload.startswith(POISON):
+                self.violations.append(SimViolation("proposal", f"{p} refused at apply as entry {refused}"))
+            p.index = refused.index
+            p.status = "refused at apply"
+        elif error is None:
             index, payload = future.result()
+            if payload.startswith(POISON):
+                self.violations.append(SimViolation("proposal", f"{p}: a poison entry was applied"))
             if (index, payload) != (p.index or index, p.payload):
                 self.violations.append(SimViolation("proposal", f"{p} answered with entry {index} {payload!r}"))
             p.index = index

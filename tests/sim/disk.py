@@ -39,6 +39,20 @@ def empty_state() -> State:
     return {"_n": 0, "_digest": ""}
 
 
+# A payload the sim's state machine cannot apply, as a key LMDB cannot store is to the KV state
+# machine (statemachine/apply_batch.py): applied as a refusal that changes nothing, the batch ending
+# after it, so that the driver hands out the rest again.
+POISON = b"poison"
+
+
+@dataclass(frozen=True)
+class RefusedAtApply:
+    """The result of a poison entry: what its proposer is answered with."""
+
+    index: int
+    payload: bytes
+
+
 def apply_command(state: State, payload: bytes) -> None:
     """The sim's state machine: a few keys overwritten plus a running digest of every command,
     so two states are equal only if they applied the same commands in the same order."""
@@ -116,12 +130,16 @@ class SimStateMachine:
                 break  # ends the batch early, as the KV state machine does at a state check marker
             if e.index != self.applied_index + 1:
                 raise RuntimeError(f"{node.id}: entry {e.index} does not follow the applied index {self.applied_index}")
-            if e.type == EntryType.NORMAL:
+            poison = e.type == EntryType.NORMAL and e.payload.startswith(POISON)
+            if e.type == EntryType.NORMAL and not poison:
                 apply_command(self.state, e.payload)
             elif e.type == EntryType.CONFIG:
                 self.membership = e.payload
             _watched(node, lambda: node.checker.on_apply(node, e, self.state))
             self.applied_index, self.applied_term = e.index, e.term
+            if poison:
+                results.append(RefusedAtApply(e.index, e.payload))
+                break
             results.append((e.index, e.payload))
         return results
 

@@ -26,12 +26,15 @@ from raft.core.quorum import majority
 from raft.node.errors import NodeError
 from tests.sim.checkers import SimViolation
 from tests.sim.cluster import SIM_CONFIG, Cluster
+from tests.sim.disk import POISON
 from tests.sim.network import NetConfig
 from tests.sim.node import SnapshotPolicy
 
 ACTION_MS = 10  # clients and faults act on this grid
 # Clients stop proposing while this many proposals are unanswered (a leader's bounded pending queue),
 # so the backlog left when faults stop, and with it the recovery time, is bounded.
+# The share of proposals that carry a poison entry (tests/sim/disk.py, POISON).
+POISON_RATE = 0.05
 MAX_PENDING = 32
 # Membership operations a schedule draws from, and the most servers a schedule adds (ids up to n9).
 MEMBERSHIP_OPS = ("add_learner", "add_learner", "promote", "promote", "remove", "transfer")
@@ -135,6 +138,7 @@ class _Driver:
         self.next_payload = 0
         self.next_read = 0
         self.mr = random.Random(f"membership/{p.seed}")  # membership operations draw from this only
+        self.poison = random.Random(f"poison/{p.seed}")  # which proposals carry a poison entry
         self.membership_ops: dict[str, int] = {}
         self.membership_taken = 0
         self.bound_ms = p.recovery_bound_ms  # set when the faults stop (run)
@@ -182,6 +186,8 @@ class _Driver:
             for _ in range(r.randint(1, 3)):
                 self.next_payload += 1
                 payloads.append(f"s{p.seed}-c{self.next_payload}".encode())
+            if self.poison.random() < POISON_RATE:  # one the state machine cannot apply, among them
+                payloads.insert(self.poison.randrange(len(payloads) + 1), POISON + f"-s{p.seed}".encode())
             c.propose(target, payloads)
         if r.random() < p.read_rate:
             leaders = c.leaders()
