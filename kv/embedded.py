@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 from kv import errors
 from kv.client.client import Client, KeyLike, batch_request, consistency_level, paged_scan, to_bytes
 from kv.client.tls import TLS
-from kv.server.auth_gate import AuthGate
 from kv.server.server import RunningServer, start_server
 from kv.client.status import status_dict
 from raftkv_proto import kv_pb2
@@ -166,7 +165,7 @@ class EmbeddedNode:
             return None
         if self._user is None or self._password is None:
             raise errors.UnauthenticatedError("auth is enabled: open the embedded node with user= and password=")
-        gate = AuthGate(self._handler.auth)
+        gate = self._handler.gate
         if self._token is not None:
             try:
                 return gate.identity_of_token(self._token).user

@@ -1,4 +1,5 @@
-"""Who a client request comes from, while auth is on (docs/security.md).
+"""Who a client request comes from while auth is on, and what they may do (docs/security.md): the
+one place every face (native, etcd, exports, the embedded node) asks.
 
 A request names its user by a token in the gRPC metadata "token" (etcd's key), made by
 KV.Authenticate and checked here against the replicated auth state: its signature, its expiry and
@@ -19,7 +20,7 @@ import grpc
 
 from kv import errors
 from kv.server.credentials import TokenClaims, read_token
-from statemachine.auth_state import INVALID_TOKEN, USER_EMPTY, AuthHolder
+from statemachine.auth_state import INVALID_TOKEN, PERMISSION_DENIED, USER_EMPTY, AuthHolder, KeyRange
 
 TOKEN_METADATA_KEY = "token"
 _COMMON_NAME = "x509_common_name"
@@ -51,6 +52,21 @@ class AuthGate:
 
     def user(self, context: grpc.aio.ServicerContext) -> str:
         return self.identify(context).user
+
+    def caller(self, context: grpc.aio.ServicerContext) -> str | None:
+        """Who makes the call while auth is on, None while it is off (one attribute test);
+        UnauthenticatedError when the call names no one."""
+        return self.identify(context).user if self.holder.enabled else None
+
+    def check_read(self, user: str | None, span: KeyRange) -> None:
+        """PermissionDeniedError unless auth is off (`user` None) or `user` may read all of `span`."""
+        if user is not None and not self.holder.view.may_read(user, span):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
+
+    def check_root(self, user: str | None) -> None:
+        """PermissionDeniedError unless auth is off (`user` None) or `user` has the root role."""
+        if user is not None and not self.holder.view.is_root(user):
+            raise errors.PermissionDeniedError(PERMISSION_DENIED)
 
     def identity_of_token(self, token: str) -> Identity:
         claims = read_token(self.holder.view.signing_key, token)

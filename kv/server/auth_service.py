@@ -89,7 +89,7 @@ class AuthHandler:
                     timeout: float | None) -> kv_pb2.AuthAdminResponse:
         """One of etcd's Auth RPCs, by `request.action`, for `user` (None: auth is off)."""
         if request.action != A.AUTH_STATUS:
-            self._handler.check_root(user)
+            self._handler.gate.check_root(user)
         if request.action in CHANGE_ACTIONS:
             return await self._change(request, timeout)
         read = _READS.get(request.action)

@@ -29,7 +29,6 @@ from raft.node.node import RaftNode
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
-from statemachine.auth_state import PERMISSION_DENIED, permission_range
 from statemachine.commands import encode_compaction, encode_etcd_txn
 from statemachine.etcd_txn import txn_spans
 from statemachine.apply_batch import ApplyOutcome
@@ -122,14 +121,6 @@ class EtcdFace:
             assert isinstance(error, EtcdError)
             await context.abort(error.code, str(error))
             raise  # unreachable: abort raises
-
-    def user(self, context: grpc.aio.ServicerContext) -> str | None:
-        """The caller while auth is on (None while off); UnauthenticatedError when it has none."""
-        return self.gate.user(context) if self.auth.enabled else None
-
-    def check_read(self, user: str | None, key: bytes, range_end: bytes) -> None:
-        if user is not None and not self.auth.view.may_read(user, permission_range(key, range_end)):
-            raise errors.PermissionDeniedError(PERMISSION_DENIED)
 
     # ---- leadership and forwarding -----------------------------------------------------------
 

@@ -35,7 +35,7 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
                 raise TTL_TOO_LARGE
             if not face.leads():
                 return await face.forward(context, "Lease", "LeaseGrant", request)
-            face.user(context)  # a known caller, while auth is on
+            face.gate.caller(context)  # a known caller, while auth is on
             lease, ttl = request.ID or new_lease_id(), max(request.TTL, self._min_ttl)
             outcome = await face.propose(encode_lease_grant(lease, ttl), context.time_remaining())
             self._lessor.granted(lease, ttl)
@@ -51,7 +51,7 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
         async def work() -> pb.LeaseRevokeResponse:
             if not face.leads():
                 return await face.forward(context, "Lease", "LeaseRevoke", request)
-            outcome = await face.propose(encode_lease_revoke(request.ID, face.user(context)),
+            outcome = await face.propose(encode_lease_revoke(request.ID, face.gate.caller(context)),
                                          context.time_remaining())
             response = pb.LeaseRevokeResponse()
             face.header(response.header, outcome.result.revision)

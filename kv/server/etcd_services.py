@@ -27,7 +27,7 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2
 from raft.node.ports import SnapshotInfo
 from snapshot.transfer import chunk_file
-from statemachine.auth_state import PERMISSION_DENIED
+from statemachine.auth_state import permission_range
 from statemachine.etcd_txn import EtcdRefusal
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
             face.checks.key(request.key)
             if not request.serializable and not face.leads():
                 return await face.forward(context, "KV", "Range", request)
-            face.check_read(face.user(context), request.key, request.range_end)
+            face.gate.check_read(face.gate.caller(context), permission_range(request.key, request.range_end))
             await face.barrier(request.serializable, context.time_remaining())
             try:
                 if request.range_end:
@@ -108,7 +108,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         async def work() -> pb.CompactionResponse:
             if not face.leads():
                 return await face.forward(context, "KV", "Compact", request)
-            revision = await face.compact(request.revision, face.user(context), context.time_remaining())
+            revision = await face.compact(request.revision, face.gate.caller(context), context.time_remaining())
             response = pb.CompactionResponse()
             face.header(response.header, revision)
             return response
@@ -121,7 +121,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         face = self._face
         if not face.leads():
             return await face.forward(context, "KV", method, request)
-        return await face.write(txn, face.user(context), context.time_remaining())
+        return await face.write(txn, face.gate.caller(context), context.time_remaining())
 
 
 class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
@@ -147,7 +147,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def work() -> pb.HashKVResponse:
-            self._handler.check_root(face.user(context))  # etcd: HashKV is an admin's
+            face.gate.check_root(face.gate.caller(context))  # etcd: HashKV is an admin's
             try:
                 digest, revision, compacted = await asyncio.to_thread(face.fsm.hash_kv, request.revision)
             except EtcdRefusal as refusal:
@@ -170,7 +170,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                 if member is None:
                     raise EtcdError(grpc.StatusCode.NOT_FOUND, "etcdserver: member not found")
             await self._handler.alarm(kv_pb2.AlarmRequest(action=request.action, member_id=member, alarm=request.alarm),
-                                      context.time_remaining(), face.user(context))
+                                      context.time_remaining(), face.gate.caller(context))
             response = pb.AlarmResponse(alarms=[pb.AlarmMember(memberID=member_number(a.member_id), alarm=a.alarm)
                                                 for a in face.fsm.alarms.listed()])
             return response  # etcd's AlarmResponse carries no header
@@ -180,7 +180,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                          context: grpc.aio.ServicerContext) -> pb.DefragmentResponse:
         """LMDB reuses the pages deletes and compactions free, so there is nothing to defragment."""
         async def work() -> pb.DefragmentResponse:
-            self._handler.check_root(self._face.user(context))
+            self._face.gate.check_root(self._face.gate.caller(context))
             response = pb.DefragmentResponse()
             self._face.header(response.header)
             return response
@@ -194,7 +194,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def take() -> SnapshotInfo:
-            self._handler.check_root(face.user(context))
+            face.gate.check_root(face.gate.caller(context))
             node = face.node
             return await node_call(node, lambda: node.take_snapshot(at_least=node.applied_index),
                                    context.time_remaining(), TIMEOUT_MESSAGE)
@@ -232,7 +232,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                 if raftkv_client:
                     face.forward_metadata(context)  # raises the redirect to the leader
                 raise NOT_LEADER
-            self._handler.check_root(face.user(context))
+            face.gate.check_root(face.gate.caller(context))
             membership = node.membership
             target: str | None = None
             if request.targetID or not raftkv_client:
@@ -464,9 +464,7 @@ def _member_of(face: EtcdFace, number: int) -> str:
 
 def _check_admin(face: EtcdFace, context: grpc.aio.ServicerContext) -> None:
     """etcd allows membership changes to root alone while auth is on."""
-    user = face.user(context)
-    if user is not None and not face.auth.view.is_root(user):
-        raise errors.PermissionDeniedError(PERMISSION_DENIED)
+    face.gate.check_root(face.gate.caller(context))
 
 
 def _started(face: EtcdFace, voters: Iterable[str]) -> int:

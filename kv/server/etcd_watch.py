@@ -21,7 +21,7 @@ from kv.server.watch_hub import WatchHub, Watcher
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
-from statemachine.auth_state import PERMISSION_DENIED, permission_range
+from statemachine.auth_state import permission_range
 from statemachine.etcd_txn import to_proto
 from statemachine.mvcc import Change
 
@@ -240,14 +240,11 @@ class _WatchStream:
 
     def _refusal(self, key: bytes, range_end: bytes) -> str | None:
         """Why the caller may not watch [key, range_end) (etcd's cancel reason), or None."""
-        if not self._face.auth.enabled:
-            return None
+        gate = self._face.gate
         try:
-            user = self._face.gate.user(self._context)
+            gate.check_read(gate.caller(self._context), permission_range(key, range_end))
         except errors.RaftKVError as e:
             return str(e)
-        if not self._face.auth.view.may_read(user, permission_range(key, range_end)):
-            return PERMISSION_DENIED
         return None
 
     def _cancel(self, watch_id: int) -> None:

@@ -30,7 +30,6 @@ from kv.server.kv_service import serve_call
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.auth_state import PERMISSION_DENIED, AuthHolder
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.kv_state import KVStateMachine
 from statemachine.read_view import ReadView
@@ -232,16 +231,13 @@ class ExportServicer(export_pb2_grpc.ExportServicer):
     """gRPC face of ExportHandler: every RaftKVError becomes a status with kv.errors' metadata.
     While auth is on (`auth`), exports are for the root role only: they read every key."""
 
-    def __init__(self, handler: ExportHandler, auth: AuthHolder | None = None) -> None:
+    def __init__(self, handler: ExportHandler, gate: AuthGate | None = None) -> None:
         self._handler = handler
-        self._auth = auth
-        self._gate = AuthGate(auth) if auth is not None else None
+        self._gate = gate  # None: no auth at all (a test's servicer)
 
     def _check_root(self, context: grpc.aio.ServicerContext) -> None:
-        if self._auth is not None and self._auth.enabled:
-            assert self._gate is not None
-            if not self._auth.view.is_root(self._gate.user(context)):
-                raise errors.PermissionDeniedError(PERMISSION_DENIED)
+        if self._gate is not None:
+            self._gate.check_root(self._gate.caller(context))
 
     async def BeginExport(self, request: export_pb2.BeginExportRequest,
                           context: grpc.aio.ServicerContext) -> export_pb2.BeginExportResponse:

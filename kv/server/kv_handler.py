@@ -18,8 +18,9 @@ from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
 from statemachine.commands import SESSION_SECRET_BYTES, delete_op, encode_command, encode_registration, put_op, session_id
-from statemachine.auth_state import PERMISSION_DENIED, KeyRange, permission_range, prefix_range
+from statemachine.auth_state import PERMISSION_DENIED, permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
+from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
 from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
@@ -77,6 +78,7 @@ class KVHandler:
         self._alarm = alarm or CorruptionAlarm(node)
         self._state_checks = state_checks
         self.auth = fsm.auth  # the AuthHolder the state machine publishes into
+        self.gate = AuthGate(fsm.auth)  # who calls and what they may do: every face asks this one
         self.alarms = fsm.alarms  # the AlarmHolder likewise: puts are refused while NOSPACE is raised
         self.checks = RequestChecks(node.config.limits)  # every face's: the etcd face uses these too
 
@@ -153,7 +155,7 @@ class KVHandler:
         """etcd's Maintenance.Alarm: GET lists the raised alarms as this member applied them;
         ACTIVATE and DEACTIVATE (root only while auth is on) go through the log, then list."""
         if request.action != kv_pb2.AlarmRequest.GET:
-            self.check_root(user)
+            self.gate.check_root(user)
             activate = request.action == kv_pb2.AlarmRequest.ACTIVATE
             if activate and (request.alarm == kv_pb2.NONE or not request.member_id):
                 raise errors.InvalidArgumentError("raising an alarm needs a member id and an alarm type")
@@ -181,22 +183,12 @@ class KVHandler:
                   user: str | None = None) -> asyncio.Future[kv_pb2.GetResponse]:
         self.checks.key(request.key)
         if user is not None:
-            self.check_read(user, permission_range(request.key, b""))
+            self.gate.check_read(user, permission_range(request.key, b""))
         return self._begin_barrier(request.consistency, timeout, lambda _: self._read(request.key))
 
     async def get(self, request: kv_pb2.GetRequest, timeout: float | None = None,
                   user: str | None = None) -> kv_pb2.GetResponse:
         return await self.begin_get(request, timeout, user)
-
-    def check_read(self, user: str, span: KeyRange) -> None:
-        """PermissionDeniedError unless `user` may read every key of `span` (auth on)."""
-        if not self.auth.view.may_read(user, span):
-            raise errors.PermissionDeniedError(PERMISSION_DENIED)
-
-    def check_root(self, user: str | None) -> None:
-        """PermissionDeniedError unless auth is off (`user` None) or `user` has the root role."""
-        if user is not None and not self.auth.view.is_root(user):
-            raise errors.PermissionDeniedError(PERMISSION_DENIED)
 
     def _read(self, key: bytes) -> kv_pb2.GetResponse:
         index = self._node.applied_index  # read after the barrier: the value is at least this fresh
@@ -217,7 +209,7 @@ class KVHandler:
         if request.prefix and (request.start or request.end):
             raise errors.InvalidArgumentError("give either prefix or start/end, not both")
         if user is not None:
-            self.check_read(user, prefix_range(request.prefix) if request.prefix
+            self.gate.check_read(user, prefix_range(request.prefix) if request.prefix
                             else (request.start, request.end or None))
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
@@ -247,7 +239,7 @@ class KVHandler:
         if last < 0:
             raise errors.InvalidArgumentError(f"end_revision must be 0 (now) or a revision, got {last}")
         if user is not None:
-            self.check_read(user, (lo, hi))
+            self.gate.check_read(user, (lo, hi))
         limit = min(request.limit or DEFAULT_CHANGES_LIMIT, MAX_CHANGES_LIMIT)
         if last:
             # Half the call's time at most: a member that lags (cut off, say) leaves its client
@@ -360,7 +352,7 @@ class KVHandler:
     async def save_snapshot(self, timeout: float | None = None, user: str | None = None) -> SnapshotInfo:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
         ReadIndex round on the leader), taken now if the newest one is older. Root only (auth on)."""
-        self.check_root(user)
+        self.gate.check_root(user)
         index = await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
         return await node_call(self._node, lambda: self._node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
 

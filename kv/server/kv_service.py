@@ -15,7 +15,7 @@ import grpc
 from kv import errors
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 from statemachine.auth_state import USER_EMPTY
-from kv.server.auth_gate import AuthGate, Caller
+from kv.server.auth_gate import Caller
 from kv.server.pipeline_call import PipelineCall, refusal
 from raft.node.stats import LATENCY_BUCKETS_S, Histogram
 from snapshot.file_format import read_manifest
@@ -50,7 +50,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
     def __init__(self, handler: KVHandler, auth_handler: AuthHandler | None = None) -> None:
         self._handler = handler
         self._auth = handler.auth
-        self._gate = AuthGate(handler.auth)
+        self._gate = handler.gate
         self._auth_handler = auth_handler
         # What end_streams ends at once: Stream calls waiting for their next request, by handler
         # task. (Pipeline calls are in _pipelines and end themselves: see end_streams.)
@@ -99,7 +99,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         identity included, ends the RPC with its status. Counted by `method` and code (metrics.py)."""
         started = time.perf_counter()
         try:
-            reply = await work(self._gate.user(context) if self._auth.enabled else None)
+            reply = await work(self._gate.caller(context))
         except errors.RaftKVError as e:
             self._count(method, e.code.name, started)
             log.debug("%s refused: %s: %s", method, e.kind, e, extra={"grpc_method": method})

@@ -22,7 +22,6 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
-from kv.server.auth_gate import AuthGate
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
 from kv.server.etcd_lease import EtcdLeaseServicer
@@ -142,7 +141,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
-        etcd = EtcdFace(node, fsm, AuthGate(auth), member_channel_credentials(config.security), handler.checks)
+        etcd = EtcdFace(node, fsm, handler.gate, member_channel_credentials(config.security), handler.checks)
         watches = WatchHub(node, fsm)
         lessor = Lessor(node, fsm)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
@@ -155,7 +154,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
             (etcd_rpc_pb2_grpc.add_LeaseServicer_to_server, EtcdLeaseServicer(etcd, lessor)),
             (etcd_rpc_pb2_grpc.add_WatchServicer_to_server,
              EtcdWatchServicer(etcd, watches, config.limits.max_request_bytes)),
-            (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, auth)),
+            (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, handler.gate)),
             observability.health_service,
         ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
         await node.start()
