@@ -12,7 +12,7 @@ import pytest
 from kv import TLS
 from kv.tools import cli, data_commands
 from kv.tools.client_options import tls_of
-from kv.tools.serve_command import node_config
+from kv.tools.serve_command import EXIT_REMOVED, node_config
 from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command, with_tls
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
@@ -97,6 +97,15 @@ def test_listen_listen_peer_and_advertise_client_are_separate_addresses():
     assert (config.listen, config.advertised_client_address) == ("0.0.0.0:9000", "db1.example:9000")
     assert config.peers == {"n1": "10.0.0.1:7101", "n2": "10.0.0.2:7101"}
     assert config.peer_listen_address == "0.0.0.0:7101"
+
+
+def test_serve_help_says_a_removed_member_exits_with_a_code_systemd_should_not_restart(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert f"exits with code {EXIT_REMOVED}" in help_text
+    assert f"RestartPreventExitStatus={EXIT_REMOVED}" in help_text and "Restart=on-failure" in help_text
+    assert EXIT_REMOVED not in (0, 1, 2, 130)  # success, failure, bad flags, Ctrl-C
 
 
 def test_the_serve_example_is_a_three_member_cluster_with_client_and_peer_ports(capsys):
