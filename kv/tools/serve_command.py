@@ -139,7 +139,7 @@ def add_serve_parser(commands: Any) -> None:
                             "empty: a single-node cluster")
     _add(serve, "--listen-peer", default=None, metavar="HOST:PORT",
                        help="where to take the other members' connections (default: this member's address "
-                            "in --peers)")
+                            "in --peers, or with --join the one the cluster added it with)")
     _add(serve, "--join", default="", metavar="HOST:PORT,...",
                        help="join an existing cluster that added this member (raftkv member add): the client "
                             "addresses of some of its members, asked once, on the first start, for the cluster "
@@ -274,7 +274,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       eager_timeout_ms=args.eager_timeout_ms, eager_trial_every_ms=args.eager_trial_every_ms)
     config = NodeConfig(
         node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
-        peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
+        peers=parse_peers(args.peers), join=bool(args.join), listen_peer=args.listen_peer, data_dir=args.data_dir,
         cluster_id=args.cluster_id, initial_cluster_token=args.initial_cluster_token, core=core,
         strict_reconfig_check=args.strict_reconfig_check,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,

@@ -185,6 +185,37 @@ def test_learner_joins_catches_up_is_promoted_and_another_member_removed(
     assert "stops serving: removed from the cluster" in cluster.nodes[victim].log_path.read_text(errors="replace")
 
 
+def test_the_readme_recipe_a_member_added_then_started_with_listen_peer_and_join(
+        make_cluster: Callable[..., Cluster]) -> None:
+    """README, "Changing the members": `raftkv member add n4 --peer-address P --learner`, then
+    `raftkv serve --id n4 --listen C --listen-peer P --data-dir D --join ENDPOINTS`, no --peers (the
+    cluster names them): n4 joins, catches up and serves, is promoted, and started again with the
+    same command (as a unit would) it serves again."""
+    cluster = make_cluster(3, STEADY_TIMING)
+    cluster.wait_for_leader()
+    founders = ["n1", "n2", "n3"]
+    cluster.client(founders).put("before/join", "x")
+    client_port, peer_port = free_ports(2)
+    peer = f"127.0.0.1:{peer_port}"
+    ok(raftkv(cluster, "member", "add", "n4", "--peer-address", peer, "--learner"))
+    wait_everywhere(cluster, {"n1": "voter", "n2": "voter", "n3": "voter", "n4": "learner"}, among=founders)
+    spec = NodeSpec("n4", f"127.0.0.1:{client_port}", cluster.base_dir / "n4", {},
+                    (*cluster.extra_args, "--join", ",".join(cluster.endpoints[:2])), listen_peer=peer)
+    assert "--listen-peer" in spec.serve_args() and "--join" in spec.serve_args()
+    n4 = cluster.nodes["n4"] = NodeProcess(spec, cluster.base_dir / "n4.log")
+    n4.start()
+    wait_until("n4 to catch up with the leader",
+               lambda: n4.check_alive() or match_index(cluster, cluster.wait_for_leader(founders), "n4"), timeout=60)
+    assert cluster.client(["n4"]).get("before/join", consistency="stale") == b"x"
+    ok(raftkv(cluster, "member", "promote", "n4", endpoints=cluster.endpoints[:3]))
+    wait_until("n4 to know itself a voter", lambda: n4.check_alive() or "n4" in cluster.status("n4")["voters"])
+
+    assert n4.terminate() == 0
+    n4.start()
+    cluster.wait_for_leader()  # all four agree, n4 running again
+    assert cluster.client(["n4"]).get("before/join") == b"x"
+
+
 def test_a_removed_member_exits_with_its_own_code_and_leaves_its_data(make_cluster: Callable[..., Cluster]) -> None:
     """`raftkv member remove` of a running member: it stops serving, and its process ends with
     EXIT_REMOVED (a code a systemd unit lists in RestartPreventExitStatus=, raftkv exits with it for
