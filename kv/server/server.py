@@ -2,7 +2,8 @@
 transport on --listen-peer (raft/transport/tcp_transport.py), and its gRPC services for clients
 (KV, export) on --listen, served by a group of grpc.aio servers (kv/server/server_group.py).
 
-    serve(config)                       # blocks until SIGINT / SIGTERM (what `raftkv serve` runs)
+    serve(config)                       # blocks until SIGINT / SIGTERM or the node's removal
+                                        # from the cluster (what `raftkv serve` runs)
     running = await start_server(config)  # on a running loop; `await running.stop()` when done
 """
 from __future__ import annotations
@@ -211,14 +212,15 @@ def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEve
     return asyncio.new_event_loop
 
 
-def serve(config: NodeConfig, event_loop: str = "auto") -> None:
-    """Run a node until SIGINT or SIGTERM, then stop cleanly."""
+def serve(config: NodeConfig, event_loop: str = "auto") -> bool:
+    """Run a node until SIGINT or SIGTERM, or until it learns it was removed from the cluster;
+    then stop cleanly. Returns whether it ended because it was removed."""
     factory = event_loop_factory(event_loop)
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(config))
+        return runner.run(_serve(config))
 
 
-async def _serve(config: NodeConfig) -> None:
+async def _serve(config: NodeConfig) -> bool:
     loop_module = type(asyncio.get_running_loop()).__module__.split(".")[0]
     log.info("node %s runs on the %s event loop", config.node_id, loop_module)
     running = await start_server(config)
@@ -235,12 +237,29 @@ async def _serve(config: NodeConfig) -> None:
     # half-way through its stop, with its stores still open.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    removed = False
     try:
-        await stop.wait()
-        log.info("node %s shutting down", config.node_id)
+        # A removed member serves no one and is never a member again: a process kept running
+        # would only look alive to whatever supervises it.
+        await _first_of(stop, running.node.removed)
+        removed = running.node.removed.is_set()
+        if removed:
+            log.info("node %s shutting down: %s", config.node_id, running.node.stopped)
+        else:
+            log.info("node %s shutting down", config.node_id)
     finally:
         try:
             await running.stop()
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+    return removed
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    waits = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -7,6 +7,7 @@ out of the main help."""
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from pathlib import Path
@@ -36,6 +37,12 @@ from raft.node.config import (
 )
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+# The exit code of a member that stopped because it was removed from the cluster: a failure (it no
+# longer serves) that no restart mends (its id is never a member again), so an init system must not
+# restart it, and one code of its own lets a systemd unit say so (RestartPreventExitStatus=).
+# sysexits' EX_CONFIG, shown by systemd as status=78/CONFIG: raftkv exits with it for nothing else.
+EXIT_REMOVED = 78
 
 _CORE, _STORAGE, _LIMITS, _TUNING, _SECURITY = CoreConfig(), StorageConfig(), Limits(), Tuning(), Security()
 
@@ -111,8 +118,11 @@ class _TuningHelp(argparse.Action):
 def add_serve_parser(commands: Any) -> None:
     serve = commands.add_parser(
         "serve", formatter_class=Formatter, help="run a node",
-        description="Run one raftkv node until SIGINT/SIGTERM. With no flags: a single-node store in "
-                    f"{DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}.",
+        description="Run one raftkv node until SIGINT/SIGTERM (exit code 0). With no flags: a single-node store "
+                    f"in {DEFAULT_DATA_DIR} on {DEFAULT_LISTEN}. A member removed from the cluster (raftkv member "
+                    f"remove) stops and exits with code {EXIT_REMOVED}, its data directory left as it is; under "
+                    f"systemd with Restart=on-failure it would be started again, to exit again: list "
+                    f"RestartPreventExitStatus={EXIT_REMOVED} in its unit.",
         epilog="a three-node cluster, one command per member (client ports 7001-7003, peer ports 7101-7103):\n"
                "  raftkv serve --id n1 --listen 127.0.0.1:7001 --data-dir ./data/n1 \\\n"
                "               --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103")
@@ -129,7 +139,7 @@ def add_serve_parser(commands: Any) -> None:
                             "empty: a single-node cluster")
     _add(serve, "--listen-peer", default=None, metavar="HOST:PORT",
                        help="where to take the other members' connections (default: this member's address "
-                            "in --peers)")
+                            "in --peers, or with --join the one the cluster added it with)")
     _add(serve, "--join", default="", metavar="HOST:PORT,...",
                        help="join an existing cluster that added this member (raftkv member add): the client "
                             "addresses of some of its members, asked once, on the first start, for the cluster "
@@ -264,7 +274,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       eager_timeout_ms=args.eager_timeout_ms, eager_trial_every_ms=args.eager_trial_every_ms)
     config = NodeConfig(
         node_id=args.node_id, listen=args.listen, advertise_client=args.advertise_client,
-        peers=parse_peers(args.peers), listen_peer=args.listen_peer, data_dir=args.data_dir,
+        peers=parse_peers(args.peers), join=bool(args.join), listen_peer=args.listen_peer, data_dir=args.data_dir,
         cluster_id=args.cluster_id, initial_cluster_token=args.initial_cluster_token, core=core,
         strict_reconfig_check=args.strict_reconfig_check,
         storage=StorageConfig(fsync=args.fsync, snapshot_threshold=args.snapshot_threshold,
@@ -319,5 +329,10 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (JoinError, ValueError) as e:
             print(f"raftkv serve: error: cannot join: {e}", file=sys.stderr)
             return 1
-    serve(config, args.event_loop)
-    return 0
+    if not serve(config, args.event_loop):
+        return 0
+    logging.getLogger(__name__).error(
+        "node %s exits with code %d: it was removed from the cluster; its data directory %s is left as it is; "
+        "a systemd unit should list RestartPreventExitStatus=%d, else Restart=on-failure starts it again "
+        "only for it to exit again", config.node_id, EXIT_REMOVED, config.data_dir, EXIT_REMOVED)
+    return EXIT_REMOVED

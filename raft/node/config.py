@@ -273,8 +273,9 @@ class NodeConfig:
         self.data_dir = Path(self.data_dir)
         if self.peers and self.node_id not in self.peers:
             raise ValueError(f"peers must name this node ({self.node_id!r}); they name {sorted(self.peers)}")
-        if self.listen_peer is not None and not self.peers:
-            raise ValueError("listen_peer needs peers: a single node without peers has none to listen for")
+        # With join, the cluster names the peers (kv/server/join.py): they come after this check.
+        if self.listen_peer is not None and not self.peers and not self.join:
+            raise ValueError("listen_peer needs peers or join: a single node without peers has none to listen for")
         if not self.initial_cluster_token:
             raise ValueError("initial_cluster_token must not be empty")
 

@@ -105,6 +105,9 @@ class RaftNode:
         self.snapshots = SnapshotDriver(self, snapshots)
         self._ready = ReadyHandler(self)
         self._stopped: str | None = "not started"
+        # Set when this node learns it was removed from the cluster: it has stopped serving for good,
+        # and whatever runs it should end (kv/server/server.py ends the process).
+        self.removed = asyncio.Event()
         self._catching_up = True
         self._soft: SoftState | None = None
         self._wake: asyncio.Event | None = None
@@ -201,7 +204,11 @@ class RaftNode:
             self.poke()
 
     def removed_from_cluster(self, why: str) -> None:
-        self.stop_serving(f"removed from the cluster: {why}")
+        self._stop_as_removed(f"removed from the cluster: {why}")
+
+    def _stop_as_removed(self, why: str) -> None:
+        self.stop_serving(why)
+        self.removed.set()
 
     async def receive_snapshot(self, leader: str, term: int, meta: SnapshotMeta, total_size: int,
                                sha256: str, chunks: Chunks) -> tuple[bool, str]:
@@ -390,7 +397,7 @@ class RaftNode:
         removed_at = self.core.removed_at
         if removed_at is not None and self.applied_index >= removed_at and self._stopped is None:
             latest = self.core.membership
-            self.stop_serving(f"removed from the cluster (by the configuration at index {removed_at}; members now: "
+            self._stop_as_removed(f"removed from the cluster (by the configuration at index {removed_at}; members now: "
                               f"voters {', '.join(sorted(latest.voters))}"
                               f"{', learners ' + ', '.join(sorted(latest.learners)) if latest.learners else ''})")
 

@@ -149,6 +149,16 @@ class NodeProcess:
         self._reap()
         return code
 
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        """Wait for the process to end on its own (nothing is sent to it); returns its exit code."""
+        assert self.process is not None, f"{self.id} was not started"
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.id} still runs after {timeout:.0f}s:\n{self.log_tail()}") from None
+        self._reap()
+        return code
+
     def pause(self) -> None:
         assert self.running
         self.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
@@ -319,10 +329,13 @@ class Cluster:
                         timeout: float = 30.0) -> str:
         """The id of a leader that the members in `among` (default: all running ones) agree on,
         in a term above `not_in_term` when given."""
+        # A member outside `among` may end meanwhile (one removed from the cluster exits).
+        watched = list(among) if among is not None else list(self.nodes)
+
         def agreed_leader() -> str | None:
-            for node in self.nodes.values():
-                node.check_alive()
-            statuses = self.statuses(among)
+            for node_id in watched:
+                self.nodes[node_id].check_alive()
+            statuses = self.statuses(watched)
             if not statuses or any("error" in s for s in statuses.values()):
                 return None
             leaders = {s["leader"] for s in statuses.values()}

@@ -23,6 +23,7 @@ from kv.client.members import MEMBER_NAME_KEY
 from raftkv_proto.member_ids import member_number
 from kv.errors import FailedPreconditionError, NotFoundError
 from kv.tools.cluster_up import NodeSpec, free_ports
+from kv.tools.serve_command import EXIT_REMOVED
 from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import etcd_rpc_pb2_grpc as etcd_grpc
 from tests.integration.cluster import STEADY_TIMING, Cluster, NodeProcess, wait_until
@@ -180,9 +181,64 @@ def test_learner_joins_catches_up_is_promoted_and_another_member_removed(
     index = writer.put("after/remove", "y")
     for member in survivors:
         cluster.wait_applied(member, index)
-    wait_until(f"{victim} to stop serving once it learns it was removed",
-               lambda: "stops serving: removed from the cluster" in cluster.nodes[victim].log_path.read_text(errors="replace"),
-               timeout=30)
+    assert cluster.nodes[victim].wait_exit() == EXIT_REMOVED
+    assert "stops serving: removed from the cluster" in cluster.nodes[victim].log_path.read_text(errors="replace")
+
+
+def test_the_readme_recipe_a_member_added_then_started_with_listen_peer_and_join(
+        make_cluster: Callable[..., Cluster]) -> None:
+    """README, "Changing the members": `raftkv member add n4 --peer-address P --learner`, then
+    `raftkv serve --id n4 --listen C --listen-peer P --data-dir D --join ENDPOINTS`, no --peers (the
+    cluster names them): n4 joins, catches up and serves, is promoted, and started again with the
+    same command (as a unit would) it serves again."""
+    cluster = make_cluster(3, STEADY_TIMING)
+    cluster.wait_for_leader()
+    founders = ["n1", "n2", "n3"]
+    cluster.client(founders).put("before/join", "x")
+    client_port, peer_port = free_ports(2)
+    peer = f"127.0.0.1:{peer_port}"
+    ok(raftkv(cluster, "member", "add", "n4", "--peer-address", peer, "--learner"))
+    wait_everywhere(cluster, {"n1": "voter", "n2": "voter", "n3": "voter", "n4": "learner"}, among=founders)
+    spec = NodeSpec("n4", f"127.0.0.1:{client_port}", cluster.base_dir / "n4", {},
+                    (*cluster.extra_args, "--join", ",".join(cluster.endpoints[:2])), listen_peer=peer)
+    assert "--listen-peer" in spec.serve_args() and "--join" in spec.serve_args()
+    n4 = cluster.nodes["n4"] = NodeProcess(spec, cluster.base_dir / "n4.log")
+    n4.start()
+    wait_until("n4 to catch up with the leader",
+               lambda: n4.check_alive() or match_index(cluster, cluster.wait_for_leader(founders), "n4"), timeout=60)
+    assert cluster.client(["n4"]).get("before/join", consistency="stale") == b"x"
+    ok(raftkv(cluster, "member", "promote", "n4", endpoints=cluster.endpoints[:3]))
+    wait_until("n4 to know itself a voter", lambda: n4.check_alive() or "n4" in cluster.status("n4")["voters"])
+
+    assert n4.terminate() == 0
+    n4.start()
+    cluster.wait_for_leader()  # all four agree, n4 running again
+    assert cluster.client(["n4"]).get("before/join") == b"x"
+
+
+def test_a_removed_member_exits_with_its_own_code_and_leaves_its_data(make_cluster: Callable[..., Cluster]) -> None:
+    """`raftkv member remove` of a running member: it stops serving, and its process ends with
+    EXIT_REMOVED (a code a systemd unit lists in RestartPreventExitStatus=, raftkv exits with it for
+    nothing else), its last log line saying why; its data directory stays as it was."""
+    cluster = make_cluster(3, STEADY_TIMING)
+    leader = cluster.wait_for_leader()
+    victim = next(m for m in cluster.nodes if m != leader)
+    survivors = [m for m in cluster.nodes if m != victim]
+    client = cluster.client(survivors)
+    index = client.put("before/remove", "x")
+    cluster.wait_applied(victim, index)
+    data_dir = cluster.nodes[victim].spec.data_dir
+    held = sorted(p.name for p in data_dir.iterdir())
+    state = sorted(p.name for p in (data_dir / "state").iterdir())
+
+    ok(raftkv(cluster, "member", "remove", victim))
+    assert cluster.nodes[victim].wait_exit() == EXIT_REMOVED
+    last_line = cluster.nodes[victim].log_tail(1)
+    assert f"node {victim} exits with code {EXIT_REMOVED}: it was removed from the cluster" in last_line, last_line
+    assert f"RestartPreventExitStatus={EXIT_REMOVED}" in last_line, last_line
+    assert sorted(p.name for p in data_dir.iterdir()) == held
+    assert sorted(p.name for p in (data_dir / "state").iterdir()) == state and state
+    assert client.put("after/remove", "y") > index  # the two others go on
 
 
 def test_strict_reconfiguration_check_counts_only_reachable_voters(make_cluster: Callable[..., Cluster]) -> None:

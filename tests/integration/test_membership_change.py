@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from kv.tools.serve_command import EXIT_REMOVED
 from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import etcd_rpc_pb2_grpc as etcd_grpc
 from tests.faults.history import History, Kind, Op, Outcome
@@ -207,8 +208,8 @@ def test_a_removed_leader_steps_down_and_the_others_go_on(cluster: Cluster) -> N
     new = cluster.wait_for_leader(among=others)
     assert new != leader
     wait_configuration(cluster, others, others, [])
-    wait_until(f"{leader} to say it was removed",
-               lambda: "removed from the cluster" in cluster.nodes[leader].log_tail(200), 20.0)
+    assert cluster.nodes[leader].wait_exit() == EXIT_REMOVED
+    assert "removed from the cluster" in cluster.nodes[leader].log_tail(200)
     at = time.monotonic_ns()
     wait_until("a write after the leader's removal", lambda: load.ok_after(at), 20.0)
     load.finish(others)
@@ -221,8 +222,8 @@ def test_a_removed_member_that_comes_back_is_refused_and_stops(cluster: Cluster)
     with cluster.client(["n1", "n2"]) as client:
         client.put(b"after-removal", b"1")
     cluster.start_node("n3")
-    wait_until("n3 to stop, saying it was removed",
-               lambda: "removed from the cluster" in cluster.nodes["n3"].log_tail(200), 20.0)
+    assert cluster.nodes["n3"].wait_exit() == EXIT_REMOVED
+    assert "removed from the cluster" in cluster.nodes["n3"].log_tail(200)
     # It disturbed nothing: same leader, same term.
     leader = cluster.wait_for_leader(among=["n1", "n2"])
     term = cluster.status(leader)["term"]

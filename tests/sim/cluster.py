@@ -163,7 +163,7 @@ class Cluster:
             raise self.violations[0]
         for node in self.nodes.values():
             if node.raft is not None and node.raft.stopped not in (None, "not started"):
-                if node.raft.stopped.startswith("removed from the cluster"):
+                if node.raft.removed.is_set():
                     self._removed(node)
                     continue
                 raise SimViolation("driver", f"{node.id} stopped on its own: {node.raft.stopped}")

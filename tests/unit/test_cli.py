@@ -12,7 +12,7 @@ import pytest
 from kv import TLS
 from kv.tools import cli, data_commands
 from kv.tools.client_options import tls_of
-from kv.tools.serve_command import node_config
+from kv.tools.serve_command import EXIT_REMOVED, node_config
 from kv.tools.cluster_up import SOURCE_ROOT, child_env, local_specs, serve_command, with_tls
 from raft.node.config import NodeConfig
 from tests.unit.test_client import free_address, start_node  # noqa: F401 - start_node is a fixture
@@ -99,6 +99,23 @@ def test_listen_listen_peer_and_advertise_client_are_separate_addresses():
     assert config.peer_listen_address == "0.0.0.0:7101"
 
 
+def test_listen_peer_with_join_is_the_readme_recipe_for_a_new_member():
+    """--join fills in the peers from the cluster later (kv/server/join.py): --listen-peer is no
+    error before it has."""
+    config = node_config(parse("serve", "--id", "n4", "--listen", "10.0.0.4:7001", "--listen-peer", "10.0.0.4:7101",
+                               "--data-dir", "./data/n4", "--join", "10.0.0.1:7001,10.0.0.2:7001"))
+    assert (config.join, config.peers, config.peer_listen_address) == (True, {}, "10.0.0.4:7101")
+
+
+def test_serve_help_says_a_removed_member_exits_with_a_code_systemd_should_not_restart(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert f"exits with code {EXIT_REMOVED}" in help_text
+    assert f"RestartPreventExitStatus={EXIT_REMOVED}" in help_text and "Restart=on-failure" in help_text
+    assert EXIT_REMOVED not in (0, 1, 2, 130)  # success, failure, bad flags, Ctrl-C
+
+
 def test_the_serve_example_is_a_three_member_cluster_with_client_and_peer_ports(capsys):
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
@@ -172,7 +189,7 @@ def test_machine_tuning_flags_are_accepted_but_listed_only_by_help_tuning(capsys
     (["serve", "--peers", "n1=127.0.0.1:7101,n2=somewhere"], "expected id=host:port"),
     (["serve", "--peers", "n1=127.0.0.1:7101,n2=h:port"], "--peers: n2: bad address"),
     (["serve", "--peers", "n1=127.0.0.1:7101", "--listen-peer", "nowhere"], "--listen-peer: bad address"),
-    (["serve", "--listen-peer", "127.0.0.1:7101"], "--listen-peer needs --peers"),
+    (["serve", "--listen-peer", "127.0.0.1:7101"], "--listen-peer needs --peers or --join"),
     (["serve", "--peer-port", "7101"], "unrecognized arguments"),
     (["serve", "--peer-transport", "tcp"], "unrecognized arguments"),
     (["cluster", "up", "--base-port", "7001", "--base-peer-port", "7002"], "overlap"),
