@@ -20,7 +20,7 @@ from kv.server.credentials import (
     password_matches,
     sign_token,
 )
-from kv.server.kv_handler import TIMEOUT_MESSAGE, KVHandler, node_call
+from kv.server.kv_handler import TIMEOUT_MESSAGE, KVHandler, node_call, propose_command
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2
 from statemachine.auth_state import (
@@ -31,7 +31,6 @@ from statemachine.auth_state import (
     AuthView,
 )
 from statemachine.commands import encode_auth
-from statemachine.apply_batch import ApplyOutcome
 
 A = kv_pb2
 AUTH_NOT_ENABLED = "etcdserver: authentication is not enabled"
@@ -109,12 +108,7 @@ class AuthHandler:
         elif request.action == A.AUTH_ENABLE:
             change.signing_key = new_signing_key()
         payload = encode_auth(change)
-        outcome: ApplyOutcome = await node_call(self._node, lambda: self._node.propose(payload), timeout,
-                                                TIMEOUT_MESSAGE)
-        if outcome.error is not None:
-            raise errors.InvalidArgumentError(f"the auth change could not be applied: {outcome.error}")
-        if outcome.result.refusal_kind:
-            raise errors.of_kind(outcome.result.refusal_kind, outcome.result.refusal)
+        outcome = await propose_command(self._node, payload, timeout)
         return kv_pb2.AuthAdminResponse(index=outcome.index)
 
 

@@ -23,7 +23,7 @@ import grpc
 from kv import errors
 from kv.server.auth_gate import TOKEN_METADATA_KEY, AuthGate, token_of
 from kv.server.etcd_checks import EtcdError
-from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call
+from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call, propose_command
 from kv.server.request_checks import RequestChecks
 from raft.node.node import RaftNode
 from raftkv_proto import etcd_rpc_pb2 as pb
@@ -46,15 +46,6 @@ LEADER_CHANGED = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: leader chan
 NO_SPACE = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded")
 TIMED_OUT = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: request timed out")
 TOO_MANY_REQUESTS = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: too many requests")
-
-_CODE_OF_KIND = {
-    "OUT_OF_RANGE": grpc.StatusCode.OUT_OF_RANGE,
-    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
-    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
-    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
-    "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
-}
 
 
 def etcd_error(e: BaseException) -> BaseException:
@@ -203,15 +194,9 @@ class EtcdFace:
         return outcome.result.revision
 
     async def propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
-        """A command through the log (on the leader); its outcome, or its refusal as etcd's error."""
-        outcome: ApplyOutcome = await begin_node_call(
-            self.node, lambda: self.node.propose(payload), timeout, TIMEOUT_MESSAGE, lambda done: done)
-        result = outcome.result
-        if result.refusal_kind:
-            raise EtcdError(_CODE_OF_KIND.get(result.refusal_kind, grpc.StatusCode.UNKNOWN), result.refusal)
-        if outcome.error is not None:
-            raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT, f"the request could not be applied: {outcome.error}")
-        return outcome
+        """A command through the log (on the leader); its outcome, or its refusal (rendered as
+        etcd's error by `serve`)."""
+        return await propose_command(self.node, payload, timeout)
 
     async def barrier(self, serializable: bool, timeout: float | None, level: str | None = None) -> None:
         """Wait until a read of the local state is as fresh as asked: serializable reads the

@@ -125,8 +125,7 @@ class KVHandler:
             if denied is not None:
                 raise errors.of_kind(denied.kind, str(denied))
         payload = encode_command(ops, header.client_id, header.seq, user)
-        return begin_node_call(self._node, lambda: self._node.propose(payload), timeout, TIMEOUT_MESSAGE,
-                               lambda outcome: reply(_applied(outcome, header)))
+        return propose_command(self._node, payload, timeout, header, then=reply)
 
     async def register_client(self, request: kv_pb2.RegisterClientRequest, timeout: float | None = None,
                               user: str | None = None) -> kv_pb2.RegisterClientResponse:
@@ -134,11 +133,7 @@ class KVHandler:
         chosen here; the client id is the entry's index and that secret, so no one can use an id
         the cluster did not issue to them. While auth is on the session is `user`'s alone."""
         secret = secrets.token_bytes(SESSION_SECRET_BYTES)
-        outcome: ApplyOutcome = await begin_node_call(
-            self._node, lambda: self._node.propose(encode_registration(secret, user)), timeout, TIMEOUT_MESSAGE,
-            lambda done: done)
-        if outcome.error is not None:
-            raise errors.InvalidArgumentError(f"the registration could not be applied: {outcome.error}")
+        outcome = await propose_command(self._node, encode_registration(secret, user), timeout)
         log.debug("client session %d registered for %r", outcome.index, request.name)
         return kv_pb2.RegisterClientResponse(client_id=session_id(outcome.index, secret), index=outcome.index)
 
@@ -160,8 +155,7 @@ class KVHandler:
             if activate and (request.alarm == kv_pb2.NONE or not request.member_id):
                 raise errors.InvalidArgumentError("raising an alarm needs a member id and an alarm type")
             payload = encode_alarm(activate, request.member_id, request.alarm)
-            await begin_node_call(self._node, lambda: self._node.propose(payload, within_reserve=True), timeout,
-                                  TIMEOUT_MESSAGE, lambda done: done)
+            await propose_command(self._node, payload, timeout, within_reserve=True)
         return kv_pb2.AlarmResponse(alarms=[a.to_proto() for a in self.alarms.listed()])
 
     def nospace(self) -> str:
@@ -373,8 +367,22 @@ class KVHandler:
             unhealthy=member_health(self._node, self.alarms).reason, voters=s["voters"], learners=s["learners"])
 
 
-def _applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader) -> ApplyOutcome:
-    """A write's outcome, or the refusal it stands for."""
+_NO_HEADER = kv_pb2.WriteHeader()
+
+
+def propose_command(node: RaftNode, payload: bytes, timeout: float | None,
+                    header: kv_pb2.WriteHeader = _NO_HEADER, within_reserve: bool = False,
+                    then: Callable[[ApplyOutcome], R] = lambda outcome: outcome) -> asyncio.Future[R]:
+    """Every face's way to the log: propose a command (on the leader), and a future of
+    `then(its outcome)`, or of the refusal the outcome stands for (`applied`) as a kv.errors error.
+    `header` is the write's client session, named in refusals about it."""
+    return begin_node_call(node, lambda: node.propose(payload, within_reserve=within_reserve), timeout,
+                           TIMEOUT_MESSAGE, lambda outcome: then(applied(outcome, header)))
+
+
+def applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader = _NO_HEADER) -> ApplyOutcome:
+    """A command's outcome, or the refusal it stands for: the one table from an applied command to
+    kv.errors, which each face renders in its own codes."""
     if outcome.other_user:
         raise errors.PermissionDeniedError(
             f"{PERMISSION_DENIED}: client session {header.client_id!r} belongs to another user")
