@@ -1,53 +1,44 @@
 """The Python client of raftkv: finds the leader, follows "not leader" hints, retries within a
 timeout, and tags every write with a client session the cluster issued (KV.RegisterClient) and a
-sequence number, so that a retry is applied at most once.
+sequence number, so that a retry is applied at most once. Those decisions are made without I/O in
+router.py (endpoints, hints, retries), login.py (tokens) and session.py (sessions and sequence
+numbers), which kv.aio.Client shares; a Client does their steps with blocking gRPC calls.
 
     with Client(["127.0.0.1:7001", "127.0.0.1:7002"], timeout=5.0) as c:
         c.put("user/1", "alice"); c.get("user/1")  # -> b"alice"
 """
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
 
 import grpc
-from tenacity import Retrying
 
 from kv.client.auth_admin import AuthAdmin
 from kv.client.changes import Changes
+from kv.client.credentials import Credentials, Metadata
+from kv.client.key_like import KeyLike, to_bytes
+from kv.client.leader_hints import client_stub
+from kv.client.lease import Leases
+from kv.client.login import LogIn, Login, LoginResult
 from kv.client.maintenance import Maintenance
 from kv.client.members import Members
-from kv.client.leader_hints import LeaderHinted
-from kv.client.lease import Leases
-from kv.client.revisions import Revisions
-from kv.client.watch import Watch, watch_range
-from kv.client.credentials import Credentials
-from kv.client.key_like import KeyLike, to_bytes
-from kv.errors import (
-    FailedPreconditionError,
-    NotLeaderError,
-    RaftKVError,
-    UnauthenticatedError,
-    UnavailableError,
-    UnknownSessionError,
-    from_rpc_error,
-)
-from kv.errors import TimeoutError as KVTimeoutError
 from kv.client.request_pipeline import HUB, Pipeline, fits
 from kv.client.request_stream import RequestStream, StreamPool
-from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S, Attempts, retry_policy, running_out_error
-from kv.client.tls import TLS, open_channel, with_hint
+from kv.client.retries import Attempts
+from kv.client.revisions import Revisions
+from kv.client.router import Method, Pause, Router, Send, run
+from kv.client.session import ClientSession, Register, SessionWrites
+from kv.client.tls import TLS, open_channel
+from kv.client.watch import Watch, watch_range
+from kv.errors import from_rpc_error
 from raftkv_proto import etcd_rpc_pb2 as pb_etcd
-from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2, kv_pb2_grpc
+from raftkv_proto import kv_pb2, kv_pb2_grpc
 from raftkv_proto.key_ranges import prefix_end
-
-Response = TypeVar("Response")
 
 CONSISTENCY = {
     "linearizable": kv_pb2.LINEARIZABLE,
@@ -74,36 +65,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", -1),
 )
 
-def parse_endpoints(endpoints: Sequence[str] | str) -> list[str]:
-    """"a:1,b:2" or ["a:1", "b:2"] -> ["a:1", "b:2"] (order kept, duplicates dropped)."""
-    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    cleaned = list(dict.fromkeys(e.strip() for e in items if e and e.strip()))
-    if not cleaned:
-        raise ValueError("at least one endpoint (host:port) is needed")
-    for endpoint in cleaned:
-        if ":" not in endpoint:
-            raise ValueError(f"bad endpoint {endpoint!r}: expected host:port")
-    return cleaned
-
-
-@dataclass(slots=True)
-class _Session:
-    """One thread's client session. The server recognises a retry by (client id, seq) within a
-    window of recent sequences per session; a session per thread keeps each session's writes one
-    at a time and in order, so however many threads write, no retry can fall out of that window.
-    The client id is issued by the cluster (KV.RegisterClient) at the thread's first write."""
-
-    client_id: str | None = None
-    seq: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-
-    def renew(self, client_id: str) -> None:
-        self.client_id, self.seq = client_id, itertools.count(1)
-
-    def forget(self, client_id: str) -> None:
-        """The cluster no longer knows `client_id`: the next write registers a new session."""
-        if self.client_id == client_id:
-            self.client_id = None
-
 
 class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
     """A thread-safe client of a raftkv cluster. See the module docstring.
@@ -126,19 +87,19 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
     def __init__(self, endpoints: Sequence[str] | str, timeout: float = 5.0, client_id: str | None = None,
                  streams: bool = True, tls: TLS | None = None, user: str | None = None,
                  password: str | None = None):
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
+        self._router = Router(endpoints, timeout, tls)
         self._credentials = Credentials(user, password)
-        self.endpoints = parse_endpoints(endpoints)
+        self._login = Login(self._credentials, self._router)
+        self.endpoints = self._router.endpoints
         self.timeout = timeout
         self.client_id = client_id or uuid.uuid4().hex
+        self._writes = SessionWrites(self._login, self.client_id)
         self.tls = tls
         self._channel_credentials = tls.credentials() if tls is not None else None
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
-        self._preferred = self.endpoints[0]  # the last endpoint that served a request
-        self._local = threading.local()
+        self._local = threading.local()  # the calling thread's ClientSession
         self._closed = False
         self._streams = StreamPool() if streams else None
         if self._streams is not None:
@@ -240,41 +201,80 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
     def _apply(self, request: kv_pb2.BatchRequest) -> list[bool]:
         return list(self._write(lambda stub: stub.Batch, request).existed)
 
-    # ---- routing and retries ---------------------------------------------------------------
+    # ---- the steps of a call, done with blocking I/O (kv/client/router.py) -------------------
 
-    def _write(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "") -> Any:
-        """`_call` for a write: `request.header` is set from this thread's client session, which is
-        registered first if it has no id. When the cluster answers UNKNOWN_SESSION (the session
-        expired) to the write's first attempt, nothing of the write was applied: it is sent again,
-        once, in a new session. After a later attempt an earlier one may have been applied, and
-        a new session cannot tell: UnknownSessionError is raised (the outcome is unknown), and
-        the next write registers a new session."""
-        session: _Session | None = getattr(self._local, "session", None)
+    def _call(self, method: Method, request: Any, stream_field: str = "", attempts: Attempts | None = None) -> Any:
+        """Send `request` until one node serves it or the timeout runs out (Login.call: logged in
+        first, a refused token renewed once). With `stream_field` (its name in a
+        kv_pb2.StreamRequest) it goes on a request stream when one is free."""
+        return run(self._login.call(method, request, stream_field, attempts), self._perform)
+
+    def _write(self, method: Method, request: Any, stream_field: str = "") -> Any:
+        """`_call` for a write, in the calling thread's client session (SessionWrites.write)."""
+        session: ClientSession | None = getattr(self._local, "session", None)
         if session is None:
-            session = self._local.session = _Session()
-        deadline = time.monotonic() + self.timeout
-        for last_chance in (False, True):
-            if session.client_id is None:
-                session.renew(self._register(deadline))
-            header = request.header
-            header.client_id = session.client_id
-            header.seq = next(session.seq)
-            attempts = Attempts(deadline=deadline, target=self._preferred)
-            try:
-                return self._call(method, request, stream_field, attempts)
-            except UnknownSessionError as error:
-                session.forget(header.client_id)
-                if attempts.sent > 1:
-                    raise unknown_outcome(error, attempts.sent) from None
-                if last_chance:
-                    raise
-        raise AssertionError("unreachable")
+            session = self._local.session = ClientSession()
+        return run(self._writes.write(session, method, request, stream_field), self._perform)
 
-    def _register(self, deadline: float) -> str:
-        """A new client session's id, issued by the cluster."""
-        request = kv_pb2.RegisterClientRequest(name=self.client_id)
-        attempts = Attempts(deadline=deadline, target=self._preferred)
-        return self._call(lambda stub: stub.RegisterClient, request, attempts=attempts).client_id
+    def _perform(self, step: Any) -> Any:
+        """Do one step of a call; its answer."""
+        if type(step) is Send:
+            return self._send(step)
+        if type(step) is Pause:
+            return self._pause(step)
+        if type(step) is LogIn:
+            return self._log_in(step.stale, step.deadline)
+        if type(step) is Register:  # the thread's own session: no other writer registers it
+            return step.session.renew(run(self._writes.register(step.deadline), self._perform))
+        raise TypeError(f"kv.Client cannot do {step!r}")
+
+    def _send(self, step: Send) -> Any:
+        """One attempt at the step's target: on the node's pipeline when this process has another
+        request in flight there, else on a request stream when one is free, else as a unary call."""
+        target, request, stream_field = step.target, step.request, step.stream_field
+        channel, stub = self._connection(target)
+        if stream_field and self._streams is not None:
+            # A request too large to share a pipeline message goes alone: on a stream, or unary.
+            busy = HUB.enter(target) and fits(_payload_bytes(stream_field, request))
+            try:
+                metadata = self._credentials.metadata
+                carrier: Pipeline | RequestStream | None = (
+                    HUB.pipeline(target, lambda: self._open_channel(target), self.tls, metadata) if busy
+                    else self._streams.take(target, channel, metadata))
+                if carrier is not None:
+                    try:
+                        return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), step.timeout),
+                                       stream_field)
+                    finally:
+                        if isinstance(carrier, RequestStream):
+                            self._streams.give_back(carrier)
+            finally:
+                HUB.leave(target)
+        try:
+            return step.method(stub)(request, timeout=step.timeout, metadata=self._credentials.metadata)
+        except grpc.RpcError as rpc_error:
+            raise from_rpc_error(rpc_error) from None
+
+    def _pause(self, pause: Pause) -> None:
+        """The pause before the next attempt. After an attempt that found no connection, the pause
+        is a Status call that waits for the next target's connection (wait_for_ready), so it ends
+        early once the node is reachable, instead of a sleep: under gRPC's polling I/O manager
+        (the CLI's, kv/tools/grpc_io.py) a channel in TRANSIENT_FAILURE reconnects only while some
+        call polls it, and a sleeping client polls nothing. Seen: a CLI put to a cluster still
+        starting reconnected after ~5 s in plaintext, and over TLS, whose handshake needs several
+        polls, not within 15 s. (grpc.channel_ready_future would poll too, but its thread races
+        the channel's close.)"""
+        with self._lock:
+            stub = self._stubs.get(pause.reconnect) if pause.reconnect and not self._closed else None
+        if stub is None:
+            time.sleep(pause.seconds)
+            return
+        try:
+            stub.Status(kv_pb2.StatusRequest(), timeout=pause.seconds, wait_for_ready=True)
+        except (grpc.RpcError, ValueError):  # not connected in time; ValueError: the client closed meanwhile
+            pass
+
+    # ---- connections -----------------------------------------------------------------------
 
     def _stub(self, address: str) -> kv_pb2_grpc.KVStub:
         return self._connection(address)[1]
@@ -285,53 +285,13 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
                 raise RuntimeError("the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = self._open_channel(address)
-                self._channels[address] = channel
-                stub = self._stubs[address] = kv_pb2_grpc.KVStub(channel)
-                # etcd's KV service on the same channel, for kv.client.revisions' calls: they take
-                # a stub as every call does, and find it here.
-                stub.etcd = LeaderHinted(etcd_rpc_pb2_grpc.KVStub(channel))  # type: ignore[attr-defined]
-                stub.etcd_lease = LeaderHinted(etcd_rpc_pb2_grpc.LeaseStub(channel))  # type: ignore[attr-defined]
-                # etcd's Cluster and Maintenance services, for kv.client.members' calls.
-                stub.etcd_members = (etcd_rpc_pb2_grpc.ClusterStub(channel),  # type: ignore[attr-defined]
-                                     etcd_rpc_pb2_grpc.MaintenanceStub(channel))
+                channel = self._channels[address] = self._open_channel(address)
+                stub = self._stubs[address] = client_stub(channel)
             return self._channels[address], stub
 
     def _open_channel(self, address: str) -> grpc.Channel:
         """A new channel to `address`, with this client's TLS credentials when it has them."""
         return open_channel(address, self._channel_credentials, CHANNEL_OPTIONS)
-
-    def _hinted(self, error: RaftKVError) -> RaftKVError:
-        """`error`, its message followed by what to check when a failed connection looks like a TLS
-        mismatch (kv/client/tls.py): otherwise a wrong CA reads as a node that is down."""
-        if isinstance(error, UnavailableError):
-            error.args = (with_hint(str(error), self.tls),)
-        return error
-
-    def _pause(self, attempts: Attempts, seconds: float) -> None:
-        """The pause before the next attempt. After an attempt that found no connection, the pause
-        is a Status call that waits for the next target's connection (wait_for_ready), so it ends
-        early once the node is reachable, instead of a sleep: under gRPC's polling I/O manager
-        (the CLI's, kv/tools/grpc_io.py) a channel in TRANSIENT_FAILURE reconnects only while some
-        call polls it, and a sleeping client polls nothing. Seen: a CLI put to a cluster still
-        starting reconnected after ~5 s in plaintext, and over TLS, whose handshake needs several
-        polls, not within 15 s. (grpc.channel_ready_future would poll too, but its thread races
-        the channel's close.)"""
-        with self._lock:
-            stub = self._stubs.get(attempts.target) if attempts.unconnected and not self._closed else None
-        if stub is None:
-            time.sleep(seconds)
-            return
-        try:
-            stub.Status(kv_pb2.StatusRequest(), timeout=seconds, wait_for_ready=True)
-        except (grpc.RpcError, ValueError):  # not connected in time; ValueError: the client closed meanwhile
-            pass
-
-    def _next_endpoint(self, after: str) -> str:
-        """The configured endpoint after `after`, round robin."""
-        if after not in self.endpoints:
-            return self.endpoints[0]
-        return self.endpoints[(self.endpoints.index(after) + 1) % len(self.endpoints)]
 
     # ---- authentication ---------------------------------------------------------------------
 
@@ -349,138 +309,19 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
 
     def _log_in_once(self, deadline: float) -> None:
         """Log in if the client has a password and no token yet (its first call)."""
-        if self._credentials.needs_login:
+        if self._login.due:
             self._log_in(None, deadline)
 
-    def _log_in(self, stale: tuple[tuple[str, str], ...] | None, deadline: float) -> bool:
-        """Get a token (KV.Authenticate) in place of the metadata `stale`; False when the client
-        has no password to log in with. One thread logs in; the others find the new token."""
-        credentials = self._credentials
-        with credentials.lock:
-            if credentials.password is None:
-                return False
-            if credentials.metadata != stale and credentials.logged_in:
-                return True  # another thread logged in meanwhile
-            request = kv_pb2.AuthenticateRequest(name=credentials.user or "", password=credentials.password)
-            attempts = Attempts(deadline=deadline, target=self._preferred)
-            try:
-                token = self._retrying_call(lambda stub: stub.Authenticate, request, "", attempts).token
-            except FailedPreconditionError:
-                token = None  # auth is not enabled: calls go without a token until it is
-            old = credentials.metadata
-            credentials.use_token(token)
-        if self._streams is not None:
+    def _log_in(self, stale: Metadata | None, deadline: float) -> bool:
+        """Log in in place of the metadata `stale` (Login.log_in), one thread at a time; False
+        when the client has no password to log in with."""
+        with self._credentials.lock:
+            old = self._credentials.metadata
+            result = run(self._login.log_in(stale, deadline), self._perform)
+        if result is LoginResult.LOGGED_IN and self._streams is not None:
             self._streams.reset()  # streams opened with the old token's metadata
             HUB.forget(old)
-        return True
-
-    def _call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str = "",
-              attempts: Attempts | None = None) -> Any:
-        """Send `request` until one node serves it or the timeout runs out. The request object is
-        the same on every attempt, so a write keeps its (client id, seq). With `stream_field` (its
-        name in a kv_pb2.StreamRequest) it goes on a request stream when one is free. A refused
-        token is renewed once, with the client's password (a refused request was not applied)."""
-        if attempts is None:
-            attempts = Attempts(deadline=time.monotonic() + self.timeout, target=self._preferred)
-        self._log_in_once(attempts.deadline)
-        sent_with = self._credentials.metadata
-        try:
-            return self._retrying_call(method, request, stream_field, attempts)
-        except UnauthenticatedError:
-            if not self._log_in(sent_with, attempts.deadline):
-                raise
-        return self._retrying_call(method, request, stream_field, attempts)
-
-    def _retrying_call(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
-                       attempts: Attempts) -> Any:
-        """`_call` without the login."""
-        try:
-            return self._attempt(method, request, stream_field, attempts)
-        except RaftKVError as error:
-            if not error.retryable:
-                raise
-            first_failure = error
-        # Most calls succeed at once; only a failed one pays for building the retry machinery,
-        # which then starts from that first failure (so its pacing is exactly tenacity's).
-        failures = [first_failure]
-
-        def attempt() -> Any:
-            if failures:
-                raise failures.pop()
-            return self._attempt(method, request, stream_field, attempts)
-
-        retrying = Retrying(**retry_policy(attempts), sleep=lambda seconds: self._pause(attempts, seconds))
-        try:
-            return retrying(attempt)
-        except RaftKVError as error:
-            raise running_out_error(error, attempts, self.timeout, self.endpoints) from None
-
-    def _attempt(self, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any, stream_field: str,
-                 attempts: Attempts) -> Any:
-        target = attempts.target
-        attempts.sent += 1
-        try:
-            response = self._send(target, method, request, stream_field, max(attempts.remaining(), MIN_ATTEMPT_S))
-        except RaftKVError as error:
-            self._hinted(error)
-            attempts.record(target, error)
-            self._reroute(attempts, error)
-            raise
-        with self._lock:
-            self._preferred = target
-        return response
-
-    def _send(self, target: str, method: Callable[[kv_pb2_grpc.KVStub], Any], request: Any,
-              stream_field: str, timeout: float) -> Any:
-        """One attempt at `target`: on the node's pipeline when this process has another request
-        in flight there, else on a request stream when one is free, else as a unary call."""
-        channel, stub = self._connection(target)
-        if stream_field and self._streams is not None:
-            # A request too large to share a pipeline message goes alone: on a stream, or unary.
-            busy = HUB.enter(target) and fits(_payload_bytes(stream_field, request))
-            try:
-                metadata = self._credentials.metadata
-                carrier: Pipeline | RequestStream | None = (
-                    HUB.pipeline(target, lambda: self._open_channel(target), self.tls, metadata) if busy
-                    else self._streams.take(target, channel, metadata))
-                if carrier is not None:
-                    try:
-                        return getattr(carrier.call(kv_pb2.StreamRequest(**{stream_field: request}), timeout),
-                                       stream_field)
-                    finally:
-                        if isinstance(carrier, RequestStream):
-                            self._streams.give_back(carrier)
-            finally:
-                HUB.leave(target)
-        try:
-            return method(stub)(request, timeout=timeout, metadata=self._credentials.metadata)
-        except grpc.RpcError as rpc_error:
-            raise from_rpc_error(rpc_error) from None
-
-    def _reroute(self, attempts: Attempts, error: RaftKVError) -> None:
-        """Pick the next target after `error` from attempts.target."""
-        hint = error.leader_address if isinstance(error, NotLeaderError) else None
-        if hint and hint != attempts.target:
-            attempts.follow_now = attempts.free_hops < MAX_FREE_HOPS
-            attempts.free_hops += 1
-            attempts.target = hint
-            with self._lock:
-                self._preferred = hint
-            return
-        attempts.follow_now = False
-        if isinstance(error, (NotLeaderError, UnavailableError, KVTimeoutError)):
-            failed, attempts.target = attempts.target, self._next_endpoint(attempts.target)
-            with self._lock:
-                # Later calls should not start at a node that just failed (it may hang on each).
-                if self._preferred == failed:
-                    self._preferred = attempts.target
-
-
-def unknown_outcome(error: UnknownSessionError, sent: int) -> UnknownSessionError:
-    """The error of a write whose session expired after it was sent `sent` (> 1) times."""
-    return UnknownSessionError(
-        f"{error}. This write was sent {sent} times and its client session expired meanwhile: an earlier "
-        "attempt may have been applied (once), or not; its outcome is unknown")
+        return result is not LoginResult.NO_PASSWORD
 
 
 MAX_PAGE_LIMIT = 2**32 - 1

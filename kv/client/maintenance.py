@@ -15,9 +15,10 @@ import grpc
 
 from kv.client.credentials import Credentials
 from kv.client.retries import MAX_FREE_HOPS, MIN_ATTEMPT_S
+from kv.client.router import Router
 from kv.client.status import alarm_dicts, status_dict
 from kv.client.tls import TLS, with_hint
-from kv.errors import NotLeaderError, RaftKVError, UnavailableError, from_rpc_error
+from kv.errors import NotLeaderError, UnavailableError, from_rpc_error
 from raftkv_proto import kv_pb2, kv_pb2_grpc
 
 
@@ -28,12 +29,10 @@ class Maintenance:
     timeout: float
     tls: TLS | None
     _credentials: Credentials
-    _preferred: str
+    _router: Router
     _call: Callable[..., Any]
     _stub: Callable[[str], kv_pb2_grpc.KVStub]
     _log_in_once: Callable[[float], None]
-    _hinted: Callable[[RaftKVError], RaftKVError]
-    _next_endpoint: Callable[[str], str]
 
     # ---- alarms ------------------------------------------------------------------------------
 
@@ -69,16 +68,17 @@ class Maintenance:
         if not destination.parent.is_dir():  # a typo in the path should not become a new directory
             raise FileNotFoundError(f"{destination.parent} is not a directory: create it first, or save elsewhere")
         self._log_in_once(time.monotonic() + timeout)
-        target, deadline, last_error = self._preferred, time.monotonic() + timeout, None
+        router = self._router
+        target, deadline, last_error = router.preferred, time.monotonic() + timeout, None
         for _ in range(MAX_FREE_HOPS + 2 * len(self.endpoints)):
             try:
                 return self._save_snapshot_from(target, destination, deadline - time.monotonic(), progress)
             except grpc.RpcError as rpc_error:
-                last_error = self._hinted(from_rpc_error(rpc_error))
+                last_error = router.hinted(from_rpc_error(rpc_error))
                 if not last_error.retryable or time.monotonic() >= deadline:
                     raise last_error from None
                 hint = last_error.leader_address if isinstance(last_error, NotLeaderError) else None
-                target = hint or self._next_endpoint(target)
+                target = hint or router.next_endpoint(target)
         raise last_error or UnavailableError("no node could stream a snapshot")
 
     def _save_snapshot_from(self, address: str, destination: Path, timeout: float,

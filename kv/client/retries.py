@@ -1,15 +1,13 @@
 """How one client call is retried: where its next attempt goes (a leader hint, else the next
-endpoint), how long it waits before it (tenacity's random exponential backoff, shorter while an
-election is under way, never past the deadline), and what each endpoint answered, for the error of
-a call that runs out of time."""
+endpoint), how long it waits before it (random exponential backoff, shorter while an election is
+under way, never past the deadline), and what each endpoint answered, for the error of a call that
+runs out of time. Plain objects without I/O: kv/client/router.py drives them for both clients."""
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from tenacity import RetryCallState, retry_if_exception, wait_random_exponential
 
 from kv.client.tls import HINT_MARK
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError
@@ -87,36 +85,33 @@ def answer_of(error: RaftKVError) -> str:
 
 
 @dataclass(slots=True)
-class Wait:
-    """tenacity wait: no pause to follow a fresh leader hint, else random exponential backoff,
-    never past the point where one last attempt still fits before the deadline."""
+class Backoff:
+    """The pauses of one run of attempts (a run after a new login starts again from the first):
+    none to follow a fresh leader hint, else random exponential backoff ("full jitter": uniform up
+    to a window that doubles from BACKOFF_BASE_S to BACKOFF_MAX_S), never past the point where one
+    last attempt still fits before the deadline."""
 
     attempts: Attempts
-    backoff: wait_random_exponential = field(
-        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
+    failed: int = 0  # the run's failed attempts so far
 
-    def __call__(self, state: RetryCallState) -> float:
+    def pause_after(self, error: RaftKVError) -> float | None:
+        """The pause before the next attempt after the retryable `error`; None when not even one
+        more attempt fits before the deadline (the pause always leaves MIN_ATTEMPT_S for it)."""
+        self.failed += 1
+        if self.attempts.remaining() < 2 * MIN_ATTEMPT_S:
+            return None
         if self.attempts.follow_now:
             return 0.0
-        pause = self.backoff(state)
-        error = state.outcome.exception() if state.outcome is not None else None
+        window = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(self.failed - 1, _WINDOW_DOUBLINGS))
+        pause = random.uniform(0.0, window)
         if isinstance(error, NotLeaderError) and error.leader_address is None:
             pause = min(pause, ELECTION_BACKOFF_MAX_S)
         # Keep the last attempt: sleep at most until just before the deadline.
         return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
 
 
-def retry_policy(attempts: Attempts) -> dict[str, Any]:
-    """tenacity's arguments for the retries of one call (Retrying for kv.Client, AsyncRetrying for
-    kv.aio.Client; each adds its own `sleep`): retry a retryable RaftKVError, wait as Wait says,
-    stop when not even one more attempt fits before the deadline."""
-    return {
-        "retry": retry_if_exception(lambda e: isinstance(e, RaftKVError) and e.retryable),
-        "wait": Wait(attempts),
-        # The wait always leaves MIN_ATTEMPT_S for the next attempt; stop when not even that is left.
-        "stop": lambda state: attempts.remaining() < 2 * MIN_ATTEMPT_S,
-        "reraise": True,
-    }
+# Past this many doublings the window is BACKOFF_MAX_S anyway (and 2**n stays a small number).
+_WINDOW_DOUBLINGS = 32
 
 
 def running_out_error(error: RaftKVError, attempts: Attempts, timeout: float, endpoints: Sequence[str]) -> RaftKVError:

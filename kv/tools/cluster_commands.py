@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kv.client.client import Client, parse_endpoints
+from kv.client.client import Client
+from kv.client.router import parse_endpoints
 from kv.client.tls import TLS
 from kv.errors import RaftKVError
 from kv.tools.arguments import LOG_LEVELS, Formatter, port, positive_int

@@ -8,7 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from kv.client.client import Client, parse_endpoints
+from kv.client.client import Client
+from kv.client.router import parse_endpoints
 from kv.tools.arguments import Formatter
 from kv.tools.client_options import client_of
 from kv.tools.write_out import JSON, SIMPLE, TABLE, add_write_out, print_table

@@ -14,9 +14,10 @@ from typing import Any
 
 from kv import Client
 from kv.client.client import CHANNEL_OPTIONS
+from kv.client.router import Send
 from kv.client.tls import open_channel
 from kv.tools.cluster_up import NodeSpec, free_ports
-from kv.errors import NotLeaderError, RaftKVError
+from kv.errors import NotLeaderError
 from tests.faults.proxy import DownClose, ProxyNetwork, link_count
 from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import Cluster, NodeProcess
@@ -36,10 +37,13 @@ class RoutedClient(Client):
         super().__init__(endpoints, **kwargs)
         self._route = route
 
-    def _reroute(self, attempts: Any, error: RaftKVError) -> None:
-        if isinstance(error, NotLeaderError) and error.leader_address:
-            error.leader_address = self._route(error.leader_address)
-        super()._reroute(attempts, error)
+    def _send(self, step: Send) -> Any:
+        try:
+            return super()._send(step)
+        except NotLeaderError as error:
+            if error.leader_address:
+                error.leader_address = self._route(error.leader_address)
+            raise
 
 
 @dataclass

@@ -18,7 +18,7 @@ def test_reads_at_past_revisions_transactions_and_compaction_through_a_follower(
     c = cluster.client([follower])
     start = c.revision()
     # Its etcd-API calls asked the follower for the leader instead of a forwarded answer: it went there.
-    assert c._preferred == cluster.nodes[leader].address
+    assert c._router.preferred == cluster.nodes[leader].address
     c.put("cfg", "v1")
     c.put("cfg", "v2")
     first = c.get_kv("cfg")

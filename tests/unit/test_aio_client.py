@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import kv.aio
-from kv.client.aio import client as aio_client
+from kv.client import session as client_session
 from kv.errors import InvalidArgumentError, RaftKVError, TimeoutError, UnavailableError, UnknownSessionError
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb_etcd
@@ -90,7 +90,7 @@ def test_concurrent_writes_share_one_session_and_retries_keep_their_header(start
 
 
 def test_writes_in_flight_stay_within_the_session_window(start_node, monkeypatch):
-    monkeypatch.setattr(aio_client, "SESSION_WINDOW", 4)
+    monkeypatch.setattr(client_session, "SESSION_WINDOW", 4)
     node = start_node()
     release = threading.Event()
 

@@ -16,7 +16,8 @@ from typing import TypeVar
 
 import grpc
 
-from kv.client.client import CHANNEL_OPTIONS, Client, parse_endpoints
+from kv.client.client import CHANNEL_OPTIONS, Client
+from kv.client.router import parse_endpoints
 from kv.client.tls import TLS, open_channel, with_hint
 from kv.errors import NotLeaderError, RaftKVError, from_rpc_error
 from raftkv_proto import export_pb2, export_pb2_grpc
