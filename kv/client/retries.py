@@ -1,13 +1,14 @@
 """How one client call is retried: where its next attempt goes (a leader hint, else the next
-endpoint), how long it waits before it (random exponential backoff, shorter while an election is
-under way, never past the deadline), and what each endpoint answered, for the error of a call that
+endpoint), how long it waits before it (tenacity's random exponential backoff, shorter while an
+election is under way, never past the deadline), and what each endpoint answered, for the error of a call that
 runs out of time. Plain objects without I/O: kv/client/router.py drives them for both clients."""
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from tenacity import RetryCallState, wait_random_exponential
 
 from kv.client.tls import HINT_MARK
 from kv.errors import NotLeaderError, RaftKVError, UnavailableError
@@ -87,12 +88,15 @@ def answer_of(error: RaftKVError) -> str:
 @dataclass(slots=True)
 class Backoff:
     """The pauses of one run of attempts (a run after a new login starts again from the first):
-    none to follow a fresh leader hint, else random exponential backoff ("full jitter": uniform up
-    to a window that doubles from BACKOFF_BASE_S to BACKOFF_MAX_S), never past the point where one
-    last attempt still fits before the deadline."""
+    none to follow a fresh leader hint, else tenacity's random exponential backoff (uniform up to
+    a window that doubles from BACKOFF_BASE_S to BACKOFF_MAX_S), never past the point where one
+    last attempt still fits before the deadline. The router (router.py) asks it between attempts,
+    so that one object serves the blocking and the asyncio client alike."""
 
     attempts: Attempts
     failed: int = 0  # the run's failed attempts so far
+    backoff: wait_random_exponential = field(
+        default_factory=lambda: wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S))
 
     def pause_after(self, error: RaftKVError) -> float | None:
         """The pause before the next attempt after the retryable `error`; None when not even one
@@ -102,16 +106,18 @@ class Backoff:
             return None
         if self.attempts.follow_now:
             return 0.0
-        window = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(self.failed - 1, _WINDOW_DOUBLINGS))
-        pause = random.uniform(0.0, window)
+        pause = self.backoff(_attempt(self.failed))
         if isinstance(error, NotLeaderError) and error.leader_address is None:
             pause = min(pause, ELECTION_BACKOFF_MAX_S)
         # Keep the last attempt: sleep at most until just before the deadline.
         return max(0.0, min(pause, self.attempts.remaining() - MIN_ATTEMPT_S))
 
 
-# Past this many doublings the window is BACKOFF_MAX_S anyway (and 2**n stays a small number).
-_WINDOW_DOUBLINGS = 32
+def _attempt(number: int) -> RetryCallState:
+    """What tenacity's wait strategies read: the number of the attempt that failed."""
+    state = RetryCallState(None, None, (), {})
+    state.attempt_number = number
+    return state
 
 
 def running_out_error(error: RaftKVError, attempts: Attempts, timeout: float, endpoints: Sequence[str]) -> RaftKVError:
