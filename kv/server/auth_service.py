@@ -20,7 +20,8 @@ from kv.server.credentials import (
     password_matches,
     sign_token,
 )
-from kv.server.kv_handler import TIMEOUT_MESSAGE, KVHandler, node_call, propose_command
+from kv.server.kv_handler import KVHandler
+from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, propose_command
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2
 from statemachine.auth_state import (

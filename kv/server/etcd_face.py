@@ -21,18 +21,14 @@ from typing import Any, TypeVar
 import grpc
 
 from kv import errors
-from kv.server.auth_gate import TOKEN_METADATA_KEY, AuthGate, token_of
+from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
 from kv.server.etcd_checks import EtcdError
-from kv.server.kv_handler import TIMEOUT_MESSAGE, begin_node_call, propose_command
-from kv.server.request_checks import RequestChecks
-from raft.node.node import RaftNode
+from kv.server.kv_handler import KVHandler
+from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, not_leader, propose_command
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
-from statemachine.commands import encode_compaction, encode_etcd_txn
-from statemachine.etcd_txn import txn_spans
 from statemachine.apply_batch import ApplyOutcome
-from statemachine.kv_state import KVStateMachine
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -68,13 +64,13 @@ def etcd_error(e: BaseException) -> BaseException:
 class EtcdFace:
     """One node's etcd face: the services call `serve` with their work."""
 
-    def __init__(self, node: RaftNode, fsm: KVStateMachine, gate: AuthGate,
-                 channel_credentials: grpc.ChannelCredentials | None, checks: RequestChecks) -> None:
-        self.node = node
-        self.checks = checks  # the request checks every face shares
-        self.fsm = fsm
-        self.gate = gate
-        self.auth = gate.holder
+    def __init__(self, handler: KVHandler, channel_credentials: grpc.ChannelCredentials | None) -> None:
+        self.handler = handler  # the layer of operations: the work of every request
+        node = self.node = handler.node
+        self.fsm = handler.fsm
+        self.checks = handler.checks  # the request checks every face shares
+        self.gate = handler.gate  # who calls and what they may do
+        self.auth = handler.auth
         self.cluster_number = member_number(node.cluster_id)
         self.member_number = member_number(node.id)
         self._credentials = channel_credentials
@@ -145,7 +141,7 @@ class EtcdFace:
             raise LEADER_CHANGED
         if errors.LEADER_HINTS_KEY in sent:  # a raftkv client: it goes to the leader itself
             leader = self.node.leader
-            raise _Redirect(errors.NotLeaderError(leader, self.node.transport.client_address(leader) if leader else None))
+            raise _Redirect(not_leader(self.node, leader))
         metadata: list[tuple[str, str]] = [(FORWARDED_METADATA_KEY, self.node.id)]
         token = token_of(context)
         if token is not None:
@@ -177,22 +173,6 @@ class EtcdFace:
 
     # ---- writes and reads --------------------------------------------------------------------
 
-    async def write(self, txn: pb.TxnRequest, user: str | None, timeout: float | None) -> pb.TxnResponse:
-        """An etcd write through the log (on the leader); the transaction's response."""
-        if self.fsm.alarms.nospace and _puts_anything(txn):
-            raise NO_SPACE
-        if user is not None:
-            refusal = self.auth.view.spans_refusal(user, *txn_spans(txn))
-            if refusal is not None:
-                raise errors.of_kind(refusal.kind, str(refusal))
-        outcome = await self.propose(encode_etcd_txn(txn.SerializeToString(), user), timeout)
-        return pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
-
-    async def compact(self, revision: int, user: str | None, timeout: float | None) -> int:
-        """etcd's Compact through the log; the store's revision after it."""
-        outcome = await self.propose(encode_compaction(revision, user), timeout)
-        return outcome.result.revision
-
     async def propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
         """A command through the log (on the leader); its outcome, or its refusal (rendered as
         etcd's error by `serve`)."""
@@ -213,12 +193,3 @@ class _Redirect(Exception):
     def __init__(self, error: errors.NotLeaderError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _puts_anything(txn: pb.TxnRequest) -> bool:
-    """Whether any branch of `txn` may put (etcd refuses such requests while NOSPACE is raised)."""
-    for op in (*txn.success, *txn.failure):
-        kind = op.WhichOneof("request")
-        if kind == "request_put" or (kind == "request_txn" and _puts_anything(op.request_txn)):
-            return True
-    return False

@@ -20,7 +20,7 @@ from kv.client.members import MEMBER_NAME_KEY
 from kv.server.etcd_checks import EtcdError, check_delete_range, check_put, check_range, check_txn
 from kv.server.etcd_face import EtcdFace
 from raftkv_proto.member_ids import member_number
-from kv.server.kv_handler import TIMEOUT_MESSAGE, KVHandler, begin_node_call, node_call
+from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call
 from raft.core.membership import ChangeKind, MembershipChangeError
 from raft.node import errors as node_errors
 from raftkv_proto import etcd_rpc_pb2 as pb
@@ -108,7 +108,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         async def work() -> pb.CompactionResponse:
             if not face.leads():
                 return await face.forward(context, "KV", "Compact", request)
-            revision = await face.compact(request.revision, face.gate.caller(context), context.time_remaining())
+            revision = await face.handler.compact(request.revision, context.time_remaining(), face.gate.caller(context))
             response = pb.CompactionResponse()
             face.header(response.header, revision)
             return response
@@ -121,13 +121,12 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         face = self._face
         if not face.leads():
             return await face.forward(context, "KV", method, request)
-        return await face.write(txn, face.gate.caller(context), context.time_remaining())
+        return await face.handler.txn(txn, context.time_remaining(), face.gate.caller(context))
 
 
 class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
-    def __init__(self, face: EtcdFace, handler: KVHandler) -> None:
+    def __init__(self, face: EtcdFace) -> None:
         self._face = face
-        self._handler = handler
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
         face = self._face
@@ -169,8 +168,8 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                 member = next((m for m in members if member_number(m) == request.memberID), None)
                 if member is None:
                     raise EtcdError(grpc.StatusCode.NOT_FOUND, "etcdserver: member not found")
-            await self._handler.alarm(kv_pb2.AlarmRequest(action=request.action, member_id=member, alarm=request.alarm),
-                                      context.time_remaining(), face.gate.caller(context))
+            await face.handler.alarm(kv_pb2.AlarmRequest(action=request.action, member_id=member, alarm=request.alarm),
+                                     context.time_remaining(), face.gate.caller(context))
             response = pb.AlarmResponse(alarms=[pb.AlarmMember(memberID=member_number(a.member_id), alarm=a.alarm)
                                                 for a in face.fsm.alarms.listed()])
             return response  # etcd's AlarmResponse carries no header

@@ -25,7 +25,8 @@ import grpc
 
 from kv import errors
 from kv.server.auth_gate import AuthGate
-from kv.server.kv_handler import SCAN_PAGE_BYTES, node_call
+from kv.server.kv_handler import SCAN_PAGE_BYTES
+from kv.server.node_calls import node_call
 from kv.server.kv_service import serve_call
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode

@@ -1,27 +1,40 @@
-"""The client API's work on a node: `KVHandler` takes protobuf requests (validate, propose or wait
-on the read barrier, read the state machine) and raises kv.errors. Its gRPC face is KVServicer
-(kv_service.py); the embedded API calls it directly, so a local caller gets the same semantics
-without a gRPC hop. Also here: how a call waits on the node (`begin_node_call`, `node_call`) and how
-node errors become kv.errors (`kv_error`)."""
+"""The layer of operations under every face: `KVHandler` takes protobuf requests (check them,
+propose or wait on the read barrier, read the state machine) and raises kv.errors, taking no gRPC
+context. The native gRPC face is KVServicer (kv_service.py), etcd's is kv/server/etcd_services.py
+(through EtcdFace), and the embedded API calls it directly, so a local caller gets the same
+semantics without a gRPC hop. It holds what every face shares: the request checks
+(`checks`), who calls and what they may do (`gate`), the refusals (`_no_space`, and through
+kv/server/node_calls.py the node's and the applied command's)."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 
 from kv import errors
+from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import kv_pb2
 from raft.node import errors as node_errors
 from raft.node.node import RaftNode
-from statemachine.commands import SESSION_SECRET_BYTES, delete_op, encode_command, encode_registration, put_op, session_id
-from statemachine.auth_state import PERMISSION_DENIED, permission_range, prefix_range
+from statemachine.commands import (
+    SESSION_SECRET_BYTES,
+    delete_op,
+    encode_command,
+    encode_compaction,
+    encode_etcd_txn,
+    encode_registration,
+    put_op,
+    session_id,
+)
+from statemachine.etcd_txn import txn_spans
+from statemachine.auth_state import permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
+from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, kv_error, node_call, propose_command
 from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
@@ -58,8 +71,6 @@ _FREEING_OPS = ("delete", "delete_prefix")
 
 _CONSISTENCY = {kv_pb2.LINEARIZABLE: "linearizable", kv_pb2.LEASE: "lease", kv_pb2.STALE: "stale"}
 
-TIMEOUT_MESSAGE = "not done within {:.3f}s; a write may still be applied later, at most once"
-
 
 class KVHandler:
     """Each request's work starts in a `begin_*` call, which validates it, hands it to the node
@@ -73,8 +84,8 @@ class KVHandler:
 
     def __init__(self, node: RaftNode, fsm: KVStateMachine, alarm: CorruptionAlarm | None = None,
                  state_checks: Callable[[], list[kv_pb2.StateCheck]] = list) -> None:
-        self._node = node
-        self._fsm = fsm
+        self.node = node
+        self.fsm = fsm
         self._alarm = alarm or CorruptionAlarm(node)
         self._state_checks = state_checks
         self.auth = fsm.auth  # the AuthHolder the state machine publishes into
@@ -125,7 +136,7 @@ class KVHandler:
             if denied is not None:
                 raise errors.of_kind(denied.kind, str(denied))
         payload = encode_command(ops, header.client_id, header.seq, user)
-        return propose_command(self._node, payload, timeout, header, then=reply)
+        return propose_command(self.node, payload, timeout, header, then=reply)
 
     async def register_client(self, request: kv_pb2.RegisterClientRequest, timeout: float | None = None,
                               user: str | None = None) -> kv_pb2.RegisterClientResponse:
@@ -133,12 +144,34 @@ class KVHandler:
         chosen here; the client id is the entry's index and that secret, so no one can use an id
         the cluster did not issue to them. While auth is on the session is `user`'s alone."""
         secret = secrets.token_bytes(SESSION_SECRET_BYTES)
-        outcome = await propose_command(self._node, encode_registration(secret, user), timeout)
+        outcome = await propose_command(self.node, encode_registration(secret, user), timeout)
         log.debug("client session %d registered for %r", outcome.index, request.name)
         return kv_pb2.RegisterClientResponse(client_id=session_id(outcome.index, secret), index=outcome.index)
 
+    # ---- etcd's writes (the etcd face's Put, DeleteRange, Txn and Compact) ----------------------
+
+    async def txn(self, request: etcd_pb.TxnRequest, timeout: float | None = None,
+                  user: str | None = None) -> etcd_pb.TxnResponse:
+        """An etcd transaction through the log, on the leader (a Put or a DeleteRange travels as a
+        transaction of one op), with a native write's refusals: no space, no permission. The
+        face has checked it (RequestChecks.etcd_txn)."""
+        if self.alarms.nospace and _puts_anything(request):
+            raise self._no_space()
+        if user is not None:
+            denied = self.auth.view.spans_refusal(user, *txn_spans(request))
+            if denied is not None:
+                raise errors.of_kind(denied.kind, str(denied))
+        outcome = await propose_command(self.node, encode_etcd_txn(request.SerializeToString(), user), timeout)
+        return etcd_pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
+
+    async def compact(self, revision: int, timeout: float | None = None, user: str | None = None) -> int:
+        """etcd's Compact through the log (root only while auth is on: checked at apply); the
+        store's revision after it."""
+        outcome = await propose_command(self.node, encode_compaction(revision, user), timeout)
+        return outcome.result.revision
+
     def _no_space(self) -> errors.DiskFullError:
-        """etcd's refusal while NOSPACE is raised (reads and deletes go on)."""
+        """etcd's refusal while NOSPACE is raised (reads and deletes go on), for every face."""
         members = ", ".join(a.member_id for a in self.alarms.listed() if a.name == "NOSPACE")
         return errors.DiskFullError(f"{NO_SPACE}: a NOSPACE alarm is raised (member {members}); reads and "
                                     "deletes go on; free space, then `raftkv alarm disarm`")
@@ -155,19 +188,19 @@ class KVHandler:
             if activate and (request.alarm == kv_pb2.NONE or not request.member_id):
                 raise errors.InvalidArgumentError("raising an alarm needs a member id and an alarm type")
             payload = encode_alarm(activate, request.member_id, request.alarm)
-            await propose_command(self._node, payload, timeout, within_reserve=True)
+            await propose_command(self.node, payload, timeout, within_reserve=True)
         return kv_pb2.AlarmResponse(alarms=[a.to_proto() for a in self.alarms.listed()])
 
     def nospace(self) -> str:
         """Why this member wants a NOSPACE alarm now, or "" (kv/server/alarm_watch.py)."""
-        short = self._node.disk_space.short_of_space()
+        short = self.node.disk_space.short_of_space()
         if short is not None:
             return short
-        storage = self._node.config.storage
+        storage = self.node.config.storage
         quota = storage.quota_backend_bytes or storage.state_max_bytes
-        in_use = self._fsm.in_use_bytes()
+        in_use = self.fsm.in_use_bytes()
         if in_use >= quota:
-            return (f"node {self._node.id}: its state uses {in_use} bytes, over the quota of {quota} "
+            return (f"node {self.node.id}: its state uses {in_use} bytes, over the quota of {quota} "
                     "(--quota-backend-bytes)")
         return ""
 
@@ -185,9 +218,9 @@ class KVHandler:
         return await self.begin_get(request, timeout, user)
 
     def _read(self, key: bytes) -> kv_pb2.GetResponse:
-        index = self._node.applied_index  # read after the barrier: the value is at least this fresh
+        index = self.node.applied_index  # read after the barrier: the value is at least this fresh
         try:
-            value = self._fsm.get(key)
+            value = self.fsm.get(key)
         except CorruptStateError as e:
             raise self._refused_as_corrupt(e) from None
         return kv_pb2.GetResponse(found=value is not None, value=value or b"", index=index)
@@ -207,12 +240,12 @@ class KVHandler:
                             else (request.start, request.end or None))
         limit = min(request.limit or DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT)
         await self._begin_barrier(request.consistency, timeout, lambda _: None)
-        index = self._node.applied_index
+        index = self.node.applied_index
         try:
             if request.prefix:
-                items, more = await asyncio.to_thread(self._fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
+                items, more = await asyncio.to_thread(self.fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
             else:
-                items, more = await asyncio.to_thread(self._fsm.scan, request.start, request.end or None, limit,
+                items, more = await asyncio.to_thread(self.fsm.scan, request.start, request.end or None, limit,
                                                       SCAN_PAGE_BYTES)
         except InvalidCommandError as e:  # a start past the key limit
             raise errors.InvalidArgumentError(str(e)) from None
@@ -240,7 +273,7 @@ class KVHandler:
             # the other half to ask another member.
             await self._revision_applied(last, None if timeout is None else timeout / 2)
         else:
-            last = self._fsm.revision
+            last = self.fsm.revision
         changes: list[Change] = []
         more, next_revision, next_sub = False, 0, 0
         if first <= last:
@@ -252,12 +285,12 @@ class KVHandler:
             except CorruptStateError as e:
                 raise self._refused_as_corrupt(e) from None
         return kv_pb2.ChangesResponse(
-            changes=[_change_proto(c, request.prev_kv) for c in changes], revision=self._fsm.revision,
-            compacted_revision=self._fsm.compacted_revision, more=more, next_revision=next_revision,
+            changes=[_change_proto(c, request.prev_kv) for c in changes], revision=self.fsm.revision,
+            compacted_revision=self.fsm.compacted_revision, more=more, next_revision=next_revision,
             next_sub=next_sub, end_revision=last)
 
     def _compacted(self, revision: int) -> errors.RevisionError:
-        oldest = max(self._fsm.compacted_revision, 1)
+        oldest = max(self.fsm.compacted_revision, 1)
         return errors.RevisionError(f"{COMPACTED_MESSAGE} (revision {revision} was asked for; the oldest available "
                                     f"revision is {oldest})")
 
@@ -265,23 +298,23 @@ class KVHandler:
         """Return once this member's store has reached `revision`; TimeoutError after `timeout`."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while (current := self._fsm.revision) < revision:
+        while (current := self.fsm.revision) < revision:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise errors.TimeoutError(
                     f"this member has not reached revision {revision} within {timeout:.3f}s (it is at {current}); "
                     "another member may have")
             try:
-                started = self._node.wait_applied(self._node.applied_index + 1)
+                started = self.node.wait_applied(self.node.applied_index + 1)
             except (node_errors.NodeError, node_errors.NotLeaderError) as e:
-                raise kv_error(self._node, e) from None
+                raise kv_error(self.node, e) from None
             try:
                 # Shielded: the node's future is shared with other waiters and must not be cancelled.
                 await asyncio.wait_for(asyncio.shield(started), remaining)
             except asyncio.TimeoutError:
                 continue  # the loop raises with the revision it reached
             except Exception as e:  # noqa: BLE001 - the node failed its waiters: stopped, or a term change
-                error = kv_error(self._node, e)
+                error = kv_error(self.node, e)
                 if isinstance(error, errors.RaftKVError):
                     raise error from None
                 await asyncio.sleep(0.05)
@@ -297,7 +330,7 @@ class KVHandler:
             if revision - first >= CHANGES_SCAN_REVISIONS:
                 return out, True, revision, 0
             upto = min(last, revision + window - 1)
-            read = self._fsm.changes(revision, upto, lo, hi, with_prev)
+            read = self.fsm.changes(revision, upto, lo, hi, with_prev)
             if first_sub and revision == first:
                 read = [c for c in read if c.kv.mod_revision != first or c.kv.mod_sub >= first_sub]
             read_bytes = 0
@@ -339,7 +372,7 @@ class KVHandler:
         level = _CONSISTENCY.get(consistency)
         if level is None:
             raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
-        return begin_node_call(self._node, lambda: self._node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
+        return begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -347,58 +380,24 @@ class KVHandler:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
         ReadIndex round on the leader), taken now if the newest one is older. Root only (auth on)."""
         self.gate.check_root(user)
-        index = await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
-        return await node_call(self._node, lambda: self._node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
+        index = await node_call(self.node, lambda: self.node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+        return await node_call(self.node, lambda: self.node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
 
     # ---- status ------------------------------------------------------------------------------
 
     def status(self) -> kv_pb2.StatusResponse:
-        s = self._node.status()
+        s = self.node.status()
         return kv_pb2.StatusResponse(
             id=s["id"], role=s["role"], term=s["term"], leader=s["leader"] or "",
             commit_index=s["commit_index"], applied_index=s["applied_index"], snapshot_index=s["snapshot_index"],
             peers=s["peers"], cluster_id=s["cluster_id"], last_index=s["last_index"],
             leader_address=s["leader_address"] or "", log_size_bytes=s["log_size_bytes"],
-            state_size_bytes=self._fsm.size_bytes(), address=self._node.transport.client_address(self._node.id) or "",
+            state_size_bytes=self.fsm.size_bytes(), address=self.node.transport.client_address(self.node.id) or "",
             log_begin_index=s["log_begin_index"], log_begin_term=s["log_begin_term"], rejoining=s["rejoining"],
             disk_full=s["disk_full"], corrupt=self._alarm.reason or "", state_checks=self._state_checks(),
-            max_request_bytes=self._node.config.limits.max_request_bytes, nospace=self.nospace(),
+            max_request_bytes=self.node.config.limits.max_request_bytes, nospace=self.nospace(),
             alarms=[a.to_proto() for a in self.alarms.listed()],
-            unhealthy=member_health(self._node, self.alarms).reason, voters=s["voters"], learners=s["learners"])
-
-
-_NO_HEADER = kv_pb2.WriteHeader()
-
-
-def propose_command(node: RaftNode, payload: bytes, timeout: float | None,
-                    header: kv_pb2.WriteHeader = _NO_HEADER, within_reserve: bool = False,
-                    then: Callable[[ApplyOutcome], R] = lambda outcome: outcome) -> asyncio.Future[R]:
-    """Every face's way to the log: propose a command (on the leader), and a future of
-    `then(its outcome)`, or of the refusal the outcome stands for (`applied`) as a kv.errors error.
-    `header` is the write's client session, named in refusals about it."""
-    return begin_node_call(node, lambda: node.propose(payload, within_reserve=within_reserve), timeout,
-                           TIMEOUT_MESSAGE, lambda outcome: then(applied(outcome, header)))
-
-
-def applied(outcome: ApplyOutcome, header: kv_pb2.WriteHeader = _NO_HEADER) -> ApplyOutcome:
-    """A command's outcome, or the refusal it stands for: the one table from an applied command to
-    kv.errors, which each face renders in its own codes."""
-    if outcome.other_user:
-        raise errors.PermissionDeniedError(
-            f"{PERMISSION_DENIED}: client session {header.client_id!r} belongs to another user")
-    if outcome.result.refusal_kind:  # refused at apply (a permission revoked meanwhile, ...)
-        raise errors.of_kind(outcome.result.refusal_kind, outcome.result.refusal)
-    if outcome.unknown_session:
-        raise errors.UnknownSessionError(
-            f"client id {header.client_id!r} names no client session this cluster keeps (never registered, "
-            "expired, or a wrong secret); this write was not applied: register again (RegisterClient)")
-    if outcome.expired:
-        raise errors.InvalidArgumentError(
-            f"write seq {header.seq} of client {header.client_id!r} is older than its session window; "
-            "whether it was applied is unknown (use a fresh sequence number)")
-    if outcome.error is not None:
-        raise errors.InvalidArgumentError(f"the command could not be applied: {outcome.error}")
-    return outcome
+            unhealthy=member_health(self.node, self.alarms).reason, voters=s["voters"], learners=s["learners"])
 
 
 def _changes_range(request: kv_pb2.ChangesRequest) -> tuple[bytes, bytes | None]:
@@ -435,63 +434,10 @@ def _change_proto(change: Change, with_prev: bool) -> kv_pb2.Change:
     return out
 
 
-def kv_error(node: RaftNode, e: BaseException) -> BaseException:
-    """The client API's error (kv.errors) for one the node raised: NOT_LEADER with the leader's
-    address, QUEUE_FULL, DISK_FULL, UNAVAILABLE; any other exception as it is."""
-    if isinstance(e, node_errors.NotLeaderError):
-        return errors.NotLeaderError(e.leader, node.transport.client_address(e.leader) if e.leader else None)
-    if isinstance(e, node_errors.QueueFullError):
-        return errors.QueueFullError(str(e))
-    if isinstance(e, node_errors.DiskFullError):
-        return errors.DiskFullError(str(e))
-    if isinstance(e, node_errors.NodeStoppedError):
-        return errors.UnavailableError(str(e))
-    return e
-
-
-def begin_node_call(node: RaftNode, start: Callable[[], asyncio.Future[T]], timeout: float | None,
-                    timeout_message: str, then: Callable[[T], R]) -> asyncio.Future[R]:
-    """Start a node operation (`start` returns its future); a future of `then(its result)`,
-    failed with TimeoutError after `timeout` (`timeout_message` formatted with it) and with the
-    client API's errors (`kv_error`) for the node's. Errors the start raises are raised here."""
-    try:
-        started = start()
-    except (node_errors.NodeError, node_errors.NotLeaderError) as e:
-        raise kv_error(node, e) from None
-    loop = asyncio.get_running_loop()
-    out: asyncio.Future[R] = loop.create_future()
-    if timeout is not None:
-        timer = loop.call_later(timeout, _expire, out, timeout_message.format(timeout))
-        # However `out` ends (settled, timed out, or cancelled by a caller that gave up), the
-        # timer goes with it.
-        out.add_done_callback(lambda _: timer.cancel())
-    started.add_done_callback(functools.partial(_settle, node, out, then))
-    return out
-
-
-def _expire(out: asyncio.Future[Any], message: str) -> None:
-    if not out.done():
-        out.set_exception(errors.TimeoutError(message))
-
-
-def _settle(node: RaftNode, out: asyncio.Future[R], then: Callable[[T], R], started: asyncio.Future[T]) -> None:
-    if out.done():  # timed out, or its caller gave up
-        return
-    if started.cancelled():
-        out.cancel()
-        return
-    error = started.exception()
-    if error is not None:
-        out.set_exception(kv_error(node, error))
-        return
-    try:
-        out.set_result(then(started.result()))
-    except Exception as e:  # noqa: BLE001 - a refusal (InvalidArgumentError) or a failed read: the caller's
-        out.set_exception(e)
-
-
-async def node_call(node: RaftNode, start: Callable[[], Awaitable[T]], timeout: float | None,
-                    timeout_message: str) -> T:
-    """`begin_node_call` for any awaitable (a coroutine runs as a task), awaited."""
-    return await begin_node_call(node, lambda: asyncio.ensure_future(start()), timeout, timeout_message,
-                                 lambda result: result)
+def _puts_anything(txn: etcd_pb.TxnRequest) -> bool:
+    """Whether any branch of `txn` may put (etcd refuses such requests while NOSPACE is raised)."""
+    for op in (*txn.success, *txn.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_put" or (kind == "request_txn" and _puts_anything(op.request_txn)):
+            return True
+    return False

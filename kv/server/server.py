@@ -142,7 +142,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
-        etcd = EtcdFace(node, fsm, handler.gate, member_channel_credentials(config.security), handler.checks)
+        etcd = EtcdFace(handler, member_channel_credentials(config.security))
         watches = WatchHub(node, fsm)
         lessor = Lessor(node, fsm)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
@@ -150,7 +150,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
-            (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd, handler)),
+            (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_ClusterServicer_to_server, EtcdClusterServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_LeaseServicer_to_server, EtcdLeaseServicer(etcd, lessor)),
             (etcd_rpc_pb2_grpc.add_WatchServicer_to_server,

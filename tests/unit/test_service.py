@@ -13,7 +13,8 @@ import pytest
 from kv import errors
 from kv.server import pipeline_call
 from kv.server.server import start_server
-from kv.server.kv_handler import KVHandler, begin_node_call
+from kv.server.kv_handler import KVHandler
+from kv.server.node_calls import begin_node_call
 from kv.server.kv_service import KVServicer
 from kv.server.pipeline_call import _ReplyGather, read_requests
 from raftkv_proto import kv_pb2
