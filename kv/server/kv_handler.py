@@ -17,7 +17,6 @@ from typing import TypeVar
 from kv import errors
 from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import kv_pb2
-from raft.node import errors as node_errors
 from raft.node.node import RaftNode
 from statemachine.commands import (
     SESSION_SECRET_BYTES,
@@ -34,7 +33,8 @@ from statemachine.auth_state import permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
-from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, kv_error, node_call, propose_command
+from kv.server.watch_hub import WatchHub
+from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call, propose_command
 from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
@@ -92,6 +92,9 @@ class KVHandler:
         self.gate = AuthGate(fsm.auth)  # who calls and what they may do: every face asks this one
         self.alarms = fsm.alarms  # the AlarmHolder likewise: puts are refused while NOSPACE is raised
         self.checks = RequestChecks(node.config.limits)  # every face's: the etcd face uses these too
+        # The change feed (started and stopped with the node's servers): etcd's Watch follows it,
+        # and KV.Changes waits on it for the revisions it pages through.
+        self.watches = WatchHub(node, fsm)
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -295,29 +298,13 @@ class KVHandler:
                                     f"revision is {oldest})")
 
     async def _revision_applied(self, revision: int, timeout: float | None) -> None:
-        """Return once this member's store has reached `revision`; TimeoutError after `timeout`."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while (current := self.fsm.revision) < revision:
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise errors.TimeoutError(
-                    f"this member has not reached revision {revision} within {timeout:.3f}s (it is at {current}); "
-                    "another member may have")
-            try:
-                started = self.node.wait_applied(self.node.applied_index + 1)
-            except (node_errors.NodeError, node_errors.NotLeaderError) as e:
-                raise kv_error(self.node, e) from None
-            try:
-                # Shielded: the node's future is shared with other waiters and must not be cancelled.
-                await asyncio.wait_for(asyncio.shield(started), remaining)
-            except asyncio.TimeoutError:
-                continue  # the loop raises with the revision it reached
-            except Exception as e:  # noqa: BLE001 - the node failed its waiters: stopped, or a term change
-                error = kv_error(self.node, e)
-                if isinstance(error, errors.RaftKVError):
-                    raise error from None
-                await asyncio.sleep(0.05)
+        """Return once this member's change feed has reached `revision`; TimeoutError after `timeout`."""
+        try:
+            await asyncio.wait_for(self.watches.reached(revision), timeout)
+        except asyncio.TimeoutError:
+            raise errors.TimeoutError(
+                f"this member has not reached revision {revision} within {timeout:.3f}s (it is at "
+                f"{self.watches.revision}); another member may have") from None
 
     def _changes_page(self, first: int, first_sub: int, last: int, lo: bytes, hi: bytes | None, with_prev: bool,
                       limit: int) -> tuple[list[Change], bool, int, int]:

@@ -143,7 +143,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
         etcd = EtcdFace(handler, member_channel_credentials(config.security))
-        watches = WatchHub(node, fsm)
+        watches = handler.watches
         lessor = Lessor(node, fsm)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
                                   config.storage.auto_compaction_retention)

@@ -1,4 +1,4 @@
-"""Watches on a node: every watcher gets every change to its key range from its start revision on,
+"""The change feed of a node, which etcd's Watch and the native KV.Changes both follow: every watcher gets every change to its key range from its start revision on,
 in revision order, exactly once, from this member's applied state (any member serves watches).
 
 A watcher is either synced (it has every change up to the hub's revision) or catching up. Each
@@ -62,6 +62,7 @@ class WatchHub:
         self._synced: set[Watcher] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.revision = 0  # every synced watcher has had every change up to here
+        self._advanced = asyncio.Event()  # set, and replaced, each time `revision` moves
         self._follower: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -77,6 +78,13 @@ class WatchHub:
     @property
     def watchers(self) -> int:
         return len(self._synced) + len(self._tasks)
+
+    async def reached(self, revision: int) -> int:
+        """Return once the hub has read this member's changes through `revision` (KV.Changes waits
+        here for its end revision, as a watch waits for its events); the hub's revision then."""
+        while self.revision < revision:
+            await self._advanced.wait()
+        return self.revision
 
     def add(self, watcher: Watcher) -> None:
         if watcher.next_revision > self.revision:
@@ -126,6 +134,8 @@ class WatchHub:
                 else:
                     watcher.take(changes, revision)
         self.revision = revision
+        advanced, self._advanced = self._advanced, asyncio.Event()
+        advanced.set()
 
     def _demote(self, watcher: Watcher) -> None:
         self._synced.discard(watcher)

@@ -49,6 +49,7 @@ def test_pages_are_cut_between_revisions_by_limit_and_bytes(tmp_path: Path, monk
         single = Single(tmp_path)
         async with single as node:
             handler = KVHandler(node, single.fsm)
+            handler.watches.start()  # the change feed KV.Changes waits on
             first = single.fsm.revision + 1
             sizes = [1, 3, 2, 7, 1, 4, 2, 5, 3, 1, 6, 2] * 4
             for n, size in enumerate(sizes):  # revisions of 1..7 changes of ~140 bytes (a revision < 2,000)
@@ -82,6 +83,7 @@ def test_a_revision_larger_than_a_page_is_split_by_its_changes(tmp_path: Path,
         single = Single(tmp_path)
         async with single as node:
             handler = KVHandler(node, single.fsm)
+            handler.watches.start()  # the change feed KV.Changes waits on
             first = await write(node, [put_op(b"a", b"1")])
             big = await write(node, [put_op(b"b/%03d" % i, b"v" * 300) for i in range(20)])  # ~6.6 KB
             await write(node, [put_op(b"c", b"2"), delete_op(b"a")])
@@ -102,6 +104,7 @@ def test_key_ranges_prev_values_and_deletes(tmp_path: Path) -> None:
         single = Single(tmp_path)
         async with single as node:
             handler = KVHandler(node, single.fsm)
+            handler.watches.start()  # the change feed KV.Changes waits on
             r1 = await write(node, [put_op(b"p/a", b"1"), put_op(b"q", b"x")])
             r2 = await write(node, [put_op(b"p/a", b"2")])
             r3 = await write(node, [delete_op(b"p/a"), put_op(b"p/b", b"3")])
@@ -135,6 +138,7 @@ def test_a_page_waits_for_its_end_revision_and_a_compacted_start_is_refused(tmp_
         single = Single(tmp_path)
         async with single as node:
             handler = KVHandler(node, single.fsm)
+            handler.watches.start()  # the change feed KV.Changes waits on
             now = await write(node, [put_op(b"k", b"1")])
             waiting = asyncio.ensure_future(handler.changes(
                 kv_pb2.ChangesRequest(start_revision=now, end_revision=now + 2), WAIT_S))
