@@ -8,7 +8,8 @@ No client deletes a key on a lease (traffic.py), so each deletion of one is a re
   answered with a TTL before that moment. A leader renews a lease between a keep-alive's call and
   its answer, and a new leader gives every lease its whole TTL again, so this bound holds however
   leadership moved; it covers kept-alive leases (their keys never vanish while kept alive) and
-  abandoned ones alike. A keep-alive answered "no such lease" (TTL 0) is held to the same bound;
+  abandoned ones alike. A keep-alive answered "no such lease" (TTL 0) is held to the same bound
+  (a check of its own: a client told so gives its lease up, as etcd's clients do);
 - every lease's keys are gone by the end of the run (the traffic abandons every lease it holds
   when it stops, and the run waits for them to expire).
 Times are CLOCK_MONOTONIC, which the members' lease deadlines count on too."""
@@ -24,8 +25,9 @@ from tests.robustness.traffic import LEASE_PREFIX
 
 REVOKED_WHOLE = "a lease's revocation deletes all its keys in one revision of their own"
 NOT_EARLY = "no lease goes before its TTL after its last acknowledged keep-alive"
+NOT_GONE_EARLY = "no keep-alive answers TTL 0 (no such lease) before the lease's TTL has run"
 GONE = "every lease's keys are gone once it has expired"
-LEASE_CHECKS = (REVOKED_WHOLE, NOT_EARLY, GONE)
+LEASE_CHECKS = (REVOKED_WHOLE, NOT_EARLY, NOT_GONE_EARLY, GONE)
 
 
 class FirstSeen:
@@ -64,14 +66,15 @@ def check_leases(kv: list[KvCall], leases: list[LeaseCall], watches: list[WatchL
         seen = first_seen.at(revision)
         if seen is None:
             continue
-        _not_early(lease, calls[lease], seen, f"its keys deleted at revision {revision}", findings)
+        _not_early(lease, calls[lease], seen, f"its keys deleted at revision {revision}", NOT_EARLY, findings)
     for lease, lease_calls in calls.items():
         for call in lease_calls:
             if call.kind == "keepalive" and call.outcome is Outcome.OK and call.ttl == 0 and call.return_ns:
-                _not_early(lease, lease_calls, call.return_ns, f"a keep-alive by {call.client} answered TTL 0", findings)
+                _not_early(lease, lease_calls, call.return_ns,
+                           f"a keep-alive by {call.client} via {call.member} answered TTL 0", NOT_GONE_EARLY, findings)
 
 
-def _not_early(lease: int, calls: list[LeaseCall], gone_ns: int, how: str, findings: Findings) -> None:
+def _not_early(lease: int, calls: list[LeaseCall], gone_ns: int, how: str, check: str, findings: Findings) -> None:
     """The lease was gone by `gone_ns`: not earlier than its TTL after its grant or last renewal."""
     grants = [c for c in calls if c.kind == "grant" and c.outcome is Outcome.OK]
     if not grants:
@@ -81,7 +84,7 @@ def _not_early(lease: int, calls: list[LeaseCall], gone_ns: int, how: str, findi
     ttl_ns = int(last.ttl * 1e9)
     if gone_ns < last.call_ns + ttl_ns:
         early_ms = (last.call_ns + ttl_ns - gone_ns) / 1e6
-        findings.add(NOT_EARLY, f"lease {lease:x} (TTL {last.ttl} s): {how}, known {early_ms:.0f} ms before its TTL "
+        findings.add(check, f"lease {lease:x} (TTL {last.ttl} s): {how}, known {early_ms:.0f} ms before its TTL "
                                 f"had run from the {last.kind} called by {last.client} via {last.member} "
                                 f"({(gone_ns - last.call_ns) / 1e6:.0f} ms after that call)")
 
