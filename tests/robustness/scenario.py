@@ -22,7 +22,7 @@ from tests.robustness.agreed_history import Findings, History, check_agreement, 
 from tests.robustness.checks_kv import FINAL_KEYS, check_kv
 from tests.robustness.checks_lease import check_leases
 from tests.robustness.checks_watch import check_watches
-from tests.robustness.injection import FAULTS, RECOVERY_S, Injector
+from tests.robustness.injection import FAULTS, KILL, RECOVERY_S, WIPE, Injector
 from tests.robustness.records import Outcome, Records, WatchLog
 from tests.robustness.traffic import LEASE_PREFIX, make_traffic
 from tests.robustness.watchers import Watch, Watchers, full_history_spec, random_spec
@@ -34,6 +34,7 @@ WRITES_BEFORE_WATCHES = 20
 QUIET_S = (0.3, 1.0)
 WATCHES_CATCH_UP_S = 60.0
 RECORDS_FILE = "records.jsonl"
+MIN_WRITES = 100
 MIXED = "mixed"
 
 
@@ -143,3 +144,17 @@ class Run:
         check_kv(kv, history, findings)
         check_watches(list(logs.values()), history, until, findings)
         check_leases(kv, leases, list(logs.values()), history, until, findings)
+        self._exercised(history, list(logs.values()))
+
+    def _exercised(self, history: History, logs: list[WatchLog]) -> None:
+        """A run that did not do what it is for would pass every check: count that it did."""
+        check = "the run exercised writes, revocations and (after a kill) resumed watches"
+        self.findings.ran(check)
+        writes = sum(1 for c in self.records.kv_calls() if c.outcome is Outcome.OK and c.writes)
+        if writes < MIN_WRITES:
+            self.findings.add(check, f"only {writes} writes acknowledged")
+        if not any(e.deleted and e.kv.key.startswith(LEASE_PREFIX) for e in history.events):
+            self.findings.add(check, "no lease was revoked")
+        resumed = sum(len(log.starts) - 1 for log in logs)
+        if resumed == 0 and set(self.plan) & {KILL, WIPE}:
+            self.findings.add(check, "no watch was resumed although members were killed")
