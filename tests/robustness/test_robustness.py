@@ -17,8 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.robustness]
 CI_SEEDS = {KILL: 1017, PAUSE: 2029, PARTITION: 3041, WIPE: 4057, MIXED: 5077}
 RUNS = [(scenario, seed) for scenario, ci_seed in CI_SEEDS.items() for seed in seeds([ci_seed])]
 
-# Checks that fail on every run because of a known bug of the server: the test asserts every other
-# check, then reports these as xfail (with the violations printed) rather than failing CI.
+# Checks that fail on (nearly) every run because of a known bug of the server: the test asserts every
+# other check, then reports these as xfail (with the violations printed) rather than failing CI.
 KNOWN_BUGS = {
     PROGRESS: "a progress request is answered with the member's applied revision (kv/server/etcd_watch.py, "
               "_WatchStream.read) before the watch hub has delivered that revision's events to the stream's "
