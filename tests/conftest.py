@@ -3,7 +3,7 @@
 runs, still runs everything.
 
 Slow: every test that starts node processes or a Spark session (tests/integration, tests/faults,
-tests/spark, the bench's smoke runs) and the thousands of random schedules of the simulation. The
+tests/robustness, tests/spark, the bench's smoke runs) and the thousands of random schedules of the simulation. The
 unit tests and the simulation's named scenarios, checkers and pinned seeds stay in the quick tier."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-SLOW_DIRECTORIES = {"integration", "faults", "spark"}
+SLOW_DIRECTORIES = {"integration", "faults", "robustness", "spark"}
 # Files outside those directories whose tests start node processes: the bench's smoke runs.
 SLOW_FILES = {"unit/test_bench_smoke.py"}
 # (file under tests/, test function) outside those directories.

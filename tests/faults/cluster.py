@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from kv import Client
 from kv.client.client import CHANNEL_OPTIONS
 from kv.client.router import Send
@@ -80,15 +82,19 @@ class FaultCluster(Cluster):
         return client
 
     def etcd_kv_stub(self, node_id: str) -> etcd_rpc_pb2_grpc.KVStub:
-        """etcd's KV service of one member (through its client proxy when clients go through
-        proxies), on a channel of its own (own connection: a local subchannel pool), closed at
-        teardown. The reconnect backoff is the native client's (kv.client.client.CHANNEL_OPTIONS):
-        gRPC's default grows to 120 s, and a channel to a member killed three times would then
-        fail every call long after the member is back."""
+        """etcd's KV service of one member, on a channel of its own (`etcd_channel`)."""
+        return etcd_rpc_pb2_grpc.KVStub(self.etcd_channel(node_id))
+
+    def etcd_channel(self, node_id: str) -> grpc.Channel:
+        """A channel to one member (through its client proxy when clients go through proxies) for
+        etcd's services, of its own (own connection: a local subchannel pool), closed at teardown.
+        The reconnect backoff is the native client's (kv.client.client.CHANNEL_OPTIONS): gRPC's
+        default grows to 120 s, and a channel to a member killed three times would then fail every
+        call long after the member is back."""
         credentials = self.client_tls.credentials() if self.client_tls is not None else None
         channel = open_channel(self.client_endpoint(node_id), credentials, CHANNEL_OPTIONS)
         self._channels.append(channel)
-        return etcd_rpc_pb2_grpc.KVStub(channel)
+        return channel
 
     def client_endpoint(self, node_id: str) -> str:
         """Where clients reach `node_id`: its client proxy, or its own address."""
