@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from kv.server.etcd_checks import EtcdError
-from kv.server.etcd_face import EtcdFace
+from kv.server.etcd_face import LEADER_CHANGED, EtcdFace
 from kv.server.lessor import Lessor, min_lease_ttl_s, new_lease_id
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
@@ -101,7 +101,10 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
                     response = pb.LeaseKeepAliveResponse(ID=request.ID)
                     face.header(response.header)  # before the renewal, as etcd
                     await face.serve(context, lambda: face.barrier(False, context.time_remaining(), level="lease"))
-                    response.TTL = self._lessor.renew(request.ID)
+                    ttl = self._lessor.renew(request.ID)
+                    if ttl is None:  # the lead was lost meanwhile: never "no such lease" for that
+                        await face.serve(context, _leader_changed)
+                    response.TTL = ttl
                     yield response
                     continue
                 if upstream is None:
@@ -129,12 +132,18 @@ class _Upstream:
             await self._call.write(request)
             response = await self._call.read()
         except grpc.aio.AioRpcError as e:
-            raise EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: leader changed") from e
+            raise LEADER_CHANGED from e
         if response is grpc.aio.EOF:
-            raise EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: leader changed")
+            raise LEADER_CHANGED
         self._face.member_header(response.header)
         return response
 
     def close(self) -> None:
         if self._call is not None:
             self._call.cancel()
+
+
+async def _leader_changed() -> None:
+    """A keep-alive that found its member no longer leading: etcd's "leader changed", which its
+    clients answer by sending the keep-alive again on a new stream."""
+    raise LEADER_CHANGED

@@ -202,7 +202,17 @@ class _WatchStream:
             elif kind == "cancel_request":
                 self._cancel(request.cancel_request.watch_id)
             elif kind == "progress_request":
-                self._send(self._response(self._face.fsm.revision, INVALID_WATCH_ID))
+                self._send(self._response(self._delivered_through(), INVALID_WATCH_ID))
+
+    def _delivered_through(self) -> int:
+        """The revision through which every watch of this stream has had its events queued before
+        this response: what a progress response may report (etcd once answered with its store's
+        revision while a watch still had events of it to send: etcd issue 15220). A watch that is catching up holds it back; the member's applied revision, which the hub has
+        not read yet, never counts."""
+        through = self._hub.revision
+        for watch in self._watches.values():
+            through = min(through, watch.watcher.next_revision - 1)
+        return through
 
     def _create(self, create: pb.WatchCreateRequest) -> None:
         revision = self._face.fsm.revision

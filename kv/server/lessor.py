@@ -103,11 +103,14 @@ class Lessor:
             return
         future.add_done_callback(lambda _: self._revoking.discard(lease))
 
-    def renew(self, lease: int) -> int:
+    def renew(self, lease: int) -> int | None:
         """A keep-alive, on the leader (the caller confirmed it leads): the lease's TTL, 0 when it
-        does not exist."""
+        does not exist; None when this member no longer leads (it lost the lead since the caller
+        asked), which says nothing of the lease: the keep-alive must go to the new leader."""
+        if not self._leading():
+            return None
         ttl = self._fsm.leases.ttls.get(lease)
-        if ttl is None or not self._leading():
+        if ttl is None:
             return 0
         self._deadlines[lease] = self._clock() + ttl
         return ttl

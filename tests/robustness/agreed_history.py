@@ -26,8 +26,8 @@ class Findings:
     def ran(self, check: str) -> None:
         self.by_check.setdefault(check, [])
 
-    def failed(self, exclude: frozenset[str] = frozenset()) -> list[str]:
-        return [name for name, found in self.by_check.items() if found and name not in exclude]
+    def failed(self) -> list[str]:
+        return [name for name, found in self.by_check.items() if found]
 
     def report(self, only: list[str] | None = None) -> str:
         lines = []

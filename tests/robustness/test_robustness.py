@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.robustness.checks_watch import PROGRESS
 from tests.robustness.injection import KILL, PARTITION, PAUSE, WIPE
 from tests.robustness.scenario import MIXED, Run, seeds
 
@@ -17,22 +16,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.robustness]
 CI_SEEDS = {KILL: 1017, PAUSE: 2029, PARTITION: 3041, WIPE: 4057, MIXED: 5077}
 RUNS = [(scenario, seed) for scenario, ci_seed in CI_SEEDS.items() for seed in seeds([ci_seed])]
 
-# Checks that fail on (nearly) every run because of a known bug of the server: the test asserts every
-# other check, then reports these as xfail (with the violations printed) rather than failing CI.
-KNOWN_BUGS = {
-    PROGRESS: "a progress request is answered with the member's applied revision (kv/server/etcd_watch.py, "
-              "_WatchStream.read) before the watch hub has delivered that revision's events to the stream's "
-              "watches: etcd issue 15220, fixed in etcd by answering only once every watch of the stream is synced",
-}
-
 
 @pytest.mark.parametrize(("scenario", "seed"), RUNS, ids=[f"{s}-seed={n}" for s, n in RUNS])
 def test_watches_and_leases_under_faults(robustness_run: Callable[[str, int], Run], scenario: str, seed: int) -> None:
     run = robustness_run(scenario, seed)
     findings = run.execute()
     print(findings.report())
-    failed = findings.failed(exclude=frozenset(KNOWN_BUGS))
+    failed = findings.failed()
     assert not failed, f"{run.tag()}\n{findings.report(only=failed)}"
-    known = [name for name in findings.failed() if name in KNOWN_BUGS]
-    if known:
-        pytest.xfail("; ".join(f"{name}: {KNOWN_BUGS[name]}" for name in known))
