@@ -7,7 +7,9 @@ tests/robustness, tests/spark, the bench's smoke runs) and the thousands of rand
 unit tests and the simulation's named scenarios, checkers and pinned seeds stay in the quick tier."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if where.parts[0] in SLOW_DIRECTORIES or where.as_posix() in SLOW_FILES \
                 or (where.as_posix(), getattr(item, "originalname", None)) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    # Keep each phase's report on the item (item.report_call, ...): a fixture's teardown that prints
+    # the members' logs does so only when the test failed.
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,13 +21,6 @@ from tests.integration.peer_tls import use_tls
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "faults: process-level fault scenarios with a linearizability check")
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    # Keep each phase's report on the item, so that teardown knows whether the test failed.
-    outcome = yield
-    report = outcome.get_result()
-    setattr(item, f"faults_report_{report.when}", report)
 
 
 @pytest.fixture(params=seeds(), ids=lambda seed: f"seed={seed}")
@@ -57,7 +49,7 @@ def scenario(tmp_path: Path, seed: int, request: pytest.FixtureRequest) -> Itera
         return run
 
     yield make
-    report = getattr(request.node, "faults_report_call", None)
+    report = getattr(request.node, "report_call", None)
     for run in made:
         try:
             for workload in run.workloads:

@@ -3,18 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.integration.cluster import Cluster
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    # Keep each phase's report on the item so that teardown knows whether the test failed.
-    outcome = yield
-    report = outcome.get_result()
-    setattr(item, f"report_{report.when}", report)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,13 +18,6 @@ MEMBERS = 3
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "robustness: watches and leases through etcd's API under process faults")
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    # Keep each phase's report on the item, so that teardown knows whether the test failed.
-    outcome = yield
-    report = outcome.get_result()
-    setattr(item, f"robustness_report_{report.when}", report)
 
 
 @pytest.fixture
@@ -41,7 +33,7 @@ def robustness_run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
         return run
 
     yield make
-    report = getattr(request.node, "robustness_report_call", None)
+    report = getattr(request.node, "report_call", None)
     for run in made:
         try:
             if report is not None and report.failed:
