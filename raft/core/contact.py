@@ -6,7 +6,7 @@ anything. From that follow the three things a leader must know about its own aut
 - the lease holds while a majority acknowledged a heartbeat sent less than lease_ms ago;
 - check-quorum: a leader that has not heard from a majority for an election timeout steps down.
 
-Pure bookkeeping on the core's clock; the core sends the heartbeats."""
+Pure bookkeeping on the core's clock; the leadership (leadership.py) sends the heartbeats."""
 from __future__ import annotations
 
 from typing import Sequence
