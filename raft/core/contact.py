@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-_NEVER = -(1 << 62)
+from raft.core.node_state import NEVER
+
 # Heartbeat send times kept, per leader term: acknowledgements of older rounds no longer date a lease.
 _SENT_KEPT = 1000
 
@@ -52,7 +53,7 @@ class FollowerContact:
         self._acked[peer] = seq
         sent = self._sent_at.get(seq)
         if sent is not None:
-            self._ack_sent[peer] = max(self._ack_sent.get(peer, _NEVER), sent)
+            self._ack_sent[peer] = max(self._ack_sent.get(peer, NEVER), sent)
         return True
 
     def confirmed_round(self) -> int:
@@ -69,16 +70,16 @@ class FollowerContact:
     def lease_valid(self, now: int, lease_ms: int) -> bool:
         if self._need == 0:
             return True
-        sent = sorted((self._ack_sent.get(p, _NEVER) for p in self._peers), reverse=True)
+        sent = sorted((self._ack_sent.get(p, NEVER) for p in self._peers), reverse=True)
         return now < sent[self._need - 1] + lease_ms
 
     def quorum_active(self, now: int, timeout_ms: int) -> bool:
         """Heard from a majority within `timeout_ms` (or leading for less than that)."""
         if now - self.since < timeout_ms:
             return True
-        heard = sum(1 for p in self._peers if now - self._heard.get(p, _NEVER) < timeout_ms)
+        heard = sum(1 for p in self._peers if now - self._heard.get(p, NEVER) < timeout_ms)
         return heard >= self._need
 
     def live(self, peer: str, now: int, timeout_ms: int) -> bool:
         """`peer` answered anything within `timeout_ms`."""
-        return now - self._heard.get(peer, _NEVER) < timeout_ms
+        return now - self._heard.get(peer, NEVER) < timeout_ms

@@ -20,8 +20,8 @@ from raft.core.types import Role
 class Election:
     """`rejoin_floor`: this node lost its log and comes back empty (its hard state's term set
     above any it can have voted in), and this is the most up-to-date log position (last term, last
-    index) its peers reported (raft/node/joining.py). Until it has caught up it never stands, and
-    votes only for a candidate whose log is at least that up to date: an empty log would vote for
+    index) its peers reported (raft/node/joining.py). Until it has caught up (check_caught_up) it
+    never stands, and votes only for a candidate whose log is at least that up to date: an empty log would vote for
     a candidate that lacks entries the lost copy held, and a majority could then elect a leader
     without them; a candidate as up to date as the best of a set of peers that meets every
     majority holds everything committed. Caught up means: its disk holds the log up to a commit
@@ -207,8 +207,18 @@ class Election:
 
     def check_caught_up(self) -> None:
         """(Rejoining) A voter again once its disk holds the log through a commit index of the
-        current term."""
+        current term, or a log at least as up to date as its rejoin floor. The floor is the most
+        up-to-date log of a set of peers that meets every majority, so it holds everything
+        committed when it was asked, the entries the lost copy helped commit included; a log at
+        least as up to date holds all of that too (the argument of Raft's election restriction).
+        Without the second way, two members that lost their disks one after the other could leave
+        the only log that holds the newest committed entries on a member still rejoining, which
+        never stands: no leader, ever (simulator seed 1166)."""
         s = self._state
-        if (self.rejoin_floor is not None and s.leader is not None and 0 < s.commit_index <= s.log.persisted_index
-                and s.log.term(s.commit_index) == s.term):
+        floor = self.rejoin_floor
+        if floor is None:
+            return
+        persisted = s.log.persisted_index
+        if ((s.leader is not None and 0 < s.commit_index <= persisted and s.log.term(s.commit_index) == s.term)
+                or (persisted > 0 and (s.log.term(persisted), persisted) >= floor)):
             self.rejoin_floor = None

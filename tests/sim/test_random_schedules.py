@@ -68,7 +68,10 @@ def test_random_schedules(n: int) -> None:
 #   1745811089300: 119 uncommitted entries to copy one a round trip (batches of 1, one in flight,
 #         delays up to 40 ms) took longer than 20 election timeouts: the bound now adds the time the
 #         configuration needs to ship the longest log [catch-up, a bound too tight, not a bug].
-PINNED_SEEDS = [9008, 271, 1745811089300]
+#   1166: two members lost their disks one after the other; the only log holding the newest
+#         committed entries was on the first, still rejoining, which never stood: no leader again
+#         [liveness]. (Inside the CI range too; pinned for the quick tier.)
+PINNED_SEEDS = [9008, 271, 1745811089300, 1166]
 
 
 def test_pinned_seeds() -> None:
