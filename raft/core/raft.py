@@ -248,11 +248,13 @@ class RaftCore:
 
     def join(self, term: int, floor: tuple[int, int] | None) -> None:
         """A node that started empty learnt what its cluster holds (raft/node/joining.py): it takes
-        `term` (above every term its peers reported, so it cannot vote again in a term it voted in
-        before losing its data); with a `floor` (the cluster has a log) it rejoins (see
-        election.py), else it is a founder and votes from now on."""
+        `term`, the highest its peers reported, as one it has voted in (its own vote, which grants
+        no other candidate one: it may have voted in that term before losing its data), so it
+        follows that term's leader and deposes no one; with a `floor` (the cluster has a log) it
+        rejoins (see election.py), else it is a founder and votes from the next term on."""
         if term > self._state.term:
             self._state.new_term(term)
+            self._state.vote(self._state.id)
         self._election.rejoin_floor = floor
 
     def refloor(self, floor: tuple[int, int] | None) -> None:

@@ -18,11 +18,12 @@ never stands and votes only for a candidate at least as up to date as the best l
 its rejoin floor (a candidate that is holds everything committed; RaftCore's `rejoin_floor`). The
 floor is asked again every election timeout and lowered when the best log now is less up to date
 (the node that held it lost its disk too, with nothing committed on it), so a floor no log reaches
-any more cannot stall the cluster. Either way it takes one above the highest term reported (a
-first start: 0), so it cannot vote again in a term it voted in before it lost its data, nor
-acknowledge a leader it had outgrown. What its peers cannot tell is a vote the lost disk cast in
-an election none of them has seen; a member replaced under a new id (membership change) has no
-such gap."""
+any more cannot stall the cluster. Either way it takes the highest term reported (a first start:
+0), marked as voted in, so it cannot vote again in a term it voted in before it lost its data, nor
+acknowledge a leader it had outgrown; and it raises no term: a leader a majority follows goes on
+leading it (one above the highest term would depose that leader at its first answer). What its
+peers cannot tell is a vote the lost disk cast in an election none of them has seen; a member
+replaced under a new id (membership change) has no such gap."""
 from __future__ import annotations
 
 import asyncio
@@ -113,8 +114,8 @@ class Joining:
         self.floor = floor
 
     async def _ask(self) -> tuple[int, LogEnd | None]:
-        """Ask the peers until enough have answered: (one above the highest term they hold, 0 if
-        none; the best end of their logs, None when all are empty)."""
+        """Ask the peers until enough have answered: (the highest term they hold, 0 if none; the
+        best end of their logs, None when all are empty)."""
         node = self._node
         need = len(self._members) - majority(len(self._members)) + 1
         waited = False
@@ -123,7 +124,7 @@ class Joining:
             if len(answers) >= need:
                 terms = [term for term, _, _ in answers.values()]
                 best = max((last_term, last_index) for _, last_term, last_index in answers.values())
-                return (max(terms) + 1 if any(terms) else 0), (None if best == (0, 0) else best)
+                return max(terms), (None if best == (0, 0) else best)
             if not waited and self.holding:
                 log.info("node %s starts empty: waiting for %d more member(s) to answer before it joins",
                          node.id, need - len(answers))

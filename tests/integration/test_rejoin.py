@@ -5,11 +5,12 @@ and an idle leader, which has no appends for it to refuse, brings it up to date 
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pytest
 
 from kv.server.data_dir import REJOINING_FILE
-from tests.integration.cluster import Cluster, wait_until
+from tests.integration.cluster import STEADY_TIMING, Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,3 +47,46 @@ def test_a_wiped_follower_rejoins_and_an_idle_leader_catches_it_up(cluster: Clus
     with cluster.client([follower]) as client:
         assert client.get("k199", consistency="stale") == b"v199"
     assert cluster.wait_for_leader() == leader  # its return deposed no one
+    assert cluster.status(leader)["term"] == status["term"]
+
+
+def test_a_wiped_follower_rejoins_under_a_writer_without_deposing_the_leader(make_cluster) -> None:
+    """The README's recovery (SIGKILL, remove the data directory, the same command again) while a
+    client writes: the rejoining member takes its peers' term, not one above it, so the leader a
+    majority follows keeps leading in its term and no write sees a leader change."""
+    cluster = make_cluster(3, extra_args=STEADY_TIMING)
+    leader = cluster.wait_for_leader()
+    term = cluster.status(leader)["term"]
+    follower = next(n for n in cluster.nodes if n != leader)
+    stop = threading.Event()
+    written: list[int] = []
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        with cluster.client([leader], timeout=10) as client:
+            while not stop.is_set():
+                try:
+                    client.put(f"w{len(written)}", "v")
+                    written.append(len(written))
+                except BaseException as error:  # noqa: BLE001 - the test reports it
+                    failures.append(error)
+                    return
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        wait_until("writes before the wipe", lambda: len(written) >= 50)
+        cluster.kill(follower)
+        shutil.rmtree(cluster.nodes[follower].spec.data_dir)
+        cluster.start_node(follower)
+        before = len(written)
+        wait_until("the wiped follower to catch up", lambda: (
+            not (mine := cluster.status(follower))["rejoining"] and mine["applied_index"] > 0
+            and len(written) > before + 50))
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures, failures
+    statuses = cluster.statuses()
+    assert {s["leader"] for s in statuses.values()} == {leader}
+    assert {s["term"] for s in statuses.values()} == {term}  # nobody stood, nobody stepped down

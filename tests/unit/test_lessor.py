@@ -44,9 +44,10 @@ def test_deadlines_count_from_the_lead_renewals_and_grants_and_never_early() -> 
     # A new term: every lease gets its whole TTL from the moment this member took the lead.
     node.core.term = 2
     assert lessor.expired() == [] and lessor.remaining(1) == 10
-    # A follower counts nothing and renews nothing.
+    # A follower counts nothing and renews nothing: a renewal there is no answer about the lease
+    # (None), never "no such lease" (0), which an etcd client would give the lease up on.
     node.leader = "n2"
-    assert lessor.expired() == [] and lessor.renew(2) == 0 and lessor.remaining(2) is None
+    assert lessor.expired() == [] and lessor.renew(2) is None and lessor.remaining(2) is None
     store.leases = Holder({2: 30})  # lease 1 revoked meanwhile
     node.leader = "n1"
     now[0] = 500.0
