@@ -196,6 +196,10 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
         return RevisionError(details)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFoundError(details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        # The kinds that share this code (NOT_LEADER, UNKNOWN_SESSION, ...) always travel with
+        # their kind; one without is a plain refusal (etcd's, on the etcd face).
+        return FailedPreconditionError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if OVERSIZED_MARK in details.lower():
             # gRPC refused the message itself: no retry can make it fit.

@@ -10,7 +10,7 @@ import hashlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -277,7 +277,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             response = pb.MemberListResponse(members=member_protos(face))
             face.member_header(response.header)
             return response
-        return await _serve_typed(face, context, work)
+        return await face.serve(context, work)
 
     async def MemberAdd(self, request: pb.MemberAddRequest, context: grpc.aio.ServicerContext) -> pb.MemberAddResponse:
         face = self._face
@@ -299,7 +299,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             response.member.CopyFrom(next(m for m in response.members if m.name == name))
             face.member_header(response.header)
             return response
-        return await _serve_typed(face, context, work)
+        return await face.serve(context, work)
 
     async def MemberRemove(self, request: pb.MemberRemoveRequest,
                            context: grpc.aio.ServicerContext) -> pb.MemberRemoveResponse:
@@ -318,7 +318,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             response = pb.MemberRemoveResponse(members=member_protos(face))
             face.member_header(response.header)
             return response
-        return await _serve_typed(face, context, work)
+        return await face.serve(context, work)
 
     async def MemberUpdate(self, request: pb.MemberUpdateRequest,
                            context: grpc.aio.ServicerContext) -> pb.MemberUpdateResponse:
@@ -341,7 +341,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             response = pb.MemberUpdateResponse(members=member_protos(face))
             face.member_header(response.header)
             return response
-        return await _serve_typed(face, context, work)
+        return await face.serve(context, work)
 
     async def MemberPromote(self, request: pb.MemberPromoteRequest,
                             context: grpc.aio.ServicerContext) -> pb.MemberPromoteResponse:
@@ -362,7 +362,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             response = pb.MemberPromoteResponse(members=member_protos(face))
             face.member_header(response.header)
             return response
-        return await _serve_typed(face, context, work)
+        return await face.serve(context, work)
 
 
 # ---- etcd's errors of the Cluster service and MoveLeader (etcd 3.4's rpctypes/error.go) ------------
@@ -388,16 +388,6 @@ READY_SHARE = 0.9
 # The names MemberAdd gives a member when the caller names none (etcd's MemberAdd carries no name).
 GENERATED_NAME = "m{:08x}"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-# kv.errors kinds for etcd's codes, sent to raftkv's clients (which send LEADER_HINTS_KEY) so that
-# they raise kv.errors' types: FailedPreconditionError rather than a bare RaftKVError.
-_KIND_OF_CODE = {
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError.kind,
-    grpc.StatusCode.NOT_FOUND: errors.NotFoundError.kind,
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError.kind,
-    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDeniedError.kind,
-}
-
-
 def member_protos(face: EtcdFace) -> list[pb.Member]:
     """The members of the latest configuration as etcd lists them: voters, then learners, each by
     name; peerURLs from the address it was added with, clientURLs from where it takes clients
@@ -502,17 +492,3 @@ async def _change(face: EtcdFace, context: grpc.aio.ServicerContext, kind: Chang
         raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, str(refusal)) from None
     log.info("membership: %s %s%s (voters %s, learners %s)", kind.value, member, f" at {address}" if address else "",
              ", ".join(sorted(node.membership.voters)) or "-", ", ".join(sorted(node.membership.learners)) or "-")
-
-
-async def _serve_typed(face: EtcdFace, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
-    """face.serve, and a refusal told to a raftkv client with its kind (kv.errors.ERROR_KEY), so
-    that it raises kv.errors' type."""
-    async def typed() -> T:
-        try:
-            return await work()
-        except EtcdError as e:
-            kind = _KIND_OF_CODE.get(e.code)
-            if kind is not None and errors.LEADER_HINTS_KEY in dict(context.invocation_metadata() or ()):
-                context.set_trailing_metadata(((errors.ERROR_KEY, kind),))
-            raise
-    return await face.serve(context, typed)
