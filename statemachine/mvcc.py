@@ -158,9 +158,15 @@ class RevisionWriter:
 
     def compact(self, revision: int) -> None:
         """Drop the history no read at `revision` or later can see (module docstring). Raises
-        CompactedError / FutureRevisionError as etcd refuses such a compaction."""
-        check_revision(self._txn, self.tables, revision, current=self.revision)
+        CompactedError / FutureRevisionError as etcd refuses such a compaction: one at or below
+        the compacted revision (etcd's mvcc: a second compaction at the same revision too), or
+        above the store's."""
         txn, tables = self._txn, self.tables
+        compacted = compacted_revision(txn, tables)
+        if compacted and revision <= compacted:
+            raise CompactedError(revision)
+        if revision > self.revision:
+            raise FutureRevisionError(revision)
         index = txn.cursor(db=tables.history_index)
         found = index.first()
         while found:

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import re
 import secrets
+import zlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TypeVar
 
@@ -19,7 +20,7 @@ from kv import errors
 from kv.client.members import MEMBER_NAME_KEY
 from kv.server.etcd_checks import EtcdError, check_delete_range, check_put, check_range, check_txn
 from kv.server.etcd_face import EtcdFace
-from raftkv_proto.member_ids import member_number
+from raftkv_proto.member_ids import member_number, numbered_name
 from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call
 from raft.core.membership import ChangeKind, MembershipChangeError
 from raft.node import errors as node_errors
@@ -27,6 +28,7 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2
 from raft.node.ports import SnapshotInfo
 from snapshot.transfer import chunk_file
+from statemachine.alarms import Alarm
 from statemachine.auth_state import permission_range
 from statemachine.etcd_txn import EtcdRefusal
 
@@ -142,6 +144,20 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
             return response
         return await face.serve(context, work)
 
+    async def Hash(self, request: pb.HashRequest, context: grpc.aio.ServicerContext) -> pb.HashResponse:
+        """etcd's Hash, a testing tool that hashes a member's whole backend: here a CRC-32 of this
+        member's whole state (ReadView.state_hash: keys, history, auth), equal on members that have
+        applied the same entries, never equal to etcd's. Root only while auth is on, as etcd's."""
+        face = self._face
+
+        async def work() -> pb.HashResponse:
+            face.gate.check_root(face.gate.caller(context))
+            digest = await asyncio.to_thread(face.fsm.state_hash)
+            response = pb.HashResponse(hash=zlib.crc32(bytes.fromhex(digest)))
+            face.header(response.header)
+            return response
+        return await face.serve(context, work)
+
     async def HashKV(self, request: pb.HashKVRequest, context: grpc.aio.ServicerContext) -> pb.HashKVResponse:
         face = self._face
 
@@ -157,22 +173,28 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         return await face.serve(context, work)
 
     async def Alarm(self, request: pb.AlarmRequest, context: grpc.aio.ServicerContext) -> pb.AlarmResponse:
+        """etcd's Alarm (its applier's answers): GET lists the alarms of a type (NONE: all), whatever
+        member it names; ACTIVATE raises the alarm for the member id given, any id, 0 included
+        (python-etcd3's default), and answers with it; DEACTIVATE clears that one alarm and answers
+        with it, or with nothing when it was not raised. Raising NONE changes nothing (etcd 3.4.23
+        stops on it: its store takes no empty key)."""
         face = self._face
 
         async def work() -> pb.AlarmResponse:
-            if request.action != pb.AlarmRequest.GET and not face.leads():
+            action, kind = request.action, request.alarm
+            if action != pb.AlarmRequest.GET and not face.leads():
                 return await face.forward(context, "Maintenance", "Alarm", request)
-            member = ""
-            if request.memberID:
-                members = face.node.membership.members or face.node.config.members
-                member = next((m for m in members if member_number(m) == request.memberID), None)
-                if member is None:
-                    raise EtcdError(grpc.StatusCode.NOT_FOUND, "etcdserver: member not found")
-            await face.handler.alarm(kv_pb2.AlarmRequest(action=request.action, member_id=member, alarm=request.alarm),
+            member = _alarm_member(face, request.memberID)
+            before = face.fsm.alarms.alarms
+            if action == pb.AlarmRequest.GET:
+                return _alarm_response(a for a in face.fsm.alarms.listed() if kind in (pb.NONE, a.alarm))
+            if kind == pb.NONE:
+                return pb.AlarmResponse()
+            await face.handler.alarm(kv_pb2.AlarmRequest(action=action, member_id=member, alarm=kind),
                                      context.time_remaining(), face.gate.caller(context))
-            response = pb.AlarmResponse(alarms=[pb.AlarmMember(memberID=member_number(a.member_id), alarm=a.alarm)
-                                                for a in face.fsm.alarms.listed()])
-            return response  # etcd's AlarmResponse carries no header
+            target = Alarm(member, kind)
+            raised = action == pb.AlarmRequest.ACTIVATE or target in before
+            return _alarm_response([target] if raised else [])  # etcd's AlarmResponse carries no header
         return await face.serve(context, work)
 
     async def Defragment(self, request: pb.DefragmentRequest,
@@ -492,3 +514,13 @@ async def _change(face: EtcdFace, context: grpc.aio.ServicerContext, kind: Chang
         raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, str(refusal)) from None
     log.info("membership: %s %s%s (voters %s, learners %s)", kind.value, member, f" at {address}" if address else "",
              ", ".join(sorted(node.membership.voters)) or "-", ", ".join(sorted(node.membership.learners)) or "-")
+
+
+def _alarm_member(face: EtcdFace, number: int) -> str:
+    """The raftkv name of etcd member id `number`: a member's, else one that stands for the number."""
+    members = face.node.membership.members or face.node.config.members
+    return next((m for m in members if member_number(m) == number), None) or numbered_name(number)
+
+
+def _alarm_response(alarms: Iterable[Alarm]) -> pb.AlarmResponse:
+    return pb.AlarmResponse(alarms=[pb.AlarmMember(memberID=member_number(a.member_id), alarm=a.alarm) for a in alarms])

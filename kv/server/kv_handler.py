@@ -169,7 +169,13 @@ class KVHandler:
 
     async def compact(self, revision: int, timeout: float | None = None, user: str | None = None) -> int:
         """etcd's Compact through the log (root only while auth is on: checked at apply); the
-        store's revision after it."""
+        store's revision after it. At revision 0 or below (a command cannot name it) it compacts
+        nothing, as etcd's, which refuses it once anything was compacted."""
+        if revision <= 0:
+            self.gate.check_root(user)
+            if self.fsm.compacted_revision:
+                raise errors.RevisionError(COMPACTED_MESSAGE)
+            return self.fsm.revision
         outcome = await propose_command(self.node, encode_compaction(revision, user), timeout)
         return outcome.result.revision
 

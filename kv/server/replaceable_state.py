@@ -140,9 +140,6 @@ class ReplaceableStateMachine:
     def get(self, key: bytes) -> bytes | None:
         return self._call("get", key)
 
-    def get_version(self, key: bytes, revision: int = 0) -> Any:
-        return self._call("get_version", key, revision)
-
     def changes(self, first: int, last: int, start: bytes = b"", end: bytes | None = None,
                 with_prev: bool = False) -> list[Any]:
         return self._call("changes", first, last, start, end, with_prev)
@@ -157,6 +154,9 @@ class ReplaceableStateMachine:
 
     def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
         return self._call("hash_kv", revision)
+
+    def state_hash(self) -> str:
+        return self._call("state_hash")
 
     @property
     def revision(self) -> int:

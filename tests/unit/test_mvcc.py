@@ -15,7 +15,7 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine import KVStateMachine
 from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
-from statemachine.etcd_txn import EtcdRefusal
+from statemachine.etcd_txn import COMPACTED, FUTURE_REVISION, EtcdRefusal
 from statemachine.mvcc import changes_between
 
 
@@ -283,3 +283,19 @@ def test_a_revoked_lease_takes_its_keys_in_one_revision(machine: KVStateMachine,
 def test_an_empty_transaction_succeeds_and_changes_nothing(machine: KVStateMachine) -> None:
     result, response = Applier(machine).txn(pb.TxnRequest())
     assert not result.refusal and response.succeeded and result.revision == 1  # etcd answers it too
+
+
+def test_a_compaction_at_or_below_the_compacted_revision_is_refused_as_etcd_does(machine: KVStateMachine) -> None:
+    """etcd's mvcc refuses a compaction at a revision <= the compacted one (ErrCompacted), a second
+    one at the same revision included; python-etcd3 and etcdctl show "required revision has been
+    compacted". Before, a second compaction at the same revision was taken."""
+    apply = Applier(machine)
+    for i in range(5):
+        apply.ops([put_op(b"k", b"%d" % i)])
+    assert not apply.payload(encode_compaction(4)).refusal
+    for again in (4, 3, 1):
+        result = apply.payload(encode_compaction(again))
+        assert (result.refusal_kind, result.refusal) == ("OUT_OF_RANGE", COMPACTED), again
+    assert machine.compacted_revision == 4
+    assert apply.payload(encode_compaction(machine.revision + 1)).refusal == FUTURE_REVISION
+    assert not apply.payload(encode_compaction(5)).refusal and machine.compacted_revision == 5
