@@ -134,6 +134,55 @@ def apply_txn(txn: lmdb.Transaction, tables: MvccTables, writer: RevisionWriter,
     return response
 
 
+def read_only(request: pb.TxnRequest) -> bool:
+    """etcd's isTxnReadonly: no put and no delete in either branch, nested transactions included.
+    Such a transaction is served as a read, by the member asked, never through the log."""
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if kind in ("request_put", "request_delete_range") or (kind == "request_txn" and not read_only(op.request_txn)):
+            return False
+    return True
+
+
+def serializable(request: pb.TxnRequest) -> bool:
+    """etcd's isTxnSerializable: every range of either branch (nested too) is serializable."""
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if (kind == "request_range" and not op.request_range.serializable) or (
+                kind == "request_txn" and not serializable(op.request_txn)):
+            return False
+    return True
+
+
+def read_txn(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest) -> pb.TxnResponse:
+    """A read-only transaction (read_only) judged and read from one read transaction, as etcd's
+    applier runs it outside the log: the compares, then the chosen branch's ranges. Raises
+    EtcdRefusal for a range at a compacted or future revision, before anything is read."""
+    path = _path(txn, tables, request)
+    _check(txn, tables, request, path)
+    revision = store_revision(txn, tables)
+    response = pb.TxnResponse()
+    _read(txn, tables, request, path, response, revision)
+    response.header.revision = revision
+    return response
+
+
+def _read(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, path: list[bool],
+          response: pb.TxnResponse, revision: int) -> int:
+    """`_run` for a read-only transaction; how many entries of `path` it used."""
+    used = 1
+    response.succeeded = path[0]
+    for op in _branch(request, path[0]):
+        out = response.responses.add()
+        if op.WhichOneof("request") == "request_range":
+            out.response_range.CopyFrom(read_range(txn, tables, op.request_range, revision))
+        else:
+            nested = out.response_txn
+            used += _read(txn, tables, op.request_txn, path[used:], nested, revision)
+            nested.header.revision = revision
+    return used
+
+
 def _path(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest) -> list[bool]:
     """Whether each transaction (this one, then its nested ones in the order they run) succeeds."""
     succeeded = all(_compare(txn, tables, compare) for compare in request.compare)

@@ -81,7 +81,7 @@ from statemachine.client_sessions import (
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
-from statemachine.etcd_txn import read_range, refusal_of
+from statemachine.etcd_txn import read_range, read_txn, refusal_of
 from statemachine.key_record import stored_value
 from statemachine.leases import LEASE_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
 from statemachine.mvcc import (
@@ -312,6 +312,12 @@ class KVStateMachine:
         only the revision. Raises EtcdRefusal for a compacted or future revision."""
         with self._env.begin() as txn:
             return read_range(txn, self._mvcc, request)
+
+    def etcd_read_txn(self, request: etcd_rpc_pb2.TxnRequest) -> etcd_rpc_pb2.TxnResponse:
+        """A read-only etcd transaction (etcd_txn.read_only) from one read transaction, outside the
+        log; the header carries only the revision. Raises EtcdRefusal as etcd_range does."""
+        with self._env.begin() as txn:
+            return read_txn(txn, self._mvcc, request)
 
     def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
         """etcd's HashKV: (CRC-32 of every key version and tombstone at or below `revision`, the

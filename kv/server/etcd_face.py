@@ -24,6 +24,7 @@ from kv import errors
 from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
+from kv.server.server_group import MAX_SEND_BYTES
 from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, not_leader, propose_command
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
@@ -164,10 +165,12 @@ class EtcdFace:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
+            # The leader's answer may be as large as any member sends (a large Range forwarded).
+            options = [("grpc.max_receive_message_length", MAX_SEND_BYTES)]
             if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address)
+                channel = grpc.aio.insecure_channel(address, options=options)
             else:
-                channel = grpc.aio.secure_channel(address, self._credentials)
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             self._channels[address] = channel
         return channel
 

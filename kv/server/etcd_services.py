@@ -30,7 +30,7 @@ from raft.node.ports import SnapshotInfo
 from snapshot.transfer import chunk_file
 from statemachine.alarms import Alarm
 from statemachine.auth_state import permission_range
-from statemachine.etcd_txn import EtcdRefusal
+from statemachine.etcd_txn import EtcdRefusal, read_only, serializable
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -96,12 +96,24 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         async def work() -> pb.TxnResponse:
             check_txn(request)
             self._face.checks.etcd_txn(request)
+            if read_only(request):
+                return await self._read_txn(request, context)
             if not self._face.leads():
                 return await self._face.forward(context, "KV", "Txn", request)
             response = await self._write(context, "Txn", request, request)
             self._face.header(response.header, response.header.revision)
             return response
         return await self._face.serve(context, work)
+
+    async def _read_txn(self, request: pb.TxnRequest, context: grpc.aio.ServicerContext) -> pb.TxnResponse:
+        """A read-only Txn, served as a Range is: by this member when every range is serializable,
+        else by the leader (a follower forwards it), after a ReadIndex round."""
+        face = self._face
+        if not serializable(request) and not face.leads():
+            return await face.forward(context, "KV", "Txn", request)
+        response = await face.handler.read_txn(request, context.time_remaining(), face.gate.caller(context))
+        face.header(response.header, response.header.revision)
+        return response
 
     async def Compact(self, request: pb.CompactionRequest,
                       context: grpc.aio.ServicerContext) -> pb.CompactionResponse:

@@ -28,8 +28,8 @@ from statemachine.commands import (
     put_op,
     session_id,
 )
-from statemachine.etcd_txn import txn_spans
-from statemachine.auth_state import permission_range, prefix_range
+from statemachine.etcd_txn import EtcdRefusal, serializable, txn_spans
+from statemachine.auth_state import AuthRefusal, permission_range, prefix_range
 from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
@@ -135,9 +135,7 @@ class KVHandler:
         if self.alarms.nospace and not all(op.WhichOneof("op") in _FREEING_OPS for op in ops):
             raise self._no_space()
         if user is not None:
-            denied = self.auth.view.write_refusal(user, ops)
-            if denied is not None:
-                raise errors.of_kind(denied.kind, str(denied))
+            _refuse(self.auth.view.write_refusal(user, ops))
         payload = encode_command(ops, header.client_id, header.seq, user)
         return propose_command(self.node, payload, timeout, header, then=reply)
 
@@ -161,11 +159,24 @@ class KVHandler:
         if self.alarms.nospace and _puts_anything(request):
             raise self._no_space()
         if user is not None:
-            denied = self.auth.view.spans_refusal(user, *txn_spans(request))
-            if denied is not None:
-                raise errors.of_kind(denied.kind, str(denied))
+            _refuse(self.auth.view.spans_refusal(user, *txn_spans(request)))
         outcome = await propose_command(self.node, encode_etcd_txn(request.SerializeToString(), user), timeout)
         return etcd_pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
+
+    async def read_txn(self, request: etcd_pb.TxnRequest, timeout: float | None = None,
+                       user: str | None = None) -> etcd_pb.TxnResponse:
+        """A read-only etcd transaction (etcd_txn.read_only) served as a read by this member, as
+        etcd serves it: after a ReadIndex round unless every range is serializable, never through
+        the log (where every member would run it)."""
+        if user is not None:
+            _refuse(self.auth.view.spans_refusal(user, *txn_spans(request)))
+        level = "stale" if serializable(request) else "linearizable"
+        await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
+                              lambda index: index)
+        try:
+            return await asyncio.to_thread(self.fsm.etcd_read_txn, request)
+        except EtcdRefusal as refusal:
+            raise errors.of_kind(refusal.kind, str(refusal)) from None
 
     async def compact(self, revision: int, timeout: float | None = None, user: str | None = None) -> int:
         """etcd's Compact through the log (root only while auth is on: checked at apply); the
@@ -425,6 +436,12 @@ def _change_proto(change: Change, with_prev: bool) -> kv_pb2.Change:
     if with_prev and change.prev is not None:
         out.prev_value = change.prev.value
     return out
+
+
+def _refuse(denied: AuthRefusal | None) -> None:
+    """A write or read the auth state refused, as kv.errors' error."""
+    if denied is not None:
+        raise errors.of_kind(denied.kind, str(denied))
 
 
 def _puts_anything(txn: etcd_pb.TxnRequest) -> bool:

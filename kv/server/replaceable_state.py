@@ -152,6 +152,9 @@ class ReplaceableStateMachine:
     def etcd_range(self, request: Any) -> Any:
         return self._call("etcd_range", request)
 
+    def etcd_read_txn(self, request: Any) -> Any:
+        return self._call("etcd_read_txn", request)
+
     def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
         return self._call("hash_kv", revision)
 

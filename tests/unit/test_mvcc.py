@@ -15,7 +15,7 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine import KVStateMachine
 from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
-from statemachine.etcd_txn import COMPACTED, FUTURE_REVISION, EtcdRefusal
+from statemachine.etcd_txn import COMPACTED, FUTURE_REVISION, EtcdRefusal, read_only
 from statemachine.mvcc import changes_between
 
 
@@ -299,3 +299,38 @@ def test_a_compaction_at_or_below_the_compacted_revision_is_refused_as_etcd_does
     assert machine.compacted_revision == 4
     assert apply.payload(encode_compaction(machine.revision + 1)).refusal == FUTURE_REVISION
     assert not apply.payload(encode_compaction(5)).refusal and machine.compacted_revision == 5
+
+
+def test_a_read_only_txn_read_outside_the_log_answers_as_applied_through_it(machine: KVStateMachine) -> None:
+    """etcd serves a transaction without puts or deletes as a read (isTxnReadonly):
+    KVStateMachine.etcd_read_txn must answer exactly as the same transaction applied through the
+    log, compares, branches, nested transactions, sorts and limits included, and change nothing."""
+    apply = Applier(machine)
+    for i in range(6):
+        apply.ops([put_op(b"k%d" % i, b"v%d" % i)])
+    apply.ops([put_op(b"k2", b"again")])
+
+    def rng(key: bytes, end: bytes = b"", **fields: object) -> pb.RequestOp:
+        return pb.RequestOp(request_range=pb.RangeRequest(key=key, range_end=end, **fields))  # type: ignore[arg-type]
+    cases = [
+        pb.TxnRequest(compare=[pb.Compare(key=b"k2", target=pb.Compare.VERSION, result=pb.Compare.EQUAL, version=2)],
+                      success=[rng(b"k", b"l", limit=3, sort_order=pb.RangeRequest.DESCEND), rng(b"k2")],
+                      failure=[rng(b"nothing")]),
+        pb.TxnRequest(compare=[pb.Compare(key=b"k9", target=pb.Compare.CREATE, result=pb.Compare.GREATER)],
+                      success=[rng(b"k1")],
+                      failure=[pb.RequestOp(request_txn=pb.TxnRequest(success=[rng(b"k0", b"k3", keys_only=True),
+                                                                               rng(b"k4", revision=3)]))]),
+        pb.TxnRequest(success=[rng(b"\0", b"\0", count_only=True)]),
+    ]
+    revision = machine.revision
+    for request in cases:
+        assert read_only(request)
+        read = machine.etcd_read_txn(request)
+        assert machine.revision == revision
+        result, applied = apply.txn(request)
+        assert read == applied, request
+    assert not read_only(pb.TxnRequest(failure=[pb.RequestOp(request_txn=pb.TxnRequest(success=[
+        pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=b"k1"))]))]))
+    assert not apply.payload(encode_compaction(4)).refusal
+    with pytest.raises(EtcdRefusal, match="compacted"):
+        machine.etcd_read_txn(pb.TxnRequest(success=[rng(b"k1", revision=2)]))
