@@ -21,6 +21,7 @@ from kv.server.credentials import (
     sign_token,
 )
 from kv.server.kv_handler import KVHandler
+from kv.server.login_throttle import LoginThrottle
 from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, propose_command
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2
@@ -46,6 +47,7 @@ class AuthHandler:
         self._handler = handler
         self._auth = handler.auth
         self._token_ttl_s = token_ttl_s
+        self._throttle = LoginThrottle(time.monotonic)  # a guesser's answers slow down, per name
 
     # ---- login ---------------------------------------------------------------------------------
 
@@ -54,13 +56,18 @@ class AuthHandler:
         """A token for (name, password), from this member's applied auth state. A refusal is
         confirmed against the newest state first (a ReadIndex round on the leader; a follower
         answers NOT_LEADER, and the client asks the leader): a member a little behind may not
-        know a user or password just changed."""
+        know a user or password just changed. Failed logins on a name slow its next ones down
+        (kv/server/login_throttle.py)."""
         if not self._auth.view.enabled:
             raise errors.FailedPreconditionError(AUTH_NOT_ENABLED)
-        token = await self._token_for(request)
-        if token is None:
-            await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+
+        async def check() -> str | None:
             token = await self._token_for(request)
+            if token is None:
+                await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+                token = await self._token_for(request)
+            return token
+        token = await self._throttle.attempt(request.name, check)
         if token is None:
             raise errors.UnauthenticatedError(AUTH_FAILED)
         return kv_pb2.AuthenticateResponse(token=token)

@@ -106,6 +106,19 @@ def test_no_login_or_a_wrong_password_is_unauthenticated(secured: Cluster) -> No
     assert secured.client().status()[0]["role"] in ("leader", "follower")  # health checks stay open
 
 
+def test_a_password_guesser_is_slowed_and_the_right_password_still_gets_in(secured: Cluster) -> None:
+    """Failed logins on a name slow its next ones (kv/server/login_throttle.py); the slowing is
+    measured in tests/unit/test_login_throttle.py, and here the right password is not locked out."""
+    leader = secured.nodes[secured.wait_for_leader()]
+    stub = secured.kv_stub(leader.id)
+    for guess in range(8):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Authenticate(kv_pb2.AuthenticateRequest(name="bob", password=f"guess-{guess}"), timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with as_user(secured, "bob") as bob:
+        assert bob.get("app/seed") is not None
+
+
 def token_of(cluster: Cluster, user: str) -> str:
     stub = cluster.kv_stub("n1")
     return stub.Authenticate(kv_pb2.AuthenticateRequest(name=user, password=PASSWORDS[user]), timeout=5).token
