@@ -22,7 +22,7 @@ from kv.server.credentials import (
 )
 from kv.server.kv_handler import KVHandler
 from kv.server.login_throttle import LoginThrottle
-from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, propose_command
+from kv.server.node_calls import propose_command, read_barrier
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2
 from statemachine.auth_state import (
@@ -64,7 +64,7 @@ class AuthHandler:
         async def check() -> str | None:
             token = await self._token_for(request)
             if token is None:
-                await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+                await read_barrier(self._node, "linearizable", timeout)
                 token = await self._token_for(request)
             return token
         token = await self._throttle.attempt(request.name, check)
@@ -102,7 +102,7 @@ class AuthHandler:
         read = _READS.get(request.action)
         if read is None:
             raise errors.InvalidArgumentError(f"unknown auth action {request.action}")
-        await node_call(self._node, lambda: self._node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+        await read_barrier(self._node, "linearizable", timeout)
         return read(self._auth.view, request)
 
     async def _change(self, request: kv_pb2.AuthAdminRequest, timeout: float | None) -> kv_pb2.AuthAdminResponse:

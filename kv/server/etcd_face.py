@@ -25,7 +25,7 @@ from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
 from kv.server.server_group import MAX_SEND_BYTES
-from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, not_leader, propose_command
+from kv.server.node_calls import not_leader, propose_command, read_barrier
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
@@ -186,8 +186,7 @@ class EtcdFace:
         member's state as it is (etcd's), others wait for a ReadIndex round (on the leader);
         `level` "lease" confirms by the leader's lease instead when it holds."""
         level = level or ("stale" if serializable else "linearizable")
-        await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
-                              lambda index: index)  # the node's errors come as the client API's (kv_error)
+        await read_barrier(self.node, level, timeout)  # the node's errors come as the client API's (kv_error)
 
 
 class _Redirect(Exception):

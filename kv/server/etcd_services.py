@@ -29,7 +29,6 @@ from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2
 from raft.node.ports import SnapshotInfo
 from snapshot.transfer import chunk_file
 from statemachine.alarms import Alarm
-from statemachine.auth_state import permission_range
 from statemachine.etcd_txn import EtcdRefusal, read_only, serializable
 
 T = TypeVar("T")
@@ -53,15 +52,7 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
             face.checks.key(request.key)
             if not request.serializable and not face.leads():
                 return await face.forward(context, "KV", "Range", request)
-            face.gate.check_read(face.gate.caller(context), permission_range(request.key, request.range_end))
-            await face.barrier(request.serializable, context.time_remaining())
-            try:
-                if request.range_end:
-                    response = await asyncio.to_thread(face.fsm.etcd_range, request)
-                else:  # one key: a lookup or two, cheaper on the loop than a thread's hand-off
-                    response = face.fsm.etcd_range(request)
-            except EtcdRefusal as refusal:
-                raise EtcdError(grpc.StatusCode.OUT_OF_RANGE, str(refusal)) from None
+            response = await face.handler.range(request, context.time_remaining(), face.gate.caller(context))
             face.header(response.header, response.header.revision)
             return response
         return await face.serve(context, work)

@@ -34,7 +34,7 @@ from statemachine.errors import CorruptStateError, InvalidCommandError
 from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
 from kv.server.watch_hub import WatchHub
-from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call, propose_command
+from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, propose_command, read_barrier
 from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
@@ -163,6 +163,20 @@ class KVHandler:
         outcome = await propose_command(self.node, encode_etcd_txn(request.SerializeToString(), user), timeout)
         return etcd_pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
 
+    async def range(self, request: etcd_pb.RangeRequest, timeout: float | None = None,
+                    user: str | None = None) -> etcd_pb.RangeResponse:
+        """etcd's Range on this member: after a ReadIndex round unless serializable (the face sends
+        a linearizable one to the leader); its header carries only the revision."""
+        self.gate.check_read(user, permission_range(request.key, request.range_end))
+        level = "stale" if request.serializable else "linearizable"
+        await read_barrier(self.node, level, timeout)
+        try:
+            if request.range_end:
+                return await asyncio.to_thread(self.fsm.etcd_range, request)
+            return self.fsm.etcd_range(request)  # one key: a lookup or two, cheaper than a thread's hand-off
+        except EtcdRefusal as refusal:
+            raise errors.of_kind(refusal.kind, str(refusal)) from None
+
     async def read_txn(self, request: etcd_pb.TxnRequest, timeout: float | None = None,
                        user: str | None = None) -> etcd_pb.TxnResponse:
         """A read-only etcd transaction (etcd_txn.read_only) served as a read by this member, as
@@ -171,8 +185,7 @@ class KVHandler:
         if user is not None:
             _refuse(self.auth.view.spans_refusal(user, *txn_spans(request)))
         level = "stale" if serializable(request) else "linearizable"
-        await begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE,
-                              lambda index: index)
+        await read_barrier(self.node, level, timeout)
         try:
             return await asyncio.to_thread(self.fsm.etcd_read_txn, request)
         except EtcdRefusal as refusal:
@@ -376,7 +389,7 @@ class KVHandler:
         level = _CONSISTENCY.get(consistency)
         if level is None:
             raise errors.InvalidArgumentError(f"unknown consistency {consistency}; use LINEARIZABLE, LEASE or STALE")
-        return begin_node_call(self.node, lambda: self.node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
+        return read_barrier(self.node, level, timeout, then)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -384,7 +397,7 @@ class KVHandler:
         """A snapshot holding everything committed before this call (linearizable: confirmed by a
         ReadIndex round on the leader), taken now if the newest one is older. Root only (auth on)."""
         self.gate.check_root(user)
-        index = await node_call(self.node, lambda: self.node.read_barrier("linearizable"), timeout, TIMEOUT_MESSAGE)
+        index = await read_barrier(self.node, "linearizable", timeout)
         return await node_call(self.node, lambda: self.node.take_snapshot(at_least=index), timeout, TIMEOUT_MESSAGE)
 
     # ---- status ------------------------------------------------------------------------------

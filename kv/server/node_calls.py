@@ -77,6 +77,13 @@ def kv_error(node: RaftNode, e: BaseException) -> BaseException:
     return e
 
 
+def read_barrier(node: RaftNode, level: str, timeout: float | None,
+                 then: Callable[[int], R] = lambda index: index) -> asyncio.Future[R]:  # type: ignore[assignment,return-value]
+    """Every face's wait for a read at `level` ("linearizable", "lease", "stale"): a future of
+    `then(the index through which the state is at least as fresh as asked)`."""
+    return begin_node_call(node, lambda: node.read_barrier(level), timeout, TIMEOUT_MESSAGE, then)
+
+
 def begin_node_call(node: RaftNode, start: Callable[[], asyncio.Future[T]], timeout: float | None,
                     timeout_message: str, then: Callable[[T], R]) -> asyncio.Future[R]:
     """Start a node operation (`start` returns its future); a future of `then(its result)`,
