@@ -1,5 +1,6 @@
-"""What every etcd service on a node shares (kv/server/etcd_services.py): the response header,
-etcd's errors, the write path through the log, the read barrier, and forwarding to the leader.
+"""What every etcd service on a node shares (kv/server/etcd_services.py, etcd_watch.py,
+etcd_lease.py): the layer of operations under it (KVHandler, whose checks, gate and state it
+exposes), the response header, etcd's errors, the read barrier, and forwarding to the leader.
 
 Any member answers every request, as etcd does. A follower sends a write, and a linearizable
 read, on to the leader over the leader's client port, with the caller's token, and returns the
@@ -25,11 +26,10 @@ from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
 from kv.server.server_group import MAX_SEND_BYTES
-from kv.server.node_calls import not_leader, propose_command, read_barrier
+from kv.server.node_calls import not_leader, read_barrier
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
-from statemachine.apply_batch import ApplyOutcome
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -174,12 +174,7 @@ class EtcdFace:
             self._channels[address] = channel
         return channel
 
-    # ---- writes and reads --------------------------------------------------------------------
-
-    async def propose(self, payload: bytes, timeout: float | None) -> ApplyOutcome:
-        """A command through the log (on the leader); its outcome, or its refusal (rendered as
-        etcd's error by `serve`)."""
-        return await propose_command(self.node, payload, timeout)
+    # ---- reads -------------------------------------------------------------------------------------
 
     async def barrier(self, serializable: bool, timeout: float | None, level: str | None = None) -> None:
         """Wait until a read of the local state is as fresh as asked: serializable reads the

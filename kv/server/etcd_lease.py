@@ -11,10 +11,9 @@ import grpc
 
 from kv.server.etcd_checks import EtcdError
 from kv.server.etcd_face import LEADER_CHANGED, EtcdFace
-from kv.server.lessor import Lessor, min_lease_ttl_s, new_lease_id
+from kv.server.lessor import Lessor
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
-from statemachine.commands import encode_lease_grant, encode_lease_revoke
 from statemachine.leases import MAX_LEASE_TTL
 
 TTL_TOO_LARGE = EtcdError(grpc.StatusCode.OUT_OF_RANGE, "etcdserver: too large lease TTL")
@@ -24,7 +23,6 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
     def __init__(self, face: EtcdFace, lessor: Lessor) -> None:
         self._face = face
         self._lessor = lessor
-        self._min_ttl = min_lease_ttl_s(face.node.config.core.election_timeout_ms)
 
     async def LeaseGrant(self, request: pb.LeaseGrantRequest,
                          context: grpc.aio.ServicerContext) -> pb.LeaseGrantResponse:
@@ -36,11 +34,9 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
             if not face.leads():
                 return await face.forward(context, "Lease", "LeaseGrant", request)
             face.gate.caller(context)  # a known caller, while auth is on
-            lease, ttl = request.ID or new_lease_id(), max(request.TTL, self._min_ttl)
-            outcome = await face.propose(encode_lease_grant(lease, ttl), context.time_remaining())
-            self._lessor.granted(lease, ttl)
+            lease, ttl, revision = await self._lessor.grant(request.ID, request.TTL, context.time_remaining())
             response = pb.LeaseGrantResponse(ID=lease, TTL=ttl)
-            face.header(response.header, outcome.result.revision)
+            face.header(response.header, revision)
             return response
         return await face.serve(context, work)
 
@@ -51,10 +47,9 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
         async def work() -> pb.LeaseRevokeResponse:
             if not face.leads():
                 return await face.forward(context, "Lease", "LeaseRevoke", request)
-            outcome = await face.propose(encode_lease_revoke(request.ID, face.gate.caller(context)),
-                                         context.time_remaining())
+            revision = await self._lessor.revoke(request.ID, context.time_remaining(), face.gate.caller(context))
             response = pb.LeaseRevokeResponse()
-            face.header(response.header, outcome.result.revision)
+            face.header(response.header, revision)
             return response
         return await face.serve(context, work)
 

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 
 from raft.node.node import RaftNode
-from statemachine.commands import encode_lease_revoke
+from kv.server.node_calls import propose_command
+from statemachine.commands import encode_lease_grant, encode_lease_revoke
 from statemachine.kv_state import KVStateMachine
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,20 @@ class Lessor:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+
+    async def grant(self, lease: int, ttl: int, timeout: float | None) -> tuple[int, int, int]:
+        """Grant a lease through the log, on the leader (`lease` 0: one chosen here; `ttl` raised to
+        the minimum): (its id, its TTL, the store's revision); its deadline counts from now."""
+        lease, ttl = lease or new_lease_id(), max(ttl, min_lease_ttl_s(self._node.config.core.election_timeout_ms))
+        outcome = await propose_command(self._node, encode_lease_grant(lease, ttl), timeout)
+        self.granted(lease, ttl)
+        return lease, ttl, outcome.result.revision
+
+    async def revoke(self, lease: int, timeout: float | None, user: str | None = None) -> int:
+        """Revoke a lease and delete its keys through the log, on the leader, as `user` (auth on);
+        the store's revision after it."""
+        outcome = await propose_command(self._node, encode_lease_revoke(lease, user), timeout)
+        return outcome.result.revision
 
     async def stop(self) -> None:
         if self._task is not None:
