@@ -1,6 +1,6 @@
 """What every etcd service on a node shares (kv/server/etcd_services.py, etcd_watch.py,
 etcd_lease.py): the layer of operations under it (KVHandler, whose checks, gate and state it
-exposes), the response header, etcd's errors, the read barrier, and forwarding to the leader.
+exposes), the response header, etcd's errors, and forwarding to the leader.
 
 Any member answers every request, as etcd does. A follower sends a write, and a linearizable
 read, on to the leader over the leader's client port, with the caller's token, and returns the
@@ -26,7 +26,7 @@ from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
 from kv.server.server_group import MAX_SEND_BYTES
-from kv.server.node_calls import not_leader, read_barrier
+from kv.server.node_calls import not_leader
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
@@ -173,15 +173,6 @@ class EtcdFace:
                 channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             self._channels[address] = channel
         return channel
-
-    # ---- reads -------------------------------------------------------------------------------------
-
-    async def barrier(self, serializable: bool, timeout: float | None, level: str | None = None) -> None:
-        """Wait until a read of the local state is as fresh as asked: serializable reads the
-        member's state as it is (etcd's), others wait for a ReadIndex round (on the leader);
-        `level` "lease" confirms by the leader's lease instead when it holds."""
-        level = level or ("stale" if serializable else "linearizable")
-        await read_barrier(self.node, level, timeout)  # the node's errors come as the client API's (kv_error)
 
 
 class _Redirect(Exception):

@@ -12,6 +12,7 @@ import grpc
 from kv.server.etcd_checks import EtcdError
 from kv.server.etcd_face import LEADER_CHANGED, EtcdFace
 from kv.server.lessor import Lessor
+from kv.server.node_calls import read_barrier
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
 from statemachine.leases import MAX_LEASE_TTL
@@ -95,7 +96,7 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
                 if face.leads() and upstream is None:
                     response = pb.LeaseKeepAliveResponse(ID=request.ID)
                     face.header(response.header)  # before the renewal, as etcd
-                    await face.serve(context, lambda: face.barrier(False, context.time_remaining(), level="lease"))
+                    await face.serve(context, lambda: read_barrier(face.node, "lease", context.time_remaining()))
                     ttl = self._lessor.renew(request.ID)
                     if ttl is None:  # the lead was lost meanwhile: never "no such lease" for that
                         await face.serve(context, _leader_changed)
