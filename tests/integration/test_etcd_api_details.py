@@ -6,7 +6,6 @@ raft_term) are left out; a value that differs by design is named in the comparis
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import Cluster
-from tests.integration.test_etcd_differential import ETCD, ETCDCTL, start_etcd, wait_healthy
+from tests.integration.test_etcd_differential import ETCD, ETCDCTL, etcd_and_raftkv
 
 pytestmark = [
     pytest.mark.integration,
@@ -88,19 +87,8 @@ def hash_answered(found: Answer) -> Answer:
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Answer], dict[str, Answer]]]:
-    base: Path = tmp_path_factory.mktemp("api-details")
-    etcd = start_etcd(base / "etcd")
-    raftkv = Cluster(base / "raftkv", 1)
-    try:
-        raftkv.start()
-        node = raftkv.nodes["n1"]
-        wait_healthy("etcd", etcd.endpoint, etcd.check_alive)
-        raftkv.wait_for_leader()
-        wait_healthy("raftkv", node.address, node.check_alive)
+    with etcd_and_raftkv(tmp_path_factory.mktemp("api-details")) as (etcd, node):
         yield script(etcd.endpoint), script(node.address)
-    finally:
-        raftkv.close()
-        etcd.kill()
 
 
 def test_raftkv_answers_as_etcd(answers: tuple[dict[str, Answer], dict[str, Answer]]) -> None:

@@ -16,6 +16,7 @@ revision flags (they came with etcdctl 3.5), no nested txns, and raftkv grants n
 naming one is compared as an error)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from kv.tools.cluster_up import free_ports
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, NodeProcess
 
 ETCD = shutil.which("etcd")
 ETCDCTL = shutil.which("etcdctl")
@@ -373,6 +374,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     """etcd and a one-member raftkv, started together; the script run on etcd, then on raftkv;
     both killed at teardown."""
     base = tmp_path_factory.mktemp("differential")
+    with etcd_and_raftkv(base) as (etcd, node):
+        for name in ("etcd-cwd", "raftkv-cwd"):
+            (base / name).mkdir()
+        theirs = run_script(etcd.endpoint, base / "etcd-cwd")
+        ours = run_script(node.address, base / "raftkv-cwd")
+        yield Runs(theirs, ours, f"logs: {etcd.log_path}, {node.log_path}")
+
+
+@contextlib.contextmanager
+def etcd_and_raftkv(base: Path) -> Iterator[tuple[Etcd, NodeProcess]]:
+    """A real etcd and a one-member raftkv, both serving (under `base`); both killed at the end."""
     etcd = start_etcd(base / "etcd")
     raftkv = Cluster(base / "raftkv", 1)
     try:
@@ -381,11 +393,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         wait_healthy("etcd", etcd.endpoint, etcd.check_alive)
         raftkv.wait_for_leader()
         wait_healthy("raftkv", node.address, node.check_alive)
-        for name in ("etcd-cwd", "raftkv-cwd"):
-            (base / name).mkdir()
-        theirs = run_script(etcd.endpoint, base / "etcd-cwd")
-        ours = run_script(node.address, base / "raftkv-cwd")
-        yield Runs(theirs, ours, f"logs: {etcd.log_path}, {node.log_path}")
+        yield etcd, node
     finally:
         raftkv.close()
         etcd.kill()
