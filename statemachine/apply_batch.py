@@ -23,7 +23,7 @@ from raftkv_proto import etcd_rpc_pb2, kv_pb2
 from raftkv_proto.key_ranges import prefix_end
 from statemachine.alarms import Alarm, AlarmHolder, apply_alarm
 from statemachine.auth_state import PERMISSION_DENIED, AuthHolder, AuthRefusal, AuthView, apply_auth
-from statemachine.client_sessions import ClientSessions, SessionLimits, SessionTables, Verdict
+from statemachine.client_sessions import ClientSessions, SessionLimits, SessionTables, Verdict, owner
 from statemachine.commands import decode_command
 from statemachine.errors import ApplyOrderError, CorruptStateError, InvalidCommandError, StateFullError
 from statemachine.etcd_txn import EtcdRefusal, apply_txn, refusal_of, txn_spans
@@ -153,7 +153,8 @@ class ApplyBatch:
         if command.check_state:
             return ApplyOutcome(entry.index, kv_pb2.CommandResult(), state_check=True)
         if command.HasField("registration"):
-            self.sessions.register(entry.index, command.registration.secret, command.registration.user)
+            user = command.registration.user
+            self.sessions.register(entry.index, command.registration.secret, self._owner(user) if user else "")
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
         if command.HasField("auth"):
             return ApplyOutcome(entry.index, self._apply_auth(command.auth))
@@ -174,9 +175,14 @@ class ApplyBatch:
             return ApplyOutcome(entry.index, write())
         return self._apply_tracked(entry.index, command.header.client_id, command.header.seq, write, user)
 
+    def _owner(self, user: str) -> str:
+        """Whom `user`'s sessions belong to as of this entry: its name and generation."""
+        stored = self.auth.users.get(user)
+        return owner(user, stored.generation if stored is not None else 0)
+
     def _apply_tracked(self, index: int, client_id: str, seq: int, write: Callable[[], kv_pb2.CommandResult],
                        user: str | None) -> ApplyOutcome:
-        check = self.sessions.check(client_id, seq, index, user)
+        check = self.sessions.check(client_id, seq, index, None if user is None else self._owner(user))
         if check.verdict is Verdict.APPLY:
             result = write()
             self.sessions.record(check, result)

@@ -14,9 +14,12 @@ a seq at or below ``highest_seq - session_window`` can no longer be checked and 
 "expired" without being applied.
 
 Users: while auth is on (statemachine/auth_state.py) a session belongs to the authenticated user
-that registered it. A write by another user on it is refused (OTHER_USER, PERMISSION_DENIED to the
-client); a session registered while auth was off belongs to nobody, and is unknown to every user
-once auth is on (so a client registers again, as after an expiry).
+that registered it, as that user is then: its owner is the name and the user's generation
+(`owner`), so a user deleted and added again under the same name, or given another password,
+owns none of the sessions before (they are unknown to it: its client registers again). A write
+by another user on it is refused (OTHER_USER, PERMISSION_DENIED to the client); a session
+registered while auth was off belongs to nobody, and is unknown to every user once auth is on (so
+a client registers again, as after an expiry).
 
 Expiry: a session unused for more than `session_ttl_entries` log entries is forgotten, and a
 registration that makes more than `max_sessions` sessions forgets the least recently used one
@@ -130,6 +133,16 @@ _EXPIRED = SessionCheck(Verdict.EXPIRED)
 _OTHER_USER = SessionCheck(Verdict.OTHER_USER)
 
 
+# Between a session owner's name and its generation (a user name holds no NUL).
+_GENERATION_MARK = b"\0"
+
+
+def owner(user: str, generation: int) -> str:
+    """The owner of the sessions `user` registers while it has `generation` (auth_state's: a
+    delete and add, or a password change, gives the name a new one)."""
+    return f"{user}\0{generation}"
+
+
 class ClientSessions:
     """The session tables as seen by one write transaction of `apply`. Every decision depends on
     the entry's index, never on which batch the entry came in, so replicas agree."""
@@ -152,8 +165,8 @@ class ClientSessions:
                 self._drop(sid, last_used)
 
     def check(self, client_id: str, seq: int, index: int, user: str | None = None) -> SessionCheck:
-        """Decide the write (client_id, seq) of the entry at `index`, made as `user` (None: auth
-        is off, any session will do). Every verdict but APPLY is final: DUPLICATE and EXPIRED
+        """Decide the write (client_id, seq) of the entry at `index`, made by the session owner
+        `user` (`owner`; None: auth is off, any session will do). Every verdict but APPLY is final: DUPLICATE and EXPIRED
         already count as a use of the session, UNKNOWN_SESSION and OTHER_USER touch none. After
         APPLY the caller applies the write, then hands the check and result to `record`."""
         parsed = parse_session_id(client_id)
@@ -164,8 +177,10 @@ class ClientSessions:
             return _UNKNOWN
         if user is not None and session.user != user.encode():
             # Someone else's session: refused without touching it. One of nobody's (registered
-            # while auth was off) is unknown instead, so its client registers a session of its own.
-            return _OTHER_USER if session.user else _UNKNOWN
+            # while auth was off), or of an earlier user of this name, is unknown instead, so its
+            # client registers a session of its own.
+            name = session.user.partition(_GENERATION_MARK)[0]
+            return _OTHER_USER if name and name != user.encode().partition(_GENERATION_MARK)[0] else _UNKNOWN
         sid = parsed[0]
         if seq + self._limits.window <= session.max_seq:
             self._save(sid, session, _Session(session.max_seq, index, session.secret, session.user))

@@ -162,3 +162,25 @@ def test_the_state_hash_tells_different_auth_states_apart(tmp_path: Path) -> Non
     assert one.state_hash() != two.state_hash()
     one.close()
     two.close()
+
+
+def test_a_users_sessions_end_with_it(sm: KVStateMachine) -> None:
+    """A user deleted and added again under its name, or given another password, owns none of its
+    earlier client sessions: a write on one is UNKNOWN_SESSION (its client registers again), so
+    the new holder of the name inherits nothing of the old one's."""
+    log = Log(sm)
+    setup_users(log)
+    log.auth(A.AUTH_ENABLE)
+    bobs = session_id(log.index + 1, b"b" * 16)
+    log.apply(encode_registration(b"b" * 16, "bob"))
+    assert log.apply(encode_command([put_op(b"app/1", b"v")], bobs, 1, user="bob")).ok
+    log.auth(A.USER_DELETE, user="bob")
+    log.auth(A.USER_ADD, user="bob", salt=b"t" * 16, password_hash=b"i" * 32)
+    log.auth(A.USER_GRANT_ROLE, user="bob", role="writer")
+    assert log.apply(encode_command([put_op(b"app/2", b"v")], bobs, 2, user="bob")).unknown_session
+    again = session_id(log.index + 1, b"c" * 16)
+    log.apply(encode_registration(b"c" * 16, "bob"))
+    assert log.apply(encode_command([put_op(b"app/2", b"v")], again, 1, user="bob")).ok
+    log.auth(A.USER_CHANGE_PASSWORD, user="bob", salt=b"u" * 16, password_hash=b"j" * 32)
+    assert log.apply(encode_command([put_op(b"app/3", b"v")], again, 2, user="bob")).unknown_session
+    assert sm.get(b"app/2") == b"v" and sm.get(b"app/3") is None
