@@ -124,9 +124,12 @@ class ApplyBatch:
         self.auth: AuthView = holders.auth.view  # replaced by every auth change of the batch
         self.alarms: frozenset[Alarm] = holders.alarms.alarms  # likewise for alarm changes
         self._published_ttls = holders.leases.ttls
-        # The leases after this batch: a new dict once a lease is granted or revoked, published
-        # when the batch commits (the table is not read again: 10,000 leases take milliseconds).
+        self._published_remaining = holders.leases.remaining
+        # The leases after this batch: a new dict once a lease is granted or revoked (or
+        # checkpointed), published when the batch commits (the table is not read again: 10,000
+        # leases take milliseconds).
         self.lease_ttls: dict[int, int] = holders.leases.ttls
+        self.lease_remaining: dict[int, int] = holders.leases.remaining
 
     def apply_entry(self, entry: Entry) -> ApplyOutcome | None:
         """Apply one entry; None for a NOOP or CONFIG entry. Raises EntryNotApplied when applying
@@ -221,8 +224,18 @@ class ApplyBatch:
         return kv_pb2.CommandResult(revision=self.mvcc.end(), etcd_txn_response=response.SerializeToString())
 
     def _apply_lease(self, command: kv_pb2.LeaseCommand) -> kv_pb2.CommandResult:
-        """Grant a lease, or revoke one and delete its keys in one revision (etcd's Grant, Revoke)."""
+        """Grant a lease, or revoke one and delete its keys in one revision (etcd's Grant, Revoke),
+        or record the leader's checkpoint of remaining TTLs (no revision: no key changes)."""
         leases = self.tables.leases
+        if command.checkpoints:
+            for checkpoint in command.checkpoints:
+                if leases.checkpoint(self.txn, checkpoint.id, checkpoint.remaining_ttl):
+                    remaining = self._changed_remaining()
+                    if checkpoint.remaining_ttl > 0:
+                        remaining[checkpoint.id] = checkpoint.remaining_ttl
+                    else:
+                        remaining.pop(checkpoint.id, None)
+            return kv_pb2.CommandResult(revision=self.mvcc.revision)
         if command.grant_id:
             if leases.exists(self.txn, command.grant_id):
                 return kv_pb2.CommandResult(refusal_kind="FAILED_PRECONDITION", refusal=LEASE_EXISTS,
@@ -236,6 +249,8 @@ class ApplyBatch:
         for key in leases.revoke(self.txn, command.revoke_id):
             self.mvcc.delete(key)
         self._changed_leases().pop(command.revoke_id, None)
+        if command.revoke_id in self.lease_remaining:
+            self._changed_remaining().pop(command.revoke_id)
         return kv_pb2.CommandResult(revision=self.mvcc.end())
 
     def _changed_leases(self) -> dict[int, int]:
@@ -243,6 +258,12 @@ class ApplyBatch:
         if self.lease_ttls is self._published_ttls:
             self.lease_ttls = dict(self.lease_ttls)
         return self.lease_ttls
+
+    def _changed_remaining(self) -> dict[int, int]:
+        """Likewise for the checkpointed remaining TTLs."""
+        if self.lease_remaining is self._published_remaining:
+            self.lease_remaining = dict(self.lease_remaining)
+        return self.lease_remaining
 
     def _compact(self, user: str | None, revision: int) -> kv_pb2.CommandResult:
         """etcd's Compact (root only while auth is on, as etcd)."""

@@ -78,6 +78,12 @@ def encode_lease_grant(lease: int, ttl: int) -> bytes:
     return kv_pb2.Command(lease=kv_pb2.LeaseCommand(grant_id=lease, ttl=ttl)).SerializeToString()
 
 
+def encode_lease_checkpoints(remaining: dict[int, int]) -> bytes:
+    """The entry payload of the leader's checkpoint of leases' remaining TTLs (0 clears one)."""
+    checkpoints = [kv_pb2.LeaseCheckpoint(id=lease, remaining_ttl=ttl) for lease, ttl in remaining.items()]
+    return kv_pb2.Command(lease=kv_pb2.LeaseCommand(checkpoints=checkpoints)).SerializeToString()
+
+
 def encode_lease_revoke(lease: int, user: str | None = None) -> bytes:
     return kv_pb2.Command(lease=kv_pb2.LeaseCommand(revoke_id=lease), user=user or "").SerializeToString()
 
@@ -130,9 +136,11 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
         return command
     if command.HasField("lease"):
         lease = command.lease
+        kinds = (lease.grant_id != 0) + (lease.revoke_id != 0) + bool(lease.checkpoints)
         if command.ops or command.HasField("header") or command.HasField("etcd_txn") or command.compact \
-                or (lease.grant_id != 0) == (lease.revoke_id != 0) or (lease.grant_id and lease.ttl <= 0):
-            raise InvalidCommandError("a lease command grants one lease with a TTL, or revokes one, and carries nothing else")
+                or kinds != 1 or (lease.grant_id and lease.ttl <= 0):
+            raise InvalidCommandError("a lease command grants one lease with a TTL, revokes one, or checkpoints "
+                                      "remaining TTLs, and carries nothing else")
         return command
     if command.HasField("etcd_txn") or command.compact:
         if command.ops or command.HasField("registration") or command.HasField("auth") or command.HasField("alarm") \

@@ -159,7 +159,7 @@ class KVStateMachine:
         with self._env.begin() as txn:
             self.auth.publish(load_view(txn, auth_db))
             self.alarms.publish(load_alarms(txn, alarms_db))
-            self.leases.publish(leases_tables.load(txn))
+            self.leases.publish(*leases_tables.load(txn))
         self._state_checks: list[ReadView] = []  # pinned at check markers, not yet taken
         self._closed = False
 
@@ -250,8 +250,8 @@ class KVStateMachine:
             self.auth.publish(batch.auth)
         if batch.alarms is not self.alarms.alarms:
             self.alarms.publish(batch.alarms)
-        if batch.lease_ttls is not self.leases.ttls:
-            self.leases.publish(batch.lease_ttls)
+        if batch.lease_ttls is not self.leases.ttls or batch.lease_remaining is not self.leases.remaining:
+            self.leases.publish(batch.lease_ttls, batch.lease_remaining)
         self._applied = (last.index, last.term)
         return outcomes
 

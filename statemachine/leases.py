@@ -4,7 +4,9 @@ its keys in one revision. When a lease expires is not state: only the leader cou
 (kv/server/lessor.py) and revokes an expired lease through the log, as etcd's lessor does.
 
 Two tables beside the user's keys:
-- ``leases``      lease id (8 bytes, big-endian) -> its granted TTL in seconds (8 bytes)
+- ``leases``      lease id (8 bytes, big-endian) -> its granted TTL in seconds (8 bytes), then the
+                  remaining TTL the leader last checkpointed for it (8 bytes; absent: none), which
+                  a new leader counts the lease from instead of its whole TTL (etcd's checkpoints)
 - ``lease_keys``  lease id -> each key attached to it (an LMDB dupsort table; keys are at most 511
                   bytes, what dupsort values may be). A key's lease is also in its version's
                   header (statemachine/key_record.py), so a put or delete detaches it here."""
@@ -28,16 +30,18 @@ MAX_LEASE_TTL = 9_000_000_000
 
 
 class LeaseHolder:
-    """The leases as of the last apply (id -> granted TTL), published for the lessor and the
-    services; the same object across snapshot installs, as AuthHolder."""
+    """The leases as of the last apply (id -> granted TTL, and id -> checkpointed remaining TTL),
+    published for the lessor and the services; the same object across snapshot installs, as
+    AuthHolder."""
 
-    __slots__ = ("ttls",)
+    __slots__ = ("ttls", "remaining")
 
     def __init__(self) -> None:
         self.ttls: dict[int, int] = {}
+        self.remaining: dict[int, int] = {}
 
-    def publish(self, ttls: dict[int, int]) -> None:
-        self.ttls = ttls
+    def publish(self, ttls: dict[int, int], remaining: dict[int, int]) -> None:
+        self.ttls, self.remaining = ttls, remaining
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,15 @@ class LeaseTables:
 
     def grant(self, txn: lmdb.Transaction, lease: int, ttl: int) -> None:
         txn.put(_ID.pack(lease), _TTL.pack(ttl), db=self.leases)
+
+    def checkpoint(self, txn: lmdb.Transaction, lease: int, remaining: int) -> bool:
+        """Record `lease`'s remaining TTL (0: none); False when the lease does not exist."""
+        raw = txn.get(_ID.pack(lease), db=self.leases)
+        if raw is None:
+            return False
+        ttl = bytes(raw[:_TTL.size])
+        txn.put(_ID.pack(lease), ttl + _TTL.pack(remaining) if remaining > 0 else ttl, db=self.leases)
+        return True
 
     def revoke(self, txn: lmdb.Transaction, lease: int) -> list[bytes]:
         """Forget `lease`; the keys it held (the caller deletes them)."""
@@ -71,5 +84,13 @@ class LeaseTables:
             return []
         return list(cursor.iternext_dup())
 
-    def load(self, txn: lmdb.Transaction) -> dict[int, int]:
-        return {_ID.unpack(raw)[0]: _TTL.unpack(ttl)[0] for raw, ttl in txn.cursor(db=self.leases).iternext()}
+    def load(self, txn: lmdb.Transaction) -> tuple[dict[int, int], dict[int, int]]:
+        """(lease -> granted TTL, lease -> checkpointed remaining TTL)."""
+        ttls: dict[int, int] = {}
+        remaining: dict[int, int] = {}
+        for raw, value in txn.cursor(db=self.leases).iternext():
+            lease = _ID.unpack(raw)[0]
+            ttls[lease] = _TTL.unpack_from(value)[0]
+            if len(value) > _TTL.size:
+                remaining[lease] = _TTL.unpack_from(value, _TTL.size)[0]
+        return ttls, remaining

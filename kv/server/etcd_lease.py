@@ -97,7 +97,7 @@ class EtcdLeaseServicer(etcd_rpc_pb2_grpc.LeaseServicer):
                     response = pb.LeaseKeepAliveResponse(ID=request.ID)
                     face.header(response.header)  # before the renewal, as etcd
                     await face.serve(context, lambda: read_barrier(face.node, "lease", context.time_remaining()))
-                    ttl = self._lessor.renew(request.ID)
+                    ttl = await face.serve(context, lambda: self._lessor.keep_alive(request.ID, context.time_remaining()))
                     if ttl is None:  # the lead was lost meanwhile: never "no such lease" for that
                         await face.serve(context, _leader_changed)
                     response.TTL = ttl

@@ -7,7 +7,14 @@ revokes an expired lease through the log. A member that becomes leader gives eve
 TTL from that moment, so no lease expires before its TTL has passed since the last keep-alive any
 leader acknowledged (etcd's Promote; what etcd issues #9395 and #13491 got wrong is a new leader
 counting from an older point). A lease may live up to one TTL longer across a change of leader,
-never shorter."""
+never shorter.
+
+Checkpoints (etcd's lease checkpointing) bound that: every `checkpoint_interval_s` the leader
+records through the log the remaining TTL of each lease whose TTL is longer than the interval, and
+a new leader counts such a lease from its checkpointed remaining TTL instead of its whole one, so
+a lease abandoned for hours still expires about on time across a change of leader. A keep-alive of
+a checkpointed lease clears its checkpoint through the log before it is acknowledged: a new leader
+then counts it from its whole TTL again, never from a remaining TTL older than the renewal."""
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +26,7 @@ from collections.abc import Callable
 
 from raft.node.node import RaftNode
 from kv.server.node_calls import propose_command
-from statemachine.commands import encode_lease_grant, encode_lease_revoke
+from statemachine.commands import encode_lease_checkpoints, encode_lease_grant, encode_lease_revoke
 from statemachine.kv_state import KVStateMachine
 
 log = logging.getLogger(__name__)
@@ -40,10 +47,16 @@ def new_lease_id() -> int:
 
 
 class Lessor:
-    def __init__(self, node: RaftNode, fsm: KVStateMachine, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, node: RaftNode, fsm: KVStateMachine, clock: Callable[[], float] = time.monotonic,
+                 checkpoint_interval_s: float = 0.0) -> None:
         self._node = node
         self._fsm = fsm
         self._clock = clock
+        self._checkpoint_interval_s = checkpoint_interval_s  # 0: no checkpoints
+        self._next_checkpoint = clock() + checkpoint_interval_s
+        # Leases this leader checkpointed: a keep-alive clears the checkpoint even before its entry
+        # is applied, so a checkpoint older than the renewal never survives it.
+        self._checkpointed: set[int] = set()
         self._deadlines: dict[int, float] = {}
         self._term: int | None = None  # the term in which this member leads, None when it does not
         self._known: dict[int, int] = {}  # the published leases the deadlines were last matched to
@@ -77,6 +90,32 @@ class Lessor:
             await asyncio.sleep(CHECK_INTERVAL_S)
             for lease in self.expired():
                 self._revoke(lease)
+            due = self.checkpoints_due()
+            if due:
+                self._propose_quietly(encode_lease_checkpoints(due), "checkpointing leases")
+
+    def checkpoints_due(self) -> dict[int, int]:
+        """(Leader) The remaining TTLs to checkpoint now: every `checkpoint_interval_s`, each lease
+        whose TTL is longer than the interval, in whole seconds rounded up (never early)."""
+        interval = self._checkpoint_interval_s
+        now = self._clock()
+        if not interval or now < self._next_checkpoint or not self._leading():
+            return {}
+        self._next_checkpoint = now + interval
+        ttls = self._fsm.leases.ttls
+        due = {lease: max(1, math.ceil(deadline - now)) for lease, deadline in self._deadlines.items()
+               if ttls.get(lease, 0) > interval}
+        self._checkpointed |= due.keys()
+        return due
+
+    async def keep_alive(self, lease: int, timeout: float | None) -> int | None:
+        """`renew`, and for a checkpointed lease its checkpoint cleared through the log before the
+        renewal is acknowledged (module docstring)."""
+        ttl = self.renew(lease)
+        if ttl and (lease in self._checkpointed or self._fsm.leases.remaining.get(lease)):
+            await propose_command(self._node, encode_lease_checkpoints({lease: 0}), timeout)
+            self._checkpointed.discard(lease)
+        return ttl
 
     def _leading(self) -> bool:
         """Whether this member leads; on taking the lead, every lease gets its whole TTL from now."""
@@ -84,13 +123,15 @@ class Lessor:
         if node.leader != node.id:
             self._term = None
             self._deadlines.clear()
+            self._checkpointed.clear()
             return False
         term = node.core.term
         ttls = self._fsm.leases.ttls
         if self._term != term:
             now = self._clock()
             self._term = term
-            self._deadlines = {lease: now + ttl for lease, ttl in ttls.items()}
+            remaining = self._fsm.leases.remaining  # checkpointed: counted from there, not in full
+            self._deadlines = {lease: now + (remaining.get(lease) or ttl) for lease, ttl in ttls.items()}
         elif ttls is not self._known:  # a batch granted or revoked leases since: once per batch, not per call
             now = self._clock()
             for lease, ttl in ttls.items():  # granted since (applied here): from now
@@ -110,13 +151,20 @@ class Lessor:
     def _revoke(self, lease: int) -> None:
         self._revoking.add(lease)
         log.info("lease %x expired: revoking it and its keys", lease)
-        try:
-            future = self._node.propose(encode_lease_revoke(lease))
-        except Exception as e:  # noqa: BLE001 - not leader any more, a full queue: the next check tries again
-            log.debug("revoking lease %x: %s", lease, e)
+        future = self._propose_quietly(encode_lease_revoke(lease), f"revoking lease {lease:x}")
+        if future is None:
             self._revoking.discard(lease)
             return
         future.add_done_callback(lambda _: self._revoking.discard(lease))
+
+    def _propose_quietly(self, payload: bytes, what: str) -> asyncio.Future[object] | None:
+        """Propose the lessor's own command; None when the node refuses it now (not leader any
+        more, a full queue): the next check tries again."""
+        try:
+            return self._node.propose(payload)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            log.debug("%s: %s", what, e)
+            return None
 
     def renew(self, lease: int) -> int | None:
         """A keep-alive, on the leader (the caller confirmed it leads): the lease's TTL, 0 when it

@@ -144,7 +144,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
         etcd = EtcdFace(handler, member_channel_credentials(config.security))
         watches = handler.watches
-        lessor = Lessor(node, fsm)
+        lessor = Lessor(node, fsm, checkpoint_interval_s=config.storage.lease_checkpoint_interval_s)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
                                   config.storage.auto_compaction_retention)
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [

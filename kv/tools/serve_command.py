@@ -187,6 +187,10 @@ def add_serve_parser(commands: Any) -> None:
               "periodic, a duration as etcd writes them (1h, 30m, 90s) or hours as a number; with "
               "revision, a number of revisions; 0: keep it until a Compact (etcd's default). "
               "Default: 1h (raftkv's: native clients never compact)")
+    _add(serve, "--lease-checkpoint-interval", type=non_negative_float, default=_STORAGE.lease_checkpoint_interval_s,
+         metavar="SECONDS", help="how often the leader records the remaining TTL of leases longer than this, so "
+              "that a new leader counts them from there rather than restarting them in full (etcd's "
+              "--experimental-lease-checkpoint-interval); 0: never (default: 300)")
     _add(serve, "--max-value-bytes", type=positive_int, default=_LIMITS.max_value_bytes,
                        metavar="BYTES", help="largest value a client may write (a put of it must fit in --max-request-bytes)")
     _add(serve, "--max-request-bytes", type=byte_size, default=_LIMITS.max_request_bytes, metavar="SIZE",
@@ -281,6 +285,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                               reserve_free_bytes=args.reserve_free_bytes, log_max_bytes=args.log_max_bytes,
                               state_max_bytes=args.state_max_bytes, quota_backend_bytes=args.quota_backend_bytes,
                               state_check_interval_s=args.state_check_interval,
+                              lease_checkpoint_interval_s=args.lease_checkpoint_interval,
                               auto_compaction_mode=args.auto_compaction_mode,
                               auto_compaction_retention=_retention_for(args.auto_compaction_mode,
                                                                        args.auto_compaction_retention)),

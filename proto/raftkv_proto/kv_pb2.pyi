@@ -404,14 +404,24 @@ class EtcdTxn(_message.Message):
     def __init__(self, request: _Optional[bytes] = ...) -> None: ...
 
 class LeaseCommand(_message.Message):
-    __slots__ = ("grant_id", "ttl", "revoke_id")
+    __slots__ = ("grant_id", "ttl", "revoke_id", "checkpoints")
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     REVOKE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     grant_id: int
     ttl: int
     revoke_id: int
-    def __init__(self, grant_id: _Optional[int] = ..., ttl: _Optional[int] = ..., revoke_id: _Optional[int] = ...) -> None: ...
+    checkpoints: _containers.RepeatedCompositeFieldContainer[LeaseCheckpoint]
+    def __init__(self, grant_id: _Optional[int] = ..., ttl: _Optional[int] = ..., revoke_id: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
+
+class LeaseCheckpoint(_message.Message):
+    __slots__ = ("id", "remaining_ttl")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_TTL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    remaining_ttl: int
+    def __init__(self, id: _Optional[int] = ..., remaining_ttl: _Optional[int] = ...) -> None: ...
 
 class AlarmMember(_message.Message):
     __slots__ = ("member_id", "alarm")

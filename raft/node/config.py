@@ -54,6 +54,11 @@ class StorageConfig:
     # "periodic" mode, seconds of it; in "revision" mode, revisions. 0: kept until a Compact.
     auto_compaction_mode: str = "periodic"
     auto_compaction_retention: float = 3600.0
+    # How often the leader checkpoints the remaining TTL of leases longer than this through the
+    # log, so that a new leader counts them from there (kv/server/lessor.py; etcd's
+    # --experimental-lease-checkpoint-interval, 5 minutes). 0: never (a new leader counts every
+    # lease from its whole TTL).
+    lease_checkpoint_interval_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.snapshot_threshold < 1:
@@ -74,6 +79,8 @@ class StorageConfig:
             raise ValueError(f"auto_compaction_mode must be periodic or revision, got {self.auto_compaction_mode!r}")
         if self.auto_compaction_retention < 0:
             raise ValueError("auto_compaction_retention must not be negative")
+        if self.lease_checkpoint_interval_s < 0:
+            raise ValueError("lease_checkpoint_interval_s must not be negative")
 
     @property
     def trailing_entries(self) -> int:

@@ -74,3 +74,23 @@ def test_closing_a_lease_that_is_gone_already_is_not_an_error(cluster: Cluster) 
         c.lease_revoke(lease.id)
     lease.close()
     assert not lease.alive
+
+
+def test_a_checkpointed_lease_is_not_restarted_in_full_by_a_new_leader(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Lease checkpoints (--lease-checkpoint-interval): a long lease abandoned for a while keeps,
+    across a change of leader, about the TTL it had left, rather than its whole TTL again; and a
+    lease kept alive after a checkpoint is counted from its whole TTL (its checkpoint cleared)."""
+    cluster = make_cluster(3, extra_args=("--lease-checkpoint-interval", "1"))
+    leader = cluster.wait_for_leader()
+    c = cluster.client(timeout=20)
+    abandoned, ttl = c.lease_grant(60)
+    kept, _ = c.lease_grant(60)
+    # Checkpoints are taken every second: once a few seconds of the abandoned lease have passed,
+    # its remaining TTL has been recorded through the log.
+    wait_until("a few seconds of the lease to pass", lambda: c.lease_time_to_live(abandoned)["ttl"] <= ttl - 4)
+    assert c.lease_keep_alive(kept) == 60
+    cluster.kill(leader)
+    cluster.wait_for_leader(among=[n for n in cluster.nodes if n != leader])
+    left = c.lease_time_to_live(abandoned)["ttl"]
+    assert 0 < left <= ttl - 2, left  # counted from its checkpoint, not restarted at 60
+    assert c.lease_time_to_live(kept)["ttl"] >= ttl - 1  # renewed after its checkpoint: whole again

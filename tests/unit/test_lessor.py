@@ -19,8 +19,9 @@ class Node:
 
 
 class Holder:
-    def __init__(self, ttls: dict[int, int]) -> None:
+    def __init__(self, ttls: dict[int, int], remaining: dict[int, int] | None = None) -> None:
         self.ttls = ttls
+        self.remaining = remaining or {}
 
 
 @dataclass
@@ -56,3 +57,23 @@ def test_deadlines_count_from_the_lead_renewals_and_grants_and_never_early() -> 
 
 def test_the_minimum_ttl_is_one_and_a_half_election_timeouts() -> None:
     assert min_lease_ttl_s(1000) == 2 and min_lease_ttl_s(500) == 1
+
+
+def test_long_leases_are_checkpointed_and_a_new_leader_counts_them_from_there() -> None:
+    """etcd's lease checkpoints: every interval the leader records the remaining TTL of each lease
+    longer than the interval; a member that takes the lead counts a checkpointed lease from its
+    remaining TTL, and every other lease from its whole TTL."""
+    now = [100.0]
+    node, store = Node(), Store(Holder({1: 600, 2: 5}))
+    lessor = Lessor(node, store, clock=lambda: now[0], checkpoint_interval_s=60)  # type: ignore[arg-type]
+    assert lessor.expired() == [] and lessor.checkpoints_due() == {}  # not due yet
+    now[0] = 160.5
+    assert lessor.checkpoints_due() == {1: 540}  # rounded up; lease 2 is shorter than the interval
+    assert lessor.checkpoints_due() == {}  # once per interval
+    # The checkpoint applied, then a new term on another member that takes the lead:
+    store.leases = Holder({1: 600, 2: 5}, remaining={1: 540})
+    node.core.term = 2
+    now[0] = 200.0
+    assert lessor.remaining(1) == 540 and lessor.remaining(2) == 5
+    node.leader = "n2"
+    assert lessor.checkpoints_due() == {}  # a follower checkpoints nothing

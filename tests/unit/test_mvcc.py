@@ -14,7 +14,16 @@ from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine import KVStateMachine
-from statemachine.commands import delete_op, encode_command, encode_compaction, encode_etcd_txn, put_op
+from statemachine.commands import (
+    delete_op,
+    encode_command,
+    encode_compaction,
+    encode_etcd_txn,
+    encode_lease_checkpoints,
+    encode_lease_grant,
+    encode_lease_revoke,
+    put_op,
+)
 from statemachine.etcd_txn import COMPACTED, FUTURE_REVISION, EtcdRefusal, read_only
 from statemachine.mvcc import changes_between
 
@@ -334,3 +343,20 @@ def test_a_read_only_txn_read_outside_the_log_answers_as_applied_through_it(mach
     assert not apply.payload(encode_compaction(4)).refusal
     with pytest.raises(EtcdRefusal, match="compacted"):
         machine.etcd_read_txn(pb.TxnRequest(success=[rng(b"k1", revision=2)]))
+
+
+def test_lease_checkpoints_are_kept_cleared_and_go_with_their_lease(tmp_path: Path) -> None:
+    machine = KVStateMachine(tmp_path / "state", map_size=64 << 20)
+    apply = Applier(machine)
+    apply.payload(encode_lease_grant(7, 600))
+    apply.payload(encode_lease_grant(8, 600))
+    revision = machine.revision
+    assert not apply.payload(encode_lease_checkpoints({7: 420, 8: 300, 99: 10})).refusal  # 99: no such lease
+    assert machine.leases.remaining == {7: 420, 8: 300} and machine.revision == revision  # no key changed
+    apply.payload(encode_lease_checkpoints({8: 0}))  # a keep-alive's clearing
+    apply.payload(encode_lease_revoke(7))
+    assert machine.leases.remaining == {} and machine.leases.ttls == {8: 600}
+    apply.payload(encode_lease_checkpoints({8: 120}))
+    machine.close()
+    with KVStateMachine(tmp_path / "state", map_size=64 << 20) as reopened:
+        assert reopened.leases.remaining == {8: 120} and reopened.leases.ttls == {8: 600}
