@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from kv.client.revisions import KeyValue, TxnResult
     from kv.client.tls import TLS
     from kv.errors import (
+        CorruptClusterError,
         DiskFullError,
         FailedPreconditionError,
         InvalidArgumentError,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Client": "kv.client.client",
     "TLS": "kv.client.tls",
+    "CorruptClusterError": "kv.errors",
     "DiskFullError": "kv.errors",
     "FailedPreconditionError": "kv.errors",
     "PermissionDeniedError": "kv.errors",

@@ -142,12 +142,20 @@ class RevisionError(RaftKVError):
     code = grpc.StatusCode.OUT_OF_RANGE
 
 
+class CorruptClusterError(RaftKVError):
+    """A CORRUPT alarm is raised: every member refuses writes (etcd's "etcdserver: corrupt
+    cluster") until an operator has replaced the damaged member's data and disarmed it; reads go on."""
+
+    kind = "CORRUPT"
+    code = grpc.StatusCode.DATA_LOSS
+
+
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
                 WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError,
                 PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, RevisionError,
-                NotFoundError)
+                NotFoundError, CorruptClusterError)
 }
 
 
@@ -196,6 +204,8 @@ def from_rpc_error(err: grpc.RpcError) -> RaftKVError:
         return RevisionError(details)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFoundError(details)
+    if code == grpc.StatusCode.DATA_LOSS:
+        return CorruptClusterError(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         # The kinds that share this code (NOT_LEADER, UNKNOWN_SESSION, ...) always travel with
         # their kind; one without is a plain refusal (etcd's, on the etcd face).

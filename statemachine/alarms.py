@@ -7,7 +7,11 @@ restores and restarts carry them like the other tables. An AlarmCommand raises (
 clears (deactivate) one; a deactivation with alarm NONE and no member clears every alarm (etcdctl's
 `alarm disarm`). Applying is total: raising a raised alarm or clearing an absent one changes
 nothing. `AlarmHolder` publishes the set after each applied batch that changed it; the client
-service tests `AlarmHolder.nospace` on every write, a plain attribute."""
+service tests `AlarmHolder.nospace` and `.corrupt` on every write, plain attributes.
+
+While a CORRUPT alarm is raised every member refuses writes, as etcd's corrupt applier does: a
+key write, a Compact, a lease grant or revoke is refused when applied (`refuses_writes`), the same
+on every replica; reads, alarms, auth and keep-alives go on."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +24,8 @@ ALARMS_DB_NAME = b"alarms"
 
 # etcd's message for a write refused while NOSPACE is raised (etcdserver: ErrNoSpace).
 NO_SPACE = "etcdserver: mvcc: database space exceeded"
+# etcd's message for a write refused while CORRUPT is raised (etcdserver: ErrCorrupt).
+CORRUPT_CLUSTER = "etcdserver: corrupt cluster"
 
 NOSPACE, CORRUPT = kv_pb2.NOSPACE, kv_pb2.CORRUPT
 
@@ -41,15 +47,17 @@ class AlarmHolder:
     """Where the state machine publishes the raised alarms, shared with the client service (the
     state machine is reopened after a snapshot install; the holder stays)."""
 
-    __slots__ = ("alarms", "nospace")
+    __slots__ = ("alarms", "nospace", "corrupt")
 
     def __init__(self) -> None:
         self.alarms: frozenset[Alarm] = frozenset()
         self.nospace = False
+        self.corrupt = False
 
     def publish(self, alarms: frozenset[Alarm]) -> None:
         self.alarms = alarms
         self.nospace = any(a.alarm == NOSPACE for a in alarms)
+        self.corrupt = any(a.alarm == CORRUPT for a in alarms)
 
     def listed(self) -> list[Alarm]:
         return sorted(self.alarms)
@@ -84,3 +92,8 @@ def encode_alarm(activate: bool, member_id: str, alarm: int) -> bytes:
     """The entry payload that raises or clears `member_id`'s `alarm` (NONE and "": every alarm)."""
     member = kv_pb2.AlarmMember(member_id=member_id, alarm=alarm)  # type: ignore[arg-type]
     return kv_pb2.Command(alarm=kv_pb2.AlarmCommand(activate=activate, member=member)).SerializeToString()
+
+
+def refuses_writes(alarms: frozenset[Alarm]) -> bool:
+    """Whether `alarms` put the cluster in etcd's corrupt mode (writes refused)."""
+    return any(a.alarm == CORRUPT for a in alarms)

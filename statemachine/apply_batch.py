@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from raft.core import Entry, EntryType
 from raftkv_proto import etcd_rpc_pb2, kv_pb2
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.alarms import Alarm, AlarmHolder, apply_alarm
+from statemachine.alarms import CORRUPT_CLUSTER, Alarm, AlarmHolder, apply_alarm, refuses_writes
 from statemachine.auth_state import PERMISSION_DENIED, AuthHolder, AuthRefusal, AuthView, apply_auth
 from statemachine.client_sessions import ClientSessions, SessionLimits, SessionTables, Verdict, owner
 from statemachine.commands import decode_command
@@ -164,6 +164,9 @@ class ApplyBatch:
         if command.HasField("alarm"):
             self.alarms = apply_alarm(self.txn, self.tables.alarms, self.alarms, command.alarm)
             return ApplyOutcome(entry.index, kv_pb2.CommandResult())
+        if refuses_writes(self.alarms) and _writes(command):
+            return ApplyOutcome(entry.index, kv_pb2.CommandResult(refusal_kind="CORRUPT", refusal=CORRUPT_CLUSTER,
+                                                                  revision=self.mvcc.revision))
         # While auth is on, a write's session must be its user's; otherwise users are not checked.
         user = command.user if self.auth.enabled else None
         if command.compact:
@@ -310,3 +313,11 @@ class ApplyBatch:
         for old in moved:
             self.mvcc.put(target + old.key[len(source):], old.value)
         return bool(moved)
+
+
+def _writes(command: kv_pb2.Command) -> bool:
+    """Whether `command` writes what a CORRUPT alarm freezes: keys, the history, leases (not a
+    lease checkpoint, which only the leader's bookkeeping sends)."""
+    if command.HasField("lease"):
+        return not command.lease.checkpoints
+    return bool(command.ops) or command.HasField("etcd_txn") or bool(command.compact)

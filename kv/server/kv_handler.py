@@ -42,7 +42,7 @@ from statemachine.apply_batch import ApplyOutcome
 from statemachine.kv_state import KVStateMachine
 from statemachine.etcd_txn import COMPACTED as COMPACTED_MESSAGE
 from statemachine.mvcc import Change, CompactedError
-from statemachine.alarms import NO_SPACE, encode_alarm
+from statemachine.alarms import CORRUPT_CLUSTER, NO_SPACE, encode_alarm
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -132,6 +132,7 @@ class KVHandler:
         header is refused here, before it reaches the log (every replica would refuse to apply it),
         and so is a write `user` may not make."""
         self.checks.header(header)
+        self._check_writable()
         if self.alarms.nospace and not all(op.WhichOneof("op") in _FREEING_OPS for op in ops):
             raise self._no_space()
         if user is not None:
@@ -156,6 +157,7 @@ class KVHandler:
         """An etcd transaction through the log, on the leader (a Put or a DeleteRange travels as a
         transaction of one op), with a native write's refusals: no space, no permission. The
         face has checked it (RequestChecks.etcd_txn)."""
+        self._check_writable()
         if self.alarms.nospace and _puts_anything(request):
             raise self._no_space()
         if user is not None:
@@ -195,6 +197,7 @@ class KVHandler:
         """etcd's Compact through the log (root only while auth is on: checked at apply); the
         store's revision after it. At revision 0 or below (a command cannot name it) it compacts
         nothing, as etcd's, which refuses it once anything was compacted."""
+        self._check_writable()
         if revision <= 0:
             self.gate.check_root(user)
             if self.fsm.compacted_revision:
@@ -202,6 +205,12 @@ class KVHandler:
             return self.fsm.revision
         outcome = await propose_command(self.node, encode_compaction(revision, user), timeout)
         return outcome.result.revision
+
+    def _check_writable(self) -> None:
+        """Refuse a write while a CORRUPT alarm is raised, before it is proposed (every replica
+        refuses it at apply too, statemachine/alarms.py)."""
+        if self.alarms.corrupt:
+            raise errors.CorruptClusterError(CORRUPT_CLUSTER)
 
     def _no_space(self) -> errors.DiskFullError:
         """etcd's refusal while NOSPACE is raised (reads and deletes go on), for every face."""

@@ -1,7 +1,9 @@
 """A member whose state is damaged on its disk never serves it: a value that fails its checksum is
 refused on read, and a state that is consistent but differs from the majority's is found by the
 members' periodic state check. Either way the member raises its alarm (`corrupt` in status, an
-error in its log) and stops serving, while the others go on."""
+error in its log) and stops serving, while the others go on serving reads; and once the leader has
+raised CORRUPT for it through the log, every member refuses writes, as etcd's corrupt cluster does,
+until an operator has replaced its data and disarmed the alarm."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,7 +12,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from kv.errors import UnavailableError
+from kv.errors import CorruptClusterError, UnavailableError
 from statemachine.value_checksum import seal
 from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
 
@@ -49,11 +51,11 @@ def test_a_value_that_rotted_on_disk_is_refused_and_the_member_stops_serving(
     status = cluster.status(victim)
     assert status["corrupt"] and "fails its checksum" in status["corrupt"]
     assert "CORRUPT" in cluster.nodes[victim].log_path.read_text(errors="replace")
-    # The others serve the right value and take writes.
+    # The others serve the right value; once CORRUPT is raised for the victim, they refuse writes.
     others = [n for n in cluster.nodes if n != victim]
     client = cluster.client(others)
     assert client.get("k") == PRECIOUS
-    client.put("after", "1")
+    corrupt_cluster_refuses_writes_then_disarmed(cluster, others, victim)
 
 
 def test_a_member_whose_state_differs_from_the_majority_finds_it_and_stops_serving(
@@ -76,10 +78,23 @@ def test_a_member_whose_state_differs_from_the_majority_finds_it_and_stops_servi
         cluster.client([victim], timeout=3.0).get("k", consistency="stale")
     others = [n for n in cluster.nodes if n != victim]
     client = cluster.client(others)
-    client.put("after", "1")
-    assert client.get("k") == PRECIOUS and client.get("after") == b"1"
+    assert client.get("k") == PRECIOUS
     assert all(not cluster.status(n)["corrupt"] for n in others)
-    # The leader raises CORRUPT for it through the log: every member that still applies it lists it.
+    corrupt_cluster_refuses_writes_then_disarmed(cluster, others, victim)
+
+
+def corrupt_cluster_refuses_writes_then_disarmed(cluster: Cluster, others: list[str], victim: str) -> None:
+    """The leader raises CORRUPT for `victim` through the log: every member that still applies it
+    lists it, and refuses writes (etcd's "etcdserver: corrupt cluster") while reads go on; once the
+    alarm is disarmed, writes are taken again."""
     for node_id in others:
         assert wait_until(f"{node_id} lists CORRUPT", lambda: cluster.status(node_id)["alarms"]) == \
             [{"member_id": victim, "alarm": "CORRUPT"}]
+    client = cluster.client(others)
+    with pytest.raises(CorruptClusterError, match="etcdserver: corrupt cluster"):
+        client.put("after", "1")
+    assert client.get("k") == PRECIOUS and client.get("after") is None
+    cluster.kill(victim)  # as an operator would, before replacing its data
+    client.alarm_disarm()
+    client.put("after", "1")
+    assert client.get("after") == b"1"

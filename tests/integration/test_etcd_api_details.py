@@ -1,7 +1,8 @@
 """The etcd API details real clients hit (python-etcd3's defaults among them), sent as raw gRPC
 calls to a real etcd 3.4 and to a raftkv node, and compared answer by answer: alarms raised,
 listed and cleared for member 0 (python-etcd3's default member id), compactions at and below the
-compacted revision, and Maintenance.Hash. Member-specific header fields (cluster_id, member_id,
+compacted revision, Maintenance.Hash, and what a CORRUPT alarm refuses (writes) and lets through
+(reads). Member-specific header fields (cluster_id, member_id,
 raft_term) are left out; a value that differs by design is named in the comparison."""
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def script(endpoint: str) -> dict[str, Answer]:
     with grpc.insecure_channel(endpoint) as channel:
         kv = etcd_rpc_pb2_grpc.KVStub(channel)
         maintenance = etcd_rpc_pb2_grpc.MaintenanceStub(channel)
+        lease = etcd_rpc_pb2_grpc.LeaseStub(channel)
         for i in range(4):
             kv.Put(pb.PutRequest(key=b"k", value=b"%d" % i), timeout=10)
         steps: list[tuple[str, Callable[[], Any]]] = [
@@ -70,6 +72,19 @@ def script(endpoint: str) -> dict[str, Answer]:
             ("compact in the future", lambda: kv.Compact(pb.CompactionRequest(revision=100), timeout=10)),
             ("compact at 4", lambda: kv.Compact(pb.CompactionRequest(revision=4), timeout=10)),
             ("hash", lambda: maintenance.Hash(pb.HashRequest(), timeout=10)),
+            ("raise CORRUPT for member 0", lambda: maintenance.Alarm(alarm(pb.AlarmRequest.ACTIVATE, 0, pb.CORRUPT),
+                                                                     timeout=10)),
+            ("a range while CORRUPT", lambda: kv.Range(pb.RangeRequest(key=b"k"), timeout=10)),
+            ("a read-only txn while CORRUPT", lambda: kv.Txn(pb.TxnRequest(success=[
+                pb.RequestOp(request_range=pb.RangeRequest(key=b"k"))]), timeout=10)),
+            ("a put while CORRUPT", lambda: kv.Put(pb.PutRequest(key=b"k", value=b"c"), timeout=10)),
+            ("a delete while CORRUPT", lambda: kv.DeleteRange(pb.DeleteRangeRequest(key=b"k"), timeout=10)),
+            ("a write txn while CORRUPT", lambda: kv.Txn(pb.TxnRequest(success=[
+                pb.RequestOp(request_put=pb.PutRequest(key=b"k", value=b"c"))]), timeout=10)),
+            ("a compaction while CORRUPT", lambda: kv.Compact(pb.CompactionRequest(revision=5), timeout=10)),
+            ("a lease grant while CORRUPT", lambda: lease.LeaseGrant(pb.LeaseGrantRequest(TTL=60, ID=7), timeout=10)),
+            ("clear CORRUPT", lambda: maintenance.Alarm(alarm(pb.AlarmRequest.DEACTIVATE, 0, pb.CORRUPT), timeout=10)),
+            ("a put after CORRUPT", lambda: kv.Put(pb.PutRequest(key=b"k", value=b"5"), timeout=10)),
         ]
         for name, call in steps:
             out[name] = answer(call)

@@ -13,8 +13,16 @@ from kv.server.http_endpoints import parse_metrics_urls
 from kv.server.log_format import JsonFormatter
 from raft.core import Entry, EntryType
 from raftkv_proto import kv_pb2
-from statemachine.alarms import CORRUPT, NOSPACE, Alarm, encode_alarm
-from statemachine.commands import decode_command, encode_command, put_op
+from statemachine.alarms import CORRUPT, CORRUPT_CLUSTER, NOSPACE, Alarm, encode_alarm
+from statemachine.commands import (
+    decode_command,
+    encode_command,
+    encode_compaction,
+    encode_lease_checkpoints,
+    encode_lease_grant,
+    encode_lease_revoke,
+    put_op,
+)
 from statemachine.errors import InvalidCommandError
 from statemachine.kv_state import KVStateMachine
 
@@ -38,6 +46,23 @@ def test_alarms_are_raised_cleared_and_kept_across_a_reopen_and_a_copy(tmp_path:
     copy.apply(entries(4, encode_alarm(False, "", kv_pb2.NONE)))  # etcdctl's disarm: every alarm
     assert copy.alarms.listed() == [] and copy.count() == 0  # alarms are never among the user's keys
     copy.close()
+
+
+def test_while_corrupt_is_raised_every_replica_refuses_writes_at_apply(tmp_path: Path) -> None:
+    """etcd's corrupt mode, decided at apply from the replicated alarms (the same on every
+    replica): key writes, compactions and lease grants are refused ("etcdserver: corrupt
+    cluster"); a lease checkpoint and the alarm's own disarm go through."""
+    with KVStateMachine(tmp_path / "state") as sm:
+        sm.apply(entries(1, encode_command([put_op(b"k", b"1")]), encode_lease_grant(5, 60),
+                         encode_alarm(True, "n3", CORRUPT)))
+        revision = sm.revision
+        refused = sm.apply(entries(4, encode_command([put_op(b"k", b"2")]), encode_compaction(2),
+                                   encode_lease_grant(6, 60), encode_lease_revoke(5)))
+        assert [(o.result.refusal_kind, o.result.refusal) for o in refused] == [("CORRUPT", CORRUPT_CLUSTER)] * 4
+        assert sm.get(b"k") == b"1" and sm.revision == revision and sm.leases.ttls == {5: 60}
+        sm.apply(entries(8, encode_lease_checkpoints({5: 30}), encode_alarm(False, "n3", CORRUPT),
+                         encode_command([put_op(b"k", b"3")])))
+        assert sm.leases.remaining == {5: 30} and sm.get(b"k") == b"3" and not sm.alarms.corrupt
 
 
 def test_an_alarm_command_carries_nothing_else() -> None:
