@@ -35,7 +35,7 @@ import logging
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 from google.protobuf.message import DecodeError
