@@ -133,7 +133,9 @@ def test_get_and_scan_at_a_past_revision_and_below_a_compaction(cluster: Cluster
     future = raftkv(cluster, "get", "rev/a", "--rev", str(second + 10_000))
     assert (future.returncode, future.stdout) == (1, b"")
     assert future.stderr.decode() == f"raftkv get: error: OUT_OF_RANGE: {FUTURE}\n"
-    # etcdctl's name for the command, and its --physical (always so here).
+    # etcdctl's name for the command, and its --physical (always so here), at a revision past the
+    # compacted one (at it, etcd refuses it, as above).
+    ok(raftkv(cluster, "put", "rev/c", "sea"))
     later = revision_now(cluster)
     assert ok(raftkv(cluster, "compaction", str(later), "--physical")) == f"compacted revision {later}\n"
 
