@@ -57,7 +57,7 @@ class AlarmHolder:
     def publish(self, alarms: frozenset[Alarm]) -> None:
         self.alarms = alarms
         self.nospace = any(a.alarm == NOSPACE for a in alarms)
-        self.corrupt = any(a.alarm == CORRUPT for a in alarms)
+        self.corrupt = refuses_writes(alarms)
 
     def listed(self) -> list[Alarm]:
         return sorted(self.alarms)

@@ -187,12 +187,12 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
             action, kind = request.action, request.alarm
             if action != pb.AlarmRequest.GET and not face.leads():
                 return await face.forward(context, "Maintenance", "Alarm", request)
-            member = _alarm_member(face, request.memberID)
-            before = face.fsm.alarms.alarms
             if action == pb.AlarmRequest.GET:
                 return _alarm_response(a for a in face.fsm.alarms.listed() if kind in (pb.NONE, a.alarm))
             if kind == pb.NONE:
                 return pb.AlarmResponse()
+            member = _alarm_member(face, request.memberID)
+            before = face.fsm.alarms.alarms
             await face.handler.alarm(kv_pb2.AlarmRequest(action=action, member_id=member, alarm=kind),
                                      context.time_remaining(), face.gate.caller(context))
             target = Alarm(member, kind)
