@@ -21,7 +21,7 @@ from kv.client.members import MEMBER_NAME_KEY
 from kv.server.etcd_checks import EtcdError, check_delete_range, check_put, check_range, check_txn
 from kv.server.etcd_face import EtcdFace
 from raftkv_proto.member_ids import member_number, numbered_name
-from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call
+from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call, read_barrier
 from raft.core.membership import ChangeKind, MembershipChangeError
 from raft.node import errors as node_errors
 from raftkv_proto import etcd_rpc_pb2 as pb
@@ -177,7 +177,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
 
     async def Alarm(self, request: pb.AlarmRequest, context: grpc.aio.ServicerContext) -> pb.AlarmResponse:
         """etcd's Alarm (its applier's answers): GET lists the alarms of a type (NONE: all), whatever
-        member it names; ACTIVATE raises the alarm for the member id given, any id, 0 included
+        member it names, linearizably; ACTIVATE raises the alarm for the member id given, any id, 0 included
         (python-etcd3's default), and answers with it; DEACTIVATE clears that one alarm and answers
         with it, or with nothing when it was not raised. Raising NONE changes nothing (etcd 3.4.23
         stops on it: its store takes no empty key)."""
@@ -185,9 +185,12 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
 
         async def work() -> pb.AlarmResponse:
             action, kind = request.action, request.alarm
-            if action != pb.AlarmRequest.GET and not face.leads():
+            # etcd's GET goes through its log too: an alarm raised or cleared through any member
+            # before it is listed, so the leader answers it after a ReadIndex round.
+            if not face.leads():
                 return await face.forward(context, "Maintenance", "Alarm", request)
             if action == pb.AlarmRequest.GET:
+                await read_barrier(face.node, "linearizable", context.time_remaining())
                 return _alarm_response(a for a in face.fsm.alarms.listed() if kind in (pb.NONE, a.alarm))
             if kind == pb.NONE:
                 return pb.AlarmResponse()
