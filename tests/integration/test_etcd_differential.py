@@ -19,9 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,30 +28,16 @@ from typing import Any
 
 import pytest
 
-from kv.tools.cluster_up import free_ports
 from tests.integration.cluster import Cluster, NodeProcess
-
-ETCD = shutil.which("etcd")
-ETCDCTL = shutil.which("etcdctl")
+from tests.integration.real_etcd import ETCD, ETCDCTL, NEEDS_ETCD, Etcd, start_etcd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    pytest.mark.skipif(ETCD is None or ETCDCTL is None, reason=NEEDS_ETCD),
 ]
 
 CALL_TIMEOUT_S = 30
 START_TIMEOUT_S = 30
-
-# As the harness's nodes (tests/integration/cluster.py): the kernel SIGKILLs etcd when the test
-# process dies, however it dies, so that no etcd outlives a killed pytest.
-_ORPHAN_GUARD = """
-import ctypes, os, signal, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(1)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
 
 
 # ---- running etcdctl -------------------------------------------------------------------------------
@@ -308,45 +292,6 @@ def run_script(endpoint: str, cwd: Path) -> list[dict[str, Any]]:
 
 
 # ---- the two stores --------------------------------------------------------------------------------
-
-@dataclass
-class Etcd:
-    endpoint: str  # host:port of its client URL
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise AssertionError(f"etcd exited with code {self.process.returncode}:\n{self.log_tail()}")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
-def start_etcd(base: Path) -> Etcd:
-    """One etcd member on free loopback ports, data in `base`/data, output in `base`/etcd.log."""
-    assert ETCD is not None
-    client_port, peer_port = free_ports(2)
-    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    command = [ETCD, "--data-dir", str(base / "data"), "--name", "default",
-               "--listen-client-urls", client, "--advertise-client-urls", client,
-               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-               "--initial-cluster", f"default={peer}"]
-    if sys.platform.startswith("linux"):
-        command = [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
-    base.mkdir(parents=True, exist_ok=True)
-    log_path = base / "etcd.log"
-    with open(log_path, "wb") as log:
-        # No ETCD_* variable of the caller's may configure it (etcd reads its flags from them too).
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={k: v for k, v in os.environ.items() if not k.startswith("ETCD")})
-    return Etcd(f"127.0.0.1:{client_port}", process, log_path)
-
 
 def wait_healthy(what: str, endpoint: str, check_alive: Callable[[], None]) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
