@@ -11,8 +11,6 @@ etcd3gw speaks no protobuf, so it runs in the test's process. CI installs it (py
 extra): there a missing client fails the test; elsewhere it is skipped."""
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.gateway_stores import KINDS, GatewayStore, gateway_store
+from tests.integration.installed import module_missing, require
 from tests.integration.test_etcd_differential import without_member_fields
 
 pytestmark = pytest.mark.integration
@@ -31,11 +30,7 @@ CALL_TIMEOUT_S = 10
 
 @pytest.fixture(scope="module", autouse=True)
 def etcd3gw_installed() -> None:
-    if importlib.util.find_spec("etcd3gw") is None:
-        reason = "etcd3gw is not installed (pip install -e '.[test]')"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI installs it: not skipped")
-        pytest.skip(reason)
+    require(module_missing("etcd3gw", "etcd3gw"))
 
 
 def take(events: Iterator[Any], cancel: Callable[[], None], count: int) -> list[Any]:

@@ -37,6 +37,7 @@ import pytest
 from kv.tools.cluster_up import free_ports, release_ports
 from tests.integration.cluster import wait_until
 from tests.integration.gateway_stores import GatewayStore, gateway_store, post_json
+from tests.integration.installed import program_missing, require
 
 pytestmark = pytest.mark.integration
 
@@ -50,20 +51,10 @@ STORE_KIND = os.environ.get("RAFTKV_PATRONI_STORE", "raftkv")
 PRIMARY_ROLES = ("master", "primary")  # Patroni 3.0 says master; later releases say primary
 
 
-def missing_programs() -> str | None:
-    for path in (Path(PATRONI), PG_BIN / "postgres", PG_BIN / "initdb", PG_BIN / "psql"):
-        if not path.exists():
-            return f"{path} is not installed (Debian: apt-get install patroni postgresql-15)"
-    return None
-
-
 @pytest.fixture(scope="module", autouse=True)
 def programs_installed() -> None:
-    missing = missing_programs()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing}; CI installs them: not skipped")
-        pytest.skip(missing)
+    require(program_missing((Path(PATRONI), PG_BIN / "postgres", PG_BIN / "initdb", PG_BIN / "psql"),
+                            "patroni postgresql-15"))
 
 
 # ---- one Patroni node ----------------------------------------------------------------------------

@@ -20,7 +20,6 @@ CI installs python-etcd3 (pyproject's `test` extra): there a missing client fail
 elsewhere it is skipped."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import Cluster, module_cluster
+from tests.integration.installed import module_missing, require
 from tests.integration.real_etcd import ETCD, NEEDS_ETCD, start_etcd
 from tests.integration.test_etcd_differential import wait_healthy
 
@@ -44,11 +44,7 @@ NOSPACE = 1  # etcdserverpb.AlarmType
 
 @pytest.fixture(scope="module", autouse=True)
 def python_etcd3_installed() -> None:
-    if importlib.util.find_spec("etcd3") is None:
-        reason = "python-etcd3 is not installed (pip install -e '.[test]')"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI installs it: not skipped")
-        pytest.skip(reason)
+    require(module_missing("etcd3", "python-etcd3"))
 
 
 def run_calls(endpoint: str) -> dict[str, Any]:
