@@ -299,7 +299,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
         face = self._face
 
         async def work() -> pb.MemberListResponse:
-            response = pb.MemberListResponse(members=member_protos(face))
+            response = pb.MemberListResponse(members=member_protos(face, context))
             face.member_header(response.header)
             return response
         return await face.serve(context, work)
@@ -320,7 +320,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
                 _check_quorum(face, len(membership.voters) + 1, _started(face, membership.voters), allow_second=True)
             kind = ChangeKind.ADD_LEARNER if request.isLearner else ChangeKind.ADD_VOTER
             await _change(face, context, kind, name, address)
-            response = pb.MemberAddResponse(members=member_protos(face))
+            response = pb.MemberAddResponse(members=member_protos(face, context))
             response.member.CopyFrom(next(m for m in response.members if m.name == name))
             face.member_header(response.header)
             return response
@@ -340,7 +340,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
                 remaining = [v for v in membership.voters if v != member]
                 _check_quorum(face, len(remaining), _started(face, remaining))
             await _change(face, context, ChangeKind.REMOVE, member)
-            response = pb.MemberRemoveResponse(members=member_protos(face))
+            response = pb.MemberRemoveResponse(members=member_protos(face, context))
             face.member_header(response.header)
             return response
         return await face.serve(context, work)
@@ -363,7 +363,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
                 if any(membership.address(m) == address for m in membership.members if m != member):
                     raise PEER_URL_EXISTS
                 raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, UPDATE_REFUSED.format(member=member))
-            response = pb.MemberUpdateResponse(members=member_protos(face))
+            response = pb.MemberUpdateResponse(members=member_protos(face, context))
             face.member_header(response.header)
             return response
         return await face.serve(context, work)
@@ -384,7 +384,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             # etcd counts the learner as started: it is in sync, so the leader hears from it.
             _check_quorum(face, len(membership.voters) + 1, _started(face, membership.voters) + 1)
             await _change(face, context, ChangeKind.PROMOTE, member)
-            response = pb.MemberPromoteResponse(members=member_protos(face))
+            response = pb.MemberPromoteResponse(members=member_protos(face, context))
             face.member_header(response.header)
             return response
         return await face.serve(context, work)
@@ -413,11 +413,15 @@ READY_SHARE = 0.9
 # The names MemberAdd gives a member when the caller names none (etcd's MemberAdd carries no name).
 GENERATED_NAME = "m{:08x}"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-def member_protos(face: EtcdFace) -> list[pb.Member]:
+def member_protos(face: EtcdFace, context: grpc.aio.ServicerContext) -> list[pb.Member]:
     """The members of the latest configuration as etcd lists them: voters, then learners, each by
     name; peerURLs from the address it was added with, clientURLs from where it takes clients
-    (empty until it has been heard from, as etcd's unstarted member)."""
+    (empty until it has been heard from, as etcd's unstarted member). Asked through the JSON
+    gateway (a context with `over_http`), clientURLs are the members' gateway URLs: a client of
+    the gateway (Patroni) replaces its endpoints with them."""
     node = face.node
+    over_http = getattr(context, "over_http", False)
+    client_address = node.transport.client_http_address if over_http else node.transport.client_address
     security = node.config.security
     peer_scheme = "https" if security.peer.enabled else "http"
     client_scheme = "https" if security.client.enabled else "http"
@@ -426,7 +430,7 @@ def member_protos(face: EtcdFace) -> list[pb.Member]:
     for learner, members in ((False, membership.voters), (True, membership.learners)):
         for member in sorted(members):
             peer = members[member] or node.config.peers.get(member)
-            client = node.transport.client_address(member)
+            client = client_address(member)
             out.append(pb.Member(ID=member_number(member), name=member, isLearner=learner,
                                  peerURLs=[f"{peer_scheme}://{peer}"] if peer else [],
                                  clientURLs=[f"{client_scheme}://{client}"] if client else []))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.node.config import NodeConfig
-from raft.node.ports import Chunks, Inbound, SnapshotInfo
+from raft.node.ports import Chunks, ClientAddresses, Inbound, SnapshotInfo
 from raft.node.stats import Histogram
 from raft.transport.address import split_address
 from raft.transport.peer_links import PeerLinks
@@ -44,11 +44,12 @@ class TcpTransport:
         self._round_trip_every_s = round_trip_every_s
         self._inbound: Inbound | None = None
         self._removed: frozenset[str] = frozenset()
-        # member id -> the client address it advertises: ours, and the others' once a handshake told.
-        self._client_addresses = {config.node_id: config.advertised_client_address}
+        # member id -> where it takes clients: ours, and the others' once a handshake told.
+        own = ClientAddresses(config.advertised_client_address, config.advertised_client_http_address or "")
+        self._client_addresses = {config.node_id: own}
         tls = config.security.peer
         self._listener_tls = listener_context(tls) if tls.enabled else None
-        self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
+        self.links = PeerLinks(config.node_id, cluster_id, own, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
                                ack_timeout_ms=2 * config.core.election_timeout_ms,
                                tls=dial_context(tls) if tls.enabled else None,
@@ -60,9 +61,9 @@ class TcpTransport:
         """The port the peer listener bound (0 while there is none)."""
         return self.listener.port if self.listener is not None else 0
 
-    def _learn(self, member: str, address: str) -> None:
+    def _learn(self, member: str, addresses: ClientAddresses) -> None:
         if member not in self._removed:
-            self._client_addresses[member] = address
+            self._client_addresses[member] = addresses
 
     def _learn_peer(self, member: str, address: str) -> None:
         """A dialer announced its peer address: a member our configuration does not name yet
@@ -89,7 +90,7 @@ class TcpTransport:
         if address is None or self.listener is not None:
             return
         config = self._config
-        listener = PeerListener(config.node_id, self._cluster_id, config.advertised_client_address,
+        listener = PeerListener(config.node_id, self._cluster_id, self._client_addresses[config.node_id],
                                 self._deliver, self._receive_snapshot, self._learn, self._disk_state,
                                 tls=self._listener_tls)
         listener.removed = self._removed
@@ -132,7 +133,12 @@ class TcpTransport:
         return await self.links.send_snapshot(peer, term, meta, info.file_size, info.sha256, chunks, timeout_s)
 
     def client_address(self, member: str) -> str | None:
-        return self._client_addresses.get(member)
+        addresses = self._client_addresses.get(member)
+        return addresses.grpc if addresses is not None else None
+
+    def client_http_address(self, member: str) -> str | None:
+        addresses = self._client_addresses.get(member)
+        return addresses.http or None if addresses is not None else None
 
     def round_trip_seconds(self) -> dict[str, Histogram]:
         """Peer -> the seconds of the round trips timed to it (every peer; read at scrape time)."""

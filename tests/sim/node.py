@@ -158,6 +158,9 @@ class SimTransport:
     def client_address(self, member: str) -> str | None:
         return f"client:{member}"
 
+    def client_http_address(self, member: str) -> str | None:
+        return None
+
     async def probe(self) -> dict[str, tuple[int, int, int]]:
         """The peers' answers (their term and the end of their log, from their disks), from those
         up and reachable both ways, after a round trip."""
