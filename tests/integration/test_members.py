@@ -1,7 +1,7 @@
 """Membership changes and leadership transfer on real `raftkv serve` processes on 127.0.0.1: the
 `raftkv member` and `raftkv leader transfer` commands (the real console script), kv.Client's
 member calls, and etcdctl 3.4's `member` and `move-leader` against raftkv's etcd Cluster service
-and MoveLeader (kv/server/etcd_services.py).
+(kv/server/etcd_cluster.py) and MoveLeader (kv/server/etcd_services.py).
 
 A member is added as a learner, started empty with `serve --join`, catches up and is promoted;
 another is removed. etcd's refusals come with etcd's messages: a learner far behind the leader is
