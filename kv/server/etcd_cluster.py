@@ -10,14 +10,14 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from kv.client.members import MEMBER_NAME_KEY
+from kv.client.members import MEMBER_NAME_KEY, has_name
 from kv.server.etcd_checks import EtcdError
 from kv.server.etcd_face import EtcdFace
 from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call
-from raft.core.membership import ChangeKind, MembershipChangeError
+from raft.core.membership import ChangeKind, Membership, MembershipChangeError
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
-from raftkv_proto.member_ids import member_number
+from raftkv_proto.member_ids import member_number, numbered_name
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +51,17 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
             _check_admin(face, context)
             address = peer_address_of(request.peerURLs)
             membership = face.node.membership
-            if any(membership.address(m) == address for m in membership.members):
+            if any(membership.address(m) == address for m in membership.members) or \
+                    address == face.node.transport.peer_address:
                 raise PEER_URL_EXISTS
-            name = _new_member_name(context, membership.members)
+            name = _new_member_name(context, membership)
             if not request.isLearner:
                 _check_quorum(face, len(membership.voters) + 1, _started(face, membership.voters), allow_second=True)
             kind = ChangeKind.ADD_LEARNER if request.isLearner else ChangeKind.ADD_VOTER
+            await _take_peers(face, context)
             await _change(face, context, kind, name, address)
             response = pb.MemberAddResponse(members=member_protos(face))
-            response.member.CopyFrom(next(m for m in response.members if m.name == name))
+            response.member.CopyFrom(next(m for m in response.members if m.ID == member_number(name)))
             face.member_header(response.header)
             return response
         return await face.serve(context, work)
@@ -85,22 +87,28 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
 
     async def MemberUpdate(self, request: pb.MemberUpdateRequest,
                            context: grpc.aio.ServicerContext) -> pb.MemberUpdateResponse:
-        """A member's peer URL cannot change in raftkv (a configuration names each member's
-        address, and the core has no change for it): the same address is accepted as it is,
-        another refused, saying what to do instead."""
+        """etcd's MemberUpdate: the member's peer URL changes through the log (an update: its
+        address, nothing else; the voters stay), and its peers dial the new address once it is
+        applied. A member restarted to take peers there is reached again. With the metadata
+        `raftkv-member-name`, it is a member starting under that name that takes the place of the
+        nameless member added for it (`_take_name`)."""
         face = self._face
 
         async def work() -> pb.MemberUpdateResponse:
             if not face.leads():
-                return await face.forward(context, "Cluster", "MemberUpdate", request)
-            _check_admin(face, context)
-            membership = face.node.membership
+                return await face.forward(context, "Cluster", "MemberUpdate", request, carry=(MEMBER_NAME_KEY,))
+            name = dict(context.invocation_metadata() or ()).get(MEMBER_NAME_KEY)
+            if name is None:
+                _check_admin(face, context)
             member = _member_of(face, request.ID)
             address = peer_address_of(request.peerURLs)
-            if address != membership.address(member):
-                if any(membership.address(m) == address for m in membership.members if m != member):
-                    raise PEER_URL_EXISTS
-                raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, UPDATE_REFUSED.format(member=member))
+            membership = face.node.membership
+            if any(membership.address(m) == address for m in membership.members if m != member):
+                raise PEER_URL_EXISTS
+            if name is None:
+                await _change(face, context, ChangeKind.UPDATE, member, address)
+            else:
+                await _take_name(face, context, member, address, name)
             response = pb.MemberUpdateResponse(members=member_protos(face))
             face.member_header(response.header)
             return response
@@ -138,15 +146,11 @@ NOT_ENOUGH_STARTED = EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
 NOT_LEARNER = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: can only promote a learner member")
 LEARNER_NOT_READY = EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
                               "etcdserver: can only promote a learner member which is in sync with leader")
-UPDATE_REFUSED = ("raftkv cannot change a member's peer address (MemberUpdate): add a member under a new id at "
-                  "the new address (raftkv member add NEW_ID --peer-address HOST:PORT --learner, start it with "
-                  "raftkv serve --join, raftkv member promote NEW_ID), then remove {member}: a removed id is "
-                  "never used again")
 # A learner is in sync (may be promoted) once it holds this share of the leader's log (etcd's readyPercent).
 READY_SHARE = 0.9
-# The names MemberAdd gives a member when the caller names none (etcd's MemberAdd carries no name).
-GENERATED_NAME = "m{:08x}"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
 def member_protos(face: EtcdFace) -> list[pb.Member]:
     """The members of the latest configuration as etcd lists them: voters, then learners, each by
     name; peerURLs from the address it was added with, clientURLs from where it takes clients
@@ -159,9 +163,10 @@ def member_protos(face: EtcdFace) -> list[pb.Member]:
     out = []
     for learner, members in ((False, membership.voters), (True, membership.learners)):
         for member in sorted(members):
-            peer = members[member] or node.config.peers.get(member)
+            peer = members[member] or node.config.peers.get(member) or (node.transport.peer_address
+                                                                         if member == node.id else "")
             client = node.transport.client_address(member)
-            out.append(pb.Member(ID=member_number(member), name=member, isLearner=learner,
+            out.append(pb.Member(ID=member_number(member), name=member if has_name(member) else "", isLearner=learner,
                                  peerURLs=[f"{peer_scheme}://{peer}"] if peer else [],
                                  clientURLs=[f"{client_scheme}://{client}"] if client else []))
     return out
@@ -185,21 +190,71 @@ def peer_address_of(urls: Sequence[str]) -> str:
     return f"{host}:{int(port)}"
 
 
-def _new_member_name(context: grpc.aio.ServicerContext, taken: Sequence[str]) -> str:
-    """The name a raftkv client sent (MEMBER_NAME_KEY), else a generated one, as m + 8 hex digits."""
+def _new_member_name(context: grpc.aio.ServicerContext, membership: Membership) -> str:
+    """The name a raftkv client sent (MEMBER_NAME_KEY), else none yet: the member is nameless,
+    named by a random etcd id (numbered_name) until it starts under its name (_take_name)."""
     sent = dict(context.invocation_metadata() or ()).get(MEMBER_NAME_KEY)
     if sent is not None:
-        if not _NAME.fullmatch(sent):
-            raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"bad member name {sent!r}: letters, digits, '.', '_' and '-', at most 63, "
-                            "starting with a letter or digit")
-        if sent in taken:
-            raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, f"etcdserver: member ID already exist ({sent})")
+        _check_name(sent, membership)
         return sent
     while True:
-        name = GENERATED_NAME.format(secrets.randbits(32))
-        if name not in taken:
+        name = numbered_name(secrets.randbits(64))
+        if name not in membership and name not in membership.removed and member_number(name):
             return name
+
+
+def _check_name(name: str, membership: Membership) -> None:
+    """A name a member may be given: well formed and not a member's (the core refuses a removed one)."""
+    if not _NAME.fullmatch(name):
+        raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"bad member name {name!r}: letters, digits, '.', '_' and '-', at most 63, "
+                        "starting with a letter or digit")
+    if name in membership:
+        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, f"etcdserver: member ID already exist ({name})")
+
+
+async def _take_name(face: EtcdFace, context: grpc.aio.ServicerContext, member: str, address: str,
+                     name: str) -> None:
+    """A member starting as `name` (serve --join) takes the place of `member`, nameless (etcd's
+    MemberAdd gave it no name) and at the same peer address: `member` is removed and `name` added
+    as what it was (learner or voter), two single-server changes (decision 0068). A nameless member
+    never ran (no process takes a numbered name), so it holds nothing the cluster needs, and the
+    configuration after the two changes has the voters it had, under another name. Asked by the
+    member itself, which holds no credentials: it can only name a nameless member, at its address."""
+    membership = face.node.membership
+    if member == name:
+        return  # taken already: an answer that was lost, asked again
+    if has_name(member):
+        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, f"member {member} has a name already: start it as "
+                                                             f"{member}, or add {name} as a member of its own")
+    if address != membership.address(member):
+        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
+                        f"the nameless member {member_number(member):x} takes peers at "
+                        f"{membership.address(member)}, not {address}: start {name} with --listen-peer there")
+    _check_name(name, membership)
+    if name in membership.removed:
+        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, f"{name} was removed from this cluster, and an id "
+                                                             f"is never used again: start the member under a new name")
+    learner = member in membership.learners
+    await _change(face, context, ChangeKind.REMOVE, member)
+    await _change(face, context, ChangeKind.ADD_LEARNER if learner else ChangeKind.ADD_VOTER, name, address)
+
+
+async def _take_peers(face: EtcdFace, context: grpc.aio.ServicerContext) -> None:
+    """Before a member is added: the leader takes peers' connections at the address member_protos
+    lists for it, and the configuration names that address. A member started alone (no --peers,
+    no --listen-peer) listens for peers only once it has some, and the configuration it started
+    with names no address for it (an update adds one, before the new member)."""
+    node = face.node
+    address = node.membership.address(node.id) or node.transport.peer_address
+    try:
+        await node.transport.listen_grown(address)
+    except OSError as e:
+        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
+                        f"{node.id} cannot take its peers' connections at {address} ({e}): restart it with "
+                        f"--listen-peer HOST:PORT") from None
+    if not node.membership.address(node.id):
+        await _change(face, context, ChangeKind.UPDATE, node.id, address)
 
 
 def _member_of(face: EtcdFace, number: int) -> str:
