@@ -117,7 +117,7 @@ class PeerLinks:
         where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
         refuses us as a removed member."""
         self._node_id = node_id
-        self._peer_address = peer_address
+        self.peer_address = peer_address
         self.on_removed: Callable[[str], None] | None = None
         self._cluster_id = cluster_id
         self._client = client
@@ -143,6 +143,21 @@ class PeerLinks:
             return False
         host, port = split_address(address)
         self._links[peer_id] = PeerLink(peer_id, address, socket_host(host), port)
+        return True
+
+    def move_peer(self, peer_id: str, address: str) -> bool:
+        """Dial the linked member `peer_id` at `address` from now on (an update of its peer address
+        applied): its open connection is closed and the link dials the new address; True if the
+        address changed."""
+        link = self._links.get(peer_id)
+        if link is None or not address or link.address == address:
+            return False
+        host, port = split_address(address)
+        log.info("peer %s moves from %s to %s", peer_id, link.address, address)
+        link.address, link.host, link.port = address, socket_host(host), port
+        link.reachable = None
+        if link.connection is not None:
+            link.connection.abort()  # its session ends and the pump dials the new address
         return True
 
     def link(self, peer_id: str) -> PeerLink:
@@ -250,7 +265,7 @@ class PeerLinks:
                                f"--peer-cert-file its own?")
 
     def _hello(self, link: PeerLink, purpose: int, ack_within_ms: int = 0) -> bytes:
-        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client, purpose, self._peer_address)
+        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client, purpose, self.peer_address)
         h.ack_within_ms = ack_within_ms
         return frame(h.SerializeToString())
 
