@@ -252,7 +252,7 @@ class NodeConfig:
     # where it reaches the members it was told of.
     join: bool = False
     # etcd's --strict-reconfig-check: refuse a membership change after which the voters the leader
-    # hears from would be too few for a quorum (kv/server/etcd_services.py). False lets such a
+    # hears from would be too few for a quorum (kv/server/etcd_cluster.py). False lets such a
     # change through; the cluster then commits nothing until enough of its voters run.
     strict_reconfig_check: bool = True
     # Where this node takes its peers' connections (raft/transport/peer_protocol.py); None means
@@ -275,6 +275,9 @@ class NodeConfig:
     # etcd's --listen-metrics-urls: where /metrics, /health, /readyz and /livez are served, as
     # comma-separated http://HOST:PORT (kv/server/http_endpoints.py); empty: nowhere.
     listen_metrics_urls: str = ""
+    # etcd 3.5's --listen-client-http-urls: where etcd's HTTP/JSON gateway is served, as
+    # comma-separated http(s)://HOST:PORT (kv/server/etcd_gateway.py); empty: nowhere.
+    listen_client_http_urls: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -308,6 +311,19 @@ class NodeConfig:
     def advertised_client_address(self) -> str:
         """Where clients reach this node: advertise_client, else listen."""
         return self.advertise_client if self.advertise_client is not None else self.listen
+
+    @property
+    def advertised_client_http_address(self) -> str | None:
+        """Where HTTP clients reach this node's gateway (host:port of the first of
+        listen_client_http_urls, a wildcard host replaced by the advertised client host); None
+        without a gateway."""
+        first = next((u.strip() for u in self.listen_client_http_urls.split(",") if u.strip()), None)
+        if first is None:
+            return None
+        host, port = split_address(first.split("://", 1)[-1].rstrip("/"))
+        if host in WILDCARD_HOSTS:
+            host = split_address(self.advertised_client_address)[0]
+        return f"{host}:{port}"
 
     @property
     def peer_listen_address(self) -> str | None:

@@ -88,22 +88,25 @@ class Etcd:
             self.process = None
 
 
-def _member_command(name: str, data_dir: Path, client_port: int, peer_port: int,
+def _member_command(name: str, data_dir: Path, client_port: int, peer: str,
                     initial_cluster: str, extra_args: tuple[str, ...]) -> list[str]:
     assert ETCD is not None, NEEDS_ETCD
-    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    client = f"http://127.0.0.1:{client_port}"
     return [ETCD, "--data-dir", str(data_dir), "--name", name,
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", initial_cluster, *extra_args]
 
 
-def start_etcd(base: Path) -> Etcd:
-    """One etcd member on free loopback ports, data in `base`/data, output in `base`/etcd.log."""
+def start_etcd(base: Path, name: str = "default", peer_url: str | None = None, initial_cluster: str | None = None,
+               existing: bool = False) -> Etcd:
+    """One etcd member on free loopback ports, data in `base`/data, output in `base`/etcd.log: a
+    cluster of its own, or (`existing`) the member `name` at `peer_url` joining `initial_cluster`."""
     client_port, peer_port = free_ports(2)
-    command = _member_command("default", base / "data", client_port, peer_port,
-                              f"default=http://127.0.0.1:{peer_port}", ())
-    return Etcd("default", f"127.0.0.1:{client_port}", command, base / "etcd.log").start()
+    peer = peer_url or f"http://127.0.0.1:{peer_port}"
+    command = _member_command(name, base / "data", client_port, peer, initial_cluster or f"{name}={peer}",
+                              ("--initial-cluster-state", "existing") if existing else ())
+    return Etcd(name, f"127.0.0.1:{client_port}", command, base / "etcd.log").start()
 
 
 @dataclass
@@ -122,7 +125,8 @@ class EtcdCluster:
         names = [f"e{i + 1}" for i in range(self.size)]
         initial = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in zip(names, peer_ports))
         for name, client_port, peer_port in zip(names, client_ports, peer_ports):
-            command = _member_command(name, self.base_dir / name, client_port, peer_port, initial, self.extra_args)
+            command = _member_command(name, self.base_dir / name, client_port, f"http://127.0.0.1:{peer_port}",
+                                      initial, self.extra_args)
             self.members.append(Etcd(name, f"127.0.0.1:{client_port}", command, self.base_dir / f"{name}.log"))
 
     def start(self) -> EtcdCluster:
