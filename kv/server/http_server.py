@@ -285,7 +285,7 @@ class _Connection:
             return
         status = error.error_status_hint
         body = b"431 Request Header Fields Too Large" if status == 431 else b"400 Bad Request"
-        await self._send(h11.Response(status_code=status, headers=[
+        await self._send(h11.Response(status_code=status, reason=_reason(status), headers=[
             ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
             ("Connection", "close")]))
         await self._send(h11.Data(data=body))
