@@ -91,6 +91,8 @@ CORS_HEADERS = [("Access-Control-Allow-Headers", "accept, content-type, authoriz
                 ("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE"),
                 ("Access-Control-Allow-Origin", "*")]
 _GRPC_HEADER = ("Grpc-Metadata-Content-Type", "application/grpc")
+# What etcd 3.4's client URL serves of the metrics listener's routes.
+ETCD_HTTP_PATHS = ("/metrics", "/health")
 # etcd's cluster version: the minor version its members agree on.
 ETCD_CLUSTER_VERSION = "3.4.0"
 REQUEST_TOO_LARGE = EtcdError(grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: request is too large")
@@ -227,7 +229,9 @@ class EtcdGateway:
             if request.method != "GET":
                 return text_response(405, "Method Not Allowed", [("Allow", "GET")])
             return HttpResponse(200, _dumps({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION}))
-        return self._endpoints.answer(request) or text_response(404, "404 page not found")
+        if path in ETCD_HTTP_PATHS:
+            return self._endpoints.answer(request) or text_response(404, "404 page not found")
+        return text_response(404, "404 page not found")
 
     def _certificate_refusal(self, request: HttpRequest) -> HttpResponse | None:
         """etcd's gateway calls its gRPC server as itself: while auth is on, a request that came

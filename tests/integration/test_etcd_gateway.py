@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import shutil
 import ssl
 import subprocess
 import sys
@@ -81,7 +80,6 @@ def call(address: str, path: str, body: Any = None, method: str = "POST", header
 class Pair:
     etcd: str  # host:port of etcd's client URL
     gateway: str  # host:port of raftkv's gateway
-    grpc: str  # host:port of raftkv's client port
 
     def both(self, path: str, body: Any = None, method: str = "POST",
              headers: dict[str, str] | None = None) -> tuple[Reply, Reply]:
@@ -102,8 +100,8 @@ def gateway_args(ports: dict[str, int]) -> Any:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     ports = {"n1": free_ports(1)[0]}
-    with etcd_and_raftkv(tmp_path_factory.mktemp("gateway"), node_args=gateway_args(ports)) as (etcd, node):
-        yield Pair(etcd.endpoint, f"127.0.0.1:{ports['n1']}", node.address)
+    with etcd_and_raftkv(tmp_path_factory.mktemp("gateway"), node_args=gateway_args(ports)) as (etcd, _):
+        yield Pair(etcd.endpoint, f"127.0.0.1:{ports['n1']}")
 
 
 # ---- the same requests to both -------------------------------------------------------------------
@@ -265,6 +263,7 @@ def test_auth_through_the_gateway_answers_as_etcds(pair: Pair) -> None:
     pair.same("/v3/auth/role/add", {"name": "root"})
     pair.same("/v3/auth/user/grant", {"user": "root", "role": "root"})
     pair.same("/v3/auth/enable", {})
+    tokens: list[str] = []
     try:
         pair.same("/v3/kv/range", {"key": b64("foo")})  # no token: "user name is empty"
         pair.same("/v3/auth/authenticate", {"name": "root", "password": "wrong"})
