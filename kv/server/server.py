@@ -24,8 +24,9 @@ from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
 from kv.server.etcd_face import EtcdFace
+from kv.server.etcd_cluster import EtcdClusterServicer
 from kv.server.etcd_gateway import EtcdGateway, grpc_services, local_address
-from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
+from kv.server.etcd_services import EtcdKVServicer, EtcdMaintenanceServicer
 from kv.server.etcd_lease import EtcdLeaseServicer
 from kv.server.etcd_watch import EtcdWatchServicer
 from kv.server.auto_compaction import AutoCompactor

@@ -253,7 +253,7 @@ class NodeConfig:
     # where it reaches the members it was told of.
     join: bool = False
     # etcd's --strict-reconfig-check: refuse a membership change after which the voters the leader
-    # hears from would be too few for a quorum (kv/server/etcd_services.py). False lets such a
+    # hears from would be too few for a quorum (kv/server/etcd_cluster.py). False lets such a
     # change through; the cluster then commits nothing until enough of its voters run.
     strict_reconfig_check: bool = True
     # Where this node takes its peers' connections (raft/transport/peer_protocol.py); None means

@@ -208,9 +208,10 @@ def test_members_maintenance_and_hash_answer_as_etcds(pair: Pair) -> None:
     # Names, ids and URLs are each store's own; the shape is etcd's.
     assert ours.status == theirs.status == 200
     assert sorted(ours.json()) == sorted(theirs.json()) == ["header", "members"]
-    assert sorted(theirs.json()["members"][0]) == ["ID", "clientURLs", "name", "peerURLs"]
-    # A single raftkv member started without --peers lists no peer URL yet (issue 41, part 3).
-    assert {"ID", "clientURLs", "name"} <= set(ours.json()["members"][0]) <= set(theirs.json()["members"][0])
+    assert sorted(ours.json()["members"][0]) == sorted(theirs.json()["members"][0]) == [
+        "ID", "clientURLs", "name", "peerURLs"]
+    # Asked through the gateway, a member's client URL is its gateway's (Patroni takes its hosts from it).
+    assert ours.json()["members"][0]["clientURLs"] == [f"http://{pair.gateway}"]
     theirs, ours = pair.both("/v3/maintenance/status", {})
     assert sorted(ours.json()) == sorted(theirs.json())  # the sizes and indexes are each store's own
     pair.same("/v3/maintenance/alarm", {})
@@ -292,6 +293,11 @@ def test_a_write_through_a_followers_gateway_is_forwarded_to_the_leader(tmp_path
         read = call(f"127.0.0.1:{ports[leader]}", "/v3/kv/range", {"key": b64("fw")})
         assert read.json()["kvs"][0]["value"] == b64("1")
         assert read.json()["header"]["revision"] == put.json()["header"]["revision"]
+        # Patroni replaces its hosts with the clientURLs it is given: through any gateway, gateways'.
+        gateways = {name: [f"http://127.0.0.1:{port}"] for name, port in ports.items()}
+        wait_until("every member's gateway URL listed", lambda: {
+            m["name"]: m.get("clientURLs") for m in call(f"127.0.0.1:{ports[follower]}", "/v3/cluster/member/list",
+                                                           {}).json()["members"]} == gateways or None)
     except BaseException:
         print(cluster.log_tails())
         raise
