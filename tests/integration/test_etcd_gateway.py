@@ -293,6 +293,11 @@ def test_a_write_through_a_followers_gateway_is_forwarded_to_the_leader(tmp_path
         read = call(f"127.0.0.1:{ports[leader]}", "/v3/kv/range", {"key": b64("fw")})
         assert read.json()["kvs"][0]["value"] == b64("1")
         assert read.json()["header"]["revision"] == put.json()["header"]["revision"]
+        # A lease kept alive through the follower: its keep-alive stream goes on to the leader.
+        follower_gateway = f"127.0.0.1:{ports[follower]}"
+        assert call(follower_gateway, "/v3/lease/grant", {"ID": "99", "TTL": 30}).status == 200
+        kept = call(follower_gateway, "/v3/lease/keepalive", {"ID": "99"})
+        assert [json.loads(line)["result"]["TTL"] for line in kept.text.splitlines()] == ["30"]
         # Patroni replaces its hosts with the clientURLs it is given: through any gateway, gateways'.
         gateways = {name: [f"http://127.0.0.1:{port}"] for name, port in ports.items()}
         wait_until("every member's gateway URL listed", lambda: {
