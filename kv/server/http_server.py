@@ -214,6 +214,8 @@ class _Connection:
 
     async def _body(self) -> AsyncIterator[bytes]:
         try:
+            if self._h11.they_are_waiting_for_100_continue:  # curl's Expect: 100-continue
+                await self._send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
             while True:
                 event = await self._next_event()
                 if isinstance(event, h11.Data):
