@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from raft.core.config import CoreConfig
 from raft.node.cluster_id import DEFAULT_CLUSTER_TOKEN
@@ -306,6 +307,9 @@ class NodeConfig:
             _check_address(f"peers: {member}", address)
         if self.listen_peer is not None:
             _check_address("listen_peer", self.listen_peer)
+        parse_http_urls("listen_metrics_urls", self.listen_metrics_urls, tls=False)
+        parse_http_urls("listen_client_http_urls", self.listen_client_http_urls, tls=self.security.client.enabled,
+                        https_needs="https serves the client port's TLS: give cert_file and key_file")
 
     @property
     def advertised_client_address(self) -> str:
@@ -342,6 +346,25 @@ def _check_address(name: str, address: str) -> tuple[str, int]:
         return split_address(address)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
+
+
+def parse_http_urls(name: str, urls: str, tls: bool, https_needs: str = "") -> list[tuple[str, int]]:
+    """Comma-separated URLs of an HTTP listener (`name`, the field that holds them): (host, port)
+    of each. https://HOST:PORT when the listener speaks TLS (`tls`), else http://HOST:PORT;
+    ValueError, naming the field (and `https_needs`, what https would take), on anything else."""
+    scheme = "https" if tls else "http"
+    listeners = []
+    for url in filter(None, (u.strip() for u in urls.split(","))):
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != scheme or not parts.hostname or port is None or parts.path not in ("", "/"):
+            why = f" ({https_needs})" if parts.scheme == "https" and https_needs else ""
+            raise ValueError(f"{name}: {url!r} is not {scheme}://HOST:PORT{why}")
+        listeners.append((parts.hostname, port))
+    return listeners
 
 
 def parse_peers(spec: str) -> dict[str, str]:

@@ -328,10 +328,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 
 
 @contextlib.contextmanager
-def etcd_and_raftkv(base: Path) -> Iterator[tuple[Etcd, NodeProcess]]:
-    """A real etcd and a one-member raftkv, both serving (under `base`); both killed at the end."""
+def etcd_and_raftkv(base: Path, **options: Any) -> Iterator[tuple[Etcd, NodeProcess]]:
+    """A real etcd and a one-member raftkv (Cluster's `options`), both serving (under `base`);
+    both killed at the end."""
     etcd = start_etcd(base / "etcd")
-    raftkv = Cluster(base / "raftkv", 1)
+    raftkv = Cluster(base / "raftkv", 1, **options)
     try:
         raftkv.start()
         node = raftkv.nodes["n1"]
