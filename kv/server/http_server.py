@@ -201,9 +201,17 @@ class _Connection:
                 return  # the client closed (ConnectionClosed) or sent what cannot start a request
             if not await self._answer(event):
                 return
+            self._take_arrived_body()
             if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
                 return  # a body left unread, or either side asked to close: not reused
             self._h11.start_next_cycle()
+
+    def _take_arrived_body(self) -> None:
+        """Take what has arrived of a body the handler did not read: a request with none (GET
+        /version, etcd3gw's and Patroni's first) ends there, and the connection serves the client's
+        next request, as the client expects (it was sent no Connection: close)."""
+        while isinstance(self._h11.next_event(), h11.Data):
+            pass
 
     async def _next_event(self) -> object:
         while True:

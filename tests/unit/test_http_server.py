@@ -39,6 +39,32 @@ def test_requests_follow_each_other_on_one_connection() -> None:
     assert asyncio.run(run()) == [b"HTTP/1.1 200 OK POST /x b'one'", b"HTTP/1.1 200 OK POST /x b'two!'"]
 
 
+def test_a_request_whose_body_the_handler_leaves_unread_keeps_the_connection() -> None:
+    """GET /version's handler reads no body: the connection still serves the next request (etcd3gw
+    and Patroni send their next call on it)."""
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, f"{request.method} {request.path}".encode(), "text/plain")
+
+    async def run() -> list[bytes]:
+        server = HttpServer("test", [("127.0.0.1", 0)], handler)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection(*server.addresses[0].split(":"))
+            answers = []
+            for request in (b"GET /version HTTP/1.1\r\nHost: h\r\n\r\n",
+                            b"POST /v3/kv/range HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"):
+                writer.write(request)
+                head = await _read_head(reader)
+                assert b"connection: close" not in head.lower()
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                answers.append(await asyncio.wait_for(reader.readexactly(length), DEADLINE_S))
+            writer.close()
+            return answers
+        finally:
+            await server.stop()
+    assert asyncio.run(run()) == [b"GET /version", b"POST /v3/kv/range"]
+
+
 def test_a_streamed_body_is_answered_chunk_by_chunk_while_it_arrives_and_a_gone_client_ends_the_handler() -> None:
     async def run() -> tuple[list[bytes], bool]:
         handler_ended = asyncio.Event()
