@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from kv.server.http_server import HTTP2_PREFACE, HttpRequest, HttpResponse, HttpServer
+from kv.server.http_server import HTTP2_PREFACE, Handler, HttpRequest, HttpResponse, HttpServer
 
 DEADLINE_S = 5.0
 
@@ -16,27 +16,36 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), DEADLINE_S)
 
 
-def test_requests_follow_each_other_on_one_connection() -> None:
-    async def handler(request: HttpRequest) -> HttpResponse:
-        body = await request.body(1 << 10)
-        return HttpResponse(200, f"{request.method} {request.path} {body!r}".encode(), "text/plain")
-
-    async def run() -> list[bytes]:
+def _one_connection(handler: Handler, requests: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Each request sent on one connection once the answer to the one before has come: the
+    answers' heads and bodies."""
+    async def run() -> list[tuple[bytes, bytes]]:
         server = HttpServer("test", [("127.0.0.1", 0)], handler)
         await server.start()
         try:
             reader, writer = await asyncio.open_connection(*server.addresses[0].split(":"))
             answers = []
-            for body in (b"one", b"two!"):
-                writer.write(b"POST /x?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            for request in requests:
+                writer.write(request)
                 head = await _read_head(reader)
                 length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                answers.append(head.split(b"\r\n")[0] + b" " + await reader.readexactly(length))
+                answers.append((head, await asyncio.wait_for(reader.readexactly(length), DEADLINE_S)))
             writer.close()
             return answers
         finally:
             await server.stop()
-    assert asyncio.run(run()) == [b"HTTP/1.1 200 OK POST /x b'one'", b"HTTP/1.1 200 OK POST /x b'two!'"]
+    return asyncio.run(run())
+
+
+def test_requests_follow_each_other_on_one_connection() -> None:
+    async def handler(request: HttpRequest) -> HttpResponse:
+        body = await request.body(1 << 10)
+        return HttpResponse(200, f"{request.method} {request.path} {body!r}".encode(), "text/plain")
+
+    answers = _one_connection(handler, [b"POST /x?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s"
+                                        % (len(body), body) for body in (b"one", b"two!")])
+    assert [head.split(b"\r\n")[0] + b" " + body for head, body in answers] == [
+        b"HTTP/1.1 200 OK POST /x b'one'", b"HTTP/1.1 200 OK POST /x b'two!'"]
 
 
 def test_a_request_whose_body_the_handler_leaves_unread_keeps_the_connection() -> None:
@@ -45,24 +54,10 @@ def test_a_request_whose_body_the_handler_leaves_unread_keeps_the_connection() -
     async def handler(request: HttpRequest) -> HttpResponse:
         return HttpResponse(200, f"{request.method} {request.path}".encode(), "text/plain")
 
-    async def run() -> list[bytes]:
-        server = HttpServer("test", [("127.0.0.1", 0)], handler)
-        await server.start()
-        try:
-            reader, writer = await asyncio.open_connection(*server.addresses[0].split(":"))
-            answers = []
-            for request in (b"GET /version HTTP/1.1\r\nHost: h\r\n\r\n",
-                            b"POST /v3/kv/range HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"):
-                writer.write(request)
-                head = await _read_head(reader)
-                assert b"connection: close" not in head.lower()
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                answers.append(await asyncio.wait_for(reader.readexactly(length), DEADLINE_S))
-            writer.close()
-            return answers
-        finally:
-            await server.stop()
-    assert asyncio.run(run()) == [b"GET /version", b"POST /v3/kv/range"]
+    answers = _one_connection(handler, [b"GET /version HTTP/1.1\r\nHost: h\r\n\r\n",
+                                        b"POST /v3/kv/range HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"])
+    assert not any(b"connection: close" in head.lower() for head, _ in answers)
+    assert [body for _, body in answers] == [b"GET /version", b"POST /v3/kv/range"]
 
 
 def test_a_streamed_body_is_answered_chunk_by_chunk_while_it_arrives_and_a_gone_client_ends_the_handler() -> None:
