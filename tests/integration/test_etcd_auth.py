@@ -64,6 +64,12 @@ class Stores:
         """The raftkv member to ask: "follower" or "leader"."""
         return self.cluster.nodes[self.follower if via == "follower" else self.leader].address
 
+    def settle(self) -> None:
+        """Return once the follower has applied all the leader has committed: what the follower
+        answers from its own state (a serializable read, a watch's header) is then as fresh as
+        etcd's one member."""
+        self.cluster.wait_applied(self.follower, self.cluster.status(self.leader)["commit_index"])
+
     def logs(self) -> str:
         return f"etcd: {self.etcd.log_path}\n{self.cluster.log_tails()}"
 
@@ -197,3 +203,336 @@ def test_etcdctl_auth_flow_on_three_members_matches_etcd(stores: Stores, tmp_pat
                    for step, a, b in zip(FLOW, theirs, ours) if a != b]
     assert not differences, (f"{len(differences)} of {len(FLOW)} etcdctl commands differ ({stores.logs()}):\n"
                              + "\n".join(differences))
+
+
+# ---- refusals, as raw gRPC calls ---------------------------------------------------------------------
+
+PASSWORDS = {"root": "root-pw", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+# alice reads and writes /app/, bob only reads it, carol only writes it.
+ROLES = {"app": ("alice", authpb.Permission.READWRITE), "reader": ("bob", authpb.Permission.READ),
+         "writer": ("carol", authpb.Permission.WRITE)}
+
+
+class Calls:
+    """etcd's stubs on one endpoint, and each user's token there ("anon": none, "bogus": a forged one)."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.auth = etcd_rpc_pb2_grpc.AuthStub(channel)
+        self.kv = etcd_rpc_pb2_grpc.KVStub(channel)
+        self.lease = etcd_rpc_pb2_grpc.LeaseStub(channel)
+        self.watch = etcd_rpc_pb2_grpc.WatchStub(channel)
+        self.maintenance = etcd_rpc_pb2_grpc.MaintenanceStub(channel)
+        self.cluster = etcd_rpc_pb2_grpc.ClusterStub(channel)
+        self.tokens: dict[str, str] = {"bogus": "bogus.1.2.3"}
+
+    def set_up(self) -> None:
+        """The same users, roles and keys on either store, then auth on and everyone logged in."""
+        auth = self.auth
+        for user, password in PASSWORDS.items():
+            auth.UserAdd(pb.AuthUserAddRequest(name=user, password=password), timeout=CALL_TIMEOUT_S)
+        auth.UserGrantRole(pb.AuthUserGrantRoleRequest(user="root", role="root"), timeout=CALL_TIMEOUT_S)
+        for role, (user, perm_type) in ROLES.items():
+            auth.RoleAdd(pb.AuthRoleAddRequest(name=role), timeout=CALL_TIMEOUT_S)
+            auth.RoleGrantPermission(pb.AuthRoleGrantPermissionRequest(
+                name=role, perm=authpb.Permission(permType=perm_type, key=b"/app/", range_end=b"/app0")),
+                timeout=CALL_TIMEOUT_S)
+            auth.UserGrantRole(pb.AuthUserGrantRoleRequest(user=user, role=role), timeout=CALL_TIMEOUT_S)
+        self.kv.Put(pb.PutRequest(key=b"/app/k", value=b"v"), timeout=CALL_TIMEOUT_S)
+        self.kv.Put(pb.PutRequest(key=b"/secret", value=b"s"), timeout=CALL_TIMEOUT_S)
+        auth.AuthEnable(pb.AuthEnableRequest(), timeout=CALL_TIMEOUT_S)
+        for user, password in PASSWORDS.items():
+            self.tokens[user] = auth.Authenticate(pb.AuthenticateRequest(name=user, password=password),
+                                                  timeout=CALL_TIMEOUT_S).token
+
+    def md(self, user: str) -> tuple[tuple[str, str], ...]:
+        return () if user == "anon" else (("token", self.tokens[user]),)
+
+    def first_watch_response(self, user: str, key: bytes, range_end: bytes = b"") -> pb.WatchResponse:
+        """What a watch stream answers a create request with."""
+        create = pb.WatchCreateRequest(key=key, range_end=range_end)
+        call = self.watch.Watch(iter([pb.WatchRequest(create_request=create)]), metadata=self.md(user),
+                                timeout=CALL_TIMEOUT_S)
+        try:
+            return next(call)
+        finally:
+            call.cancel()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    expected: str  # what etcd answers: "OK" or a gRPC code's name
+    call: Callable[[Calls], Any]
+    # What raftkv answers where it differs from etcd by design (docs/etcd-compatibility.md): a
+    # refusal's code, or a cancelled watch's reason (`summary`); and why.
+    deliberate: tuple[str, str] | None = None
+
+
+def summary(found: Answer) -> str:
+    """An answer in brief: a refusal's code, a cancelled watch's reason, else "OK"."""
+    return found[1] if found[0] == "error" else found[1].get("cancel_reason", "OK")
+
+
+def put(key: bytes, lease: int = 0, prev_kv: bool = False) -> pb.PutRequest:
+    return pb.PutRequest(key=key, value=b"x", lease=lease, prev_kv=prev_kv)
+
+
+def txn(*ops: pb.RequestOp, compare: tuple[pb.Compare, ...] = ()) -> pb.TxnRequest:
+    return pb.TxnRequest(compare=compare, success=ops)
+
+
+T = CALL_TIMEOUT_S
+ROOT_ONLY = "raftkv lets only root compact, raise or clear alarms (etcd 3.4 lets anyone, even with no user)"
+REFUSALS: list[Case] = [
+    # -- logins and the Auth service
+    Case("a wrong password", "INVALID_ARGUMENT",
+         lambda c: c.auth.Authenticate(pb.AuthenticateRequest(name="alice", password="no"), timeout=T)),
+    Case("an unknown user's login", "INVALID_ARGUMENT",
+         lambda c: c.auth.Authenticate(pb.AuthenticateRequest(name="nobody", password="no"), timeout=T)),
+    Case("user list with no user", "INVALID_ARGUMENT",
+         lambda c: c.auth.UserList(pb.AuthUserListRequest(), timeout=T)),
+    Case("user list with a forged token", "UNAUTHENTICATED",
+         lambda c: c.auth.UserList(pb.AuthUserListRequest(), metadata=c.md("bogus"), timeout=T)),
+    Case("user list by alice", "PERMISSION_DENIED",
+         lambda c: c.auth.UserList(pb.AuthUserListRequest(), metadata=c.md("alice"), timeout=T)),
+    Case("alice gets herself", "OK",
+         lambda c: c.auth.UserGet(pb.AuthUserGetRequest(name="alice"), metadata=c.md("alice"), timeout=T)),
+    Case("alice gets bob", "PERMISSION_DENIED",
+         lambda c: c.auth.UserGet(pb.AuthUserGetRequest(name="bob"), metadata=c.md("alice"), timeout=T)),
+    Case("alice gets her role", "OK",
+         lambda c: c.auth.RoleGet(pb.AuthRoleGetRequest(role="app"), metadata=c.md("alice"), timeout=T)),
+    Case("alice gets another role", "PERMISSION_DENIED",
+         lambda c: c.auth.RoleGet(pb.AuthRoleGetRequest(role="reader"), metadata=c.md("alice"), timeout=T)),
+    Case("auth disable by alice", "PERMISSION_DENIED",
+         lambda c: c.auth.AuthDisable(pb.AuthDisableRequest(), metadata=c.md("alice"), timeout=T)),
+    Case("auth enable with no user", "INVALID_ARGUMENT",
+         lambda c: c.auth.AuthEnable(pb.AuthEnableRequest(), timeout=T)),
+    Case("auth enable again", "OK",
+         lambda c: c.auth.AuthEnable(pb.AuthEnableRequest(), metadata=c.md("root"), timeout=T)),
+    Case("a user with no name", "INVALID_ARGUMENT",
+         lambda c: c.auth.UserAdd(pb.AuthUserAddRequest(name="", password="p"), metadata=c.md("root"), timeout=T)),
+    Case("a user twice", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserAdd(pb.AuthUserAddRequest(name="bob", password="p"), metadata=c.md("root"), timeout=T)),
+    Case("a user with an empty password", "OK",
+         lambda c: c.auth.UserAdd(pb.AuthUserAddRequest(name="dave", password=""), metadata=c.md("root"), timeout=T),
+         ("INVALID_ARGUMENT", "raftkv keeps no user without a password")),
+    Case("a user without a password (no_password)", "OK",
+         lambda c: c.auth.UserAdd(pb.AuthUserAddRequest(name="erin", options=authpb.UserAddOptions(no_password=True)),
+                                  metadata=c.md("root"), timeout=T),
+         ("INVALID_ARGUMENT", "raftkv keeps no user without a password")),
+    Case("a role with no name", "INVALID_ARGUMENT",
+         lambda c: c.auth.RoleAdd(pb.AuthRoleAddRequest(name=""), metadata=c.md("root"), timeout=T)),
+    Case("a role twice", "FAILED_PRECONDITION",
+         lambda c: c.auth.RoleAdd(pb.AuthRoleAddRequest(name="app"), metadata=c.md("root"), timeout=T)),
+    Case("deleting root", "INVALID_ARGUMENT",
+         lambda c: c.auth.UserDelete(pb.AuthUserDeleteRequest(name="root"), metadata=c.md("root"), timeout=T)),
+    Case("revoking root's root role", "INVALID_ARGUMENT",
+         lambda c: c.auth.UserRevokeRole(pb.AuthUserRevokeRoleRequest(name="root", role="root"),
+                                         metadata=c.md("root"), timeout=T)),
+    Case("deleting the root role", "INVALID_ARGUMENT",
+         lambda c: c.auth.RoleDelete(pb.AuthRoleDeleteRequest(role="root"), metadata=c.md("root"), timeout=T)),
+    Case("deleting no user", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserDelete(pb.AuthUserDeleteRequest(name="nobody"), metadata=c.md("root"), timeout=T)),
+    Case("deleting the empty user name", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserDelete(pb.AuthUserDeleteRequest(name=""), metadata=c.md("root"), timeout=T)),
+    Case("getting no user", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserGet(pb.AuthUserGetRequest(name="nobody"), metadata=c.md("root"), timeout=T)),
+    Case("no user's password", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserChangePassword(pb.AuthUserChangePasswordRequest(name="nobody", password="p"),
+                                             metadata=c.md("root"), timeout=T)),
+    Case("granting to no user", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserGrantRole(pb.AuthUserGrantRoleRequest(user="nobody", role="app"),
+                                        metadata=c.md("root"), timeout=T)),
+    Case("granting no role", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserGrantRole(pb.AuthUserGrantRoleRequest(user="alice", role="nope"),
+                                        metadata=c.md("root"), timeout=T)),
+    Case("revoking a role not granted", "FAILED_PRECONDITION",
+         lambda c: c.auth.UserRevokeRole(pb.AuthUserRevokeRoleRequest(name="alice", role="reader"),
+                                         metadata=c.md("root"), timeout=T)),
+    Case("getting no role", "FAILED_PRECONDITION",
+         lambda c: c.auth.RoleGet(pb.AuthRoleGetRequest(role="nope"), metadata=c.md("root"), timeout=T)),
+    Case("deleting no role", "FAILED_PRECONDITION",
+         lambda c: c.auth.RoleDelete(pb.AuthRoleDeleteRequest(role="nope"), metadata=c.md("root"), timeout=T)),
+    Case("a permission for no role", "FAILED_PRECONDITION",
+         lambda c: c.auth.RoleGrantPermission(pb.AuthRoleGrantPermissionRequest(
+             name="nope", perm=authpb.Permission(key=b"/x")), metadata=c.md("root"), timeout=T)),
+    Case("revoking a permission not granted", "FAILED_PRECONDITION",
+         lambda c: c.auth.RoleRevokePermission(pb.AuthRoleRevokePermissionRequest(role="app", key=b"/zz"),
+                                               metadata=c.md("root"), timeout=T)),
+    # -- KV
+    Case("a range with no user", "INVALID_ARGUMENT", lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/k"), timeout=T)),
+    Case("a range with a forged token", "UNAUTHENTICATED",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/k"), metadata=c.md("bogus"), timeout=T)),
+    Case("bob reads /app/", "OK",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/", range_end=b"/app0"), metadata=c.md("bob"), timeout=T)),
+    Case("bob reads serializably", "OK",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/k", serializable=True), metadata=c.md("bob"), timeout=T)),
+    Case("bob reads outside", "PERMISSION_DENIED",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/secret"), metadata=c.md("bob"), timeout=T)),
+    Case("bob reads from /app/ on", "PERMISSION_DENIED",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/", range_end=b"\0"), metadata=c.md("bob"), timeout=T)),
+    Case("bob writes", "PERMISSION_DENIED", lambda c: c.kv.Put(put(b"/app/k"), metadata=c.md("bob"), timeout=T)),
+    Case("alice writes", "OK", lambda c: c.kv.Put(put(b"/app/a"), metadata=c.md("alice"), timeout=T)),
+    Case("alice writes outside", "PERMISSION_DENIED",
+         lambda c: c.kv.Put(put(b"/secret"), metadata=c.md("alice"), timeout=T)),
+    Case("carol writes", "OK", lambda c: c.kv.Put(put(b"/app/c"), metadata=c.md("carol"), timeout=T)),
+    Case("carol puts with prev_kv", "PERMISSION_DENIED",
+         lambda c: c.kv.Put(put(b"/app/c", prev_kv=True), metadata=c.md("carol"), timeout=T)),
+    Case("carol deletes with prev_kv", "PERMISSION_DENIED",
+         lambda c: c.kv.DeleteRange(pb.DeleteRangeRequest(key=b"/app/c", prev_kv=True), metadata=c.md("carol"),
+                                    timeout=T)),
+    Case("carol deletes", "OK",
+         lambda c: c.kv.DeleteRange(pb.DeleteRangeRequest(key=b"/app/c"), metadata=c.md("carol"), timeout=T)),
+    Case("alice deletes outside", "PERMISSION_DENIED",
+         lambda c: c.kv.DeleteRange(pb.DeleteRangeRequest(key=b"/app/", range_end=b"\0"), metadata=c.md("alice"),
+                                    timeout=T)),
+    Case("alice compares outside", "PERMISSION_DENIED",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_put=put(b"/app/t")), compare=(pb.Compare(
+             key=b"/secret", target=pb.Compare.VERSION, version=1),)), metadata=c.md("alice"), timeout=T)),
+    Case("alice's txn writes outside", "PERMISSION_DENIED",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_put=put(b"/app/t")), pb.RequestOp(request_put=put(b"/s2"))),
+                            metadata=c.md("alice"), timeout=T)),
+    Case("bob's read-only txn outside", "PERMISSION_DENIED",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_range=pb.RangeRequest(key=b"/secret"))), metadata=c.md("bob"),
+                            timeout=T)),
+    # -- Maintenance and Cluster: etcd's Maintenance passes the auth store's errors on unmapped
+    Case("hash with no user", "UNKNOWN", lambda c: c.maintenance.Hash(pb.HashRequest(), timeout=T)),
+    Case("hashkv by alice", "UNKNOWN", lambda c: c.maintenance.HashKV(pb.HashKVRequest(), metadata=c.md("alice"),
+                                                                      timeout=T)),
+    Case("defragment with a forged token", "UNKNOWN",
+         lambda c: c.maintenance.Defragment(pb.DefragmentRequest(), metadata=c.md("bogus"), timeout=T)),
+    Case("a snapshot by bob", "UNKNOWN",
+         lambda c: next(c.maintenance.Snapshot(pb.SnapshotRequest(), metadata=c.md("bob"), timeout=T))),
+    Case("status with no user", "OK", lambda c: pb.StatusResponse(
+        version=c.maintenance.Status(pb.StatusRequest(), timeout=T).version and "-")),
+    Case("member list with no user", "OK", lambda c: pb.MemberListResponse(
+        members=[pb.Member() for _ in c.cluster.MemberList(pb.MemberListRequest(), timeout=T).members[:1]])),
+    Case("member add with no user", "INVALID_ARGUMENT",
+         lambda c: c.cluster.MemberAdd(pb.MemberAddRequest(peerURLs=["http://127.0.0.1:1"]), timeout=T)),
+    Case("member add by alice", "PERMISSION_DENIED",
+         lambda c: c.cluster.MemberAdd(pb.MemberAddRequest(peerURLs=["http://127.0.0.1:1"]), metadata=c.md("alice"),
+                                       timeout=T)),
+    # -- leases (the keys attached: test_watch_and_lease_checks_match_etcd)
+    Case("a lease with no user", "OK",
+         lambda c: c.lease.LeaseGrant(pb.LeaseGrantRequest(ID=101, TTL=600), timeout=T)),
+    Case("a lease with a forged token", "UNAUTHENTICATED",
+         lambda c: c.lease.LeaseGrant(pb.LeaseGrantRequest(ID=102, TTL=600), metadata=c.md("bogus"), timeout=T)),
+    Case("revoking a keyless lease with no user", "OK",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=101), timeout=T),
+         ("INVALID_ARGUMENT", "raftkv refuses a lease revoke that names no user at once (etcd checks the lease's "
+                              "keys, and lets it through when there are none)")),
+    # -- last: what etcd lets through and raftkv refuses changes etcd's state (its revision)
+    Case("carol's txn puts with prev_kv", "OK",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_put=put(b"/app/c", prev_kv=True))), metadata=c.md("carol"),
+                            timeout=T),
+         ("PERMISSION_DENIED", "etcd 3.4 checks a put's prev_kv outside a transaction only: it would show carol a "
+                               "value she may not read")),
+    Case("alice's nested txn writes outside", "OK",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_txn=txn(pb.RequestOp(request_put=put(b"/s3"))))),
+                            metadata=c.md("alice"), timeout=T),
+         ("PERMISSION_DENIED", "etcd 3.4 does not check the ops of a nested transaction")),
+    Case("an alarm raised by alice", "OK",
+         lambda c: c.maintenance.Alarm(pb.AlarmRequest(action=pb.AlarmRequest.ACTIVATE, memberID=5, alarm=pb.NOSPACE),
+                                       metadata=c.md("alice"), timeout=T), ("PERMISSION_DENIED", ROOT_ONLY)),
+    Case("an alarm cleared with no user", "OK",
+         lambda c: c.maintenance.Alarm(pb.AlarmRequest(action=pb.AlarmRequest.DEACTIVATE, memberID=5,
+                                                       alarm=pb.NOSPACE), timeout=T), ("INVALID_ARGUMENT", ROOT_ONLY)),
+    Case("a compaction with no user", "OK",
+         lambda c: c.kv.Compact(pb.CompactionRequest(revision=2), timeout=T), ("INVALID_ARGUMENT", ROOT_ONLY)),
+    Case("a compaction by alice", "OK",
+         lambda c: c.kv.Compact(pb.CompactionRequest(revision=3), metadata=c.md("alice"), timeout=T),
+         ("PERMISSION_DENIED", ROOT_ONLY)),
+]
+
+
+def run_cases(endpoint: str, cases: list[Case], settle: Callable[[], None] = lambda: None) -> dict[str, Answer]:
+    """Each case's answer on the store at `endpoint`, set up (Calls.set_up) first; `settle` runs
+    before each case."""
+    answers: dict[str, Answer] = {}
+    with grpc.insecure_channel(endpoint) as channel:
+        calls = Calls(channel)
+        calls.set_up()
+        for case in cases:
+            settle()
+            answers[case.name] = answer(lambda: case.call(calls))
+    return answers
+
+
+def judge(cases: list[Case], theirs: dict[str, Answer], ours: dict[str, Answer], logs: str) -> None:
+    """etcd answers each case as expected; raftkv answers as etcd, or as a deliberate difference says."""
+    unexpected = [f"{case.name}: {theirs[case.name]}" for case in cases
+                  if (theirs[case.name][0] == "ok") != (case.expected == "OK")
+                  or (case.expected != "OK" and theirs[case.name][1] != case.expected)]
+    assert not unexpected, "etcd did not answer as the cases expect:\n" + "\n".join(unexpected)
+    differing = []
+    for case in cases:
+        if case.deliberate is None:
+            if theirs[case.name] != ours[case.name]:
+                differing.append(f"{case.name}:\n    etcd   {theirs[case.name]}\n    raftkv {ours[case.name]}")
+        elif summary(ours[case.name]) != case.deliberate[0]:
+            differing.append(f"{case.name}: raftkv should answer {case.deliberate[0]} ({case.deliberate[1]}), "
+                             f"not {ours[case.name]}")
+    assert not differing, f"{len(differing)} of {len(cases)} answers differ ({logs}):\n" + "\n".join(differing)
+
+
+def test_refusals_match_etcd_by_code_and_message(stores: Stores) -> None:
+    theirs = run_cases(stores.etcd.endpoint, REFUSALS)
+    ours = run_cases(stores.endpoint("follower"), REFUSALS, stores.settle)
+    judge(REFUSALS, theirs, ours, stores.logs())
+
+
+# ---- watches and leases ------------------------------------------------------------------------------
+
+WATCH_DENIED = "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+WATCHES_AND_LEASES: list[Case] = [
+    Case("bob watches a key he may not read", "OK", lambda c: c.first_watch_response("bob", b"/secret")),
+    Case("bob watches from /app/ on", "OK", lambda c: c.first_watch_response("bob", b"/app/", b"\0"),
+         (WATCH_DENIED, "etcd 3.4 checks a watch from a key on (range_end \"\\0\") as one of that key alone")),
+    Case("bob watches /app/", "OK", lambda c: c.first_watch_response("bob", b"/app/", b"/app0")),
+    Case("a watch with no user", "OK", lambda c: c.first_watch_response("anon", b"/app/k")),
+    Case("a watch with a forged token", "OK", lambda c: c.first_watch_response("bogus", b"/app/k")),
+    Case("root grants lease 200", "OK",
+         lambda c: c.lease.LeaseGrant(pb.LeaseGrantRequest(ID=200, TTL=600), metadata=c.md("root"), timeout=T)),
+    Case("root attaches /secret to it", "OK",
+         lambda c: c.kv.Put(put(b"/secret", lease=200), metadata=c.md("root"), timeout=T)),
+    Case("alice revokes it", "PERMISSION_DENIED",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=200), metadata=c.md("alice"), timeout=T)),
+    Case("alice attaches her key to it", "PERMISSION_DENIED",
+         lambda c: c.kv.Put(put(b"/app/a", lease=200), metadata=c.md("alice"), timeout=T)),
+    Case("alice grants lease 300", "OK",
+         lambda c: c.lease.LeaseGrant(pb.LeaseGrantRequest(ID=300, TTL=600), metadata=c.md("alice"), timeout=T)),
+    Case("alice attaches her key to hers", "OK",
+         lambda c: c.kv.Put(put(b"/app/a", lease=300), metadata=c.md("alice"), timeout=T)),
+    Case("bob revokes hers", "PERMISSION_DENIED",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=300), metadata=c.md("bob"), timeout=T)),
+    Case("alice revokes hers", "OK",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=300), metadata=c.md("alice"), timeout=T)),
+    Case("her key went with it", "OK",
+         lambda c: c.kv.Range(pb.RangeRequest(key=b"/app/a"), metadata=c.md("alice"), timeout=T)),
+    Case("alice revokes no lease", "NOT_FOUND",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=999), metadata=c.md("alice"), timeout=T)),
+    Case("root revokes lease 200", "OK",
+         lambda c: c.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=200), metadata=c.md("root"), timeout=T)),
+    Case("root grants lease 400 for /secret", "OK",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_put=put(b"/secret", lease=c.lease.LeaseGrant(
+             pb.LeaseGrantRequest(ID=400, TTL=600), metadata=c.md("root"), timeout=T).ID))),
+             metadata=c.md("root"), timeout=T)),
+    # last: etcd lets it through, and its revision moves on
+    Case("alice attaches her key to it in a txn", "OK",
+         lambda c: c.kv.Txn(txn(pb.RequestOp(request_put=put(b"/app/b", lease=400))), metadata=c.md("alice"),
+                            timeout=T),
+         ("PERMISSION_DENIED", "etcd 3.4 checks the lease of a put outside a transaction only; then alice could "
+                               "attach her key to a lease she could not revoke")),
+]
+
+
+def test_watch_and_lease_checks_match_etcd(stores: Stores) -> None:
+    """A watch of a range the user may not read is cancelled at its creation, with etcd's reason;
+    a lease is revoked, or a key attached to it, only by a user who may write every key it holds."""
+    theirs = run_cases(stores.etcd.endpoint, WATCHES_AND_LEASES)
+    ours = run_cases(stores.endpoint("follower"), WATCHES_AND_LEASES, stores.settle)
+    judge(WATCHES_AND_LEASES, theirs, ours, stores.logs())
+    refused_watch = ours["bob watches a key he may not read"][1]
+    assert refused_watch["canceled"] and refused_watch["cancel_reason"] == WATCH_DENIED
+    assert "canceled" not in ours["bob watches /app/"][1]
+    assert ours["her key went with it"][1].get("kvs") is None
