@@ -1,5 +1,5 @@
-"""The cluster's members on kv.Client: list, add, remove and promote them, and move the
-leadership, through etcd's Cluster service and Maintenance.MoveLeader (kv/server/etcd_services.py).
+"""The cluster's members on kv.Client: list, add, remove, promote and move them, and move the
+leadership, through etcd's Cluster service (kv/server/etcd_cluster.py) and Maintenance.MoveLeader.
 Mixed into Client as Maintenance is; the calls use its connections, retries and credentials, and
 go to the leader (a follower answers NOT_LEADER naming it: kv/client/leader_hints.py).
 
@@ -12,6 +12,7 @@ leader"), NotFoundError("etcdserver: member not found").
         c.member_add("n4", "127.0.0.1:7104", learner=True)  # then: raftkv serve --id n4 --join ...
         c.member_promote("n4")                               # once it has caught up
         c.member_remove("n3")
+        c.member_update("n2", "127.0.0.1:7202")             # then restart n2 with --listen-peer there
         c.move_leader("n4")
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from kv.errors import LEADER_HINTS_KEY, LEADER_ID_KEY, UnavailableError
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
-from raftkv_proto.member_ids import member_number
+from raftkv_proto.member_ids import member_number, numbered_name
 
 # gRPC metadata of a MemberAdd: the new member's name (etcd's MemberAdd carries none; without it,
 # the cluster names the member "m" + 8 hex digits).
@@ -30,11 +31,18 @@ MEMBER_NAME_KEY = "raftkv-member-name"
 HINTS = (LEADER_HINTS_KEY, "1")
 
 
+def has_name(member: str) -> bool:
+    """Whether the member id `member` is a name given to the member, not the one a nameless member
+    goes by until it starts (its etcd id as raftkv_proto.member_ids.numbered_name writes it)."""
+    return numbered_name(member_number(member)) != member
+
+
 def member_dict(m: pb.Member) -> dict[str, Any]:
-    """A member as kv.Client returns it: id (raftkv's name), member_id (etcd's, as a number),
-    learner, peer_address and client_address (host:port, None when unknown), and etcd's URLs."""
+    """A member as kv.Client returns it: id (raftkv's name; a nameless member's is "#" and its
+    etcd id in hex, which raftkv's commands take), member_id (etcd's, as a number), learner,
+    peer_address and client_address (host:port, None when unknown), and etcd's URLs."""
     return {
-        "id": m.name,
+        "id": m.name or numbered_name(m.ID),
         "member_id": m.ID,
         "learner": m.isLearner,
         "peer_address": _host_port(m.peerURLs[0]) if m.peerURLs else None,
@@ -81,6 +89,15 @@ class Members:
         log (etcd's rule). Returns the members after."""
         response = self._call(lambda stub: cluster_call(stub, "MemberPromote"),
                               pb.MemberPromoteRequest(ID=member_number(name)))
+        return [member_dict(m) for m in response.members]
+
+    def member_update(self, name: str, peer_address: str) -> list[dict[str, Any]]:
+        """Move the member `name` to the peer address `peer_address` (host:port), through the log
+        (the voters stay as they are); its peers dial it there once the change is applied, so
+        restart it to take peers there (serve --listen-peer). Returns the members after. Refused
+        for an address another member has (etcd's "Peer URLs already exists")."""
+        response = self._call(lambda stub: cluster_call(stub, "MemberUpdate"),
+                              pb.MemberUpdateRequest(ID=member_number(name), peerURLs=[peer_address]))
         return [member_dict(m) for m in response.members]
 
     def move_leader(self, to: str | None = None) -> str:

@@ -1,28 +1,24 @@
-"""etcd 3.4's KV, Maintenance and Cluster services on a node's client port, beside the native API
+"""etcd 3.4's KV and Maintenance services on a node's client port, beside the native API
 (proto/raftkv_proto/etcd_rpc.proto). Both faces share one log and one MVCC state: a Put here is
 seen by a native get and the other way round. The machinery they share (headers, errors, the
 write path, forwarding to the leader) is kv/server/etcd_face.py; what differs from etcd is listed
-in docs/etcd-compatibility.md."""
+in docs/etcd-compatibility.md; the Cluster service is kv/server/etcd_cluster.py."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
-import re
-import secrets
 import zlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import TypeVar
 
 import grpc
 
 from kv import errors
-from kv.client.members import MEMBER_NAME_KEY
 from kv.server.etcd_checks import EtcdError, check_delete_range, check_put, check_range, check_txn
 from kv.server.etcd_face import EtcdFace
 from raftkv_proto.member_ids import member_number, numbered_name
-from kv.server.node_calls import TIMEOUT_MESSAGE, begin_node_call, node_call
-from raft.core.membership import ChangeKind, MembershipChangeError
+from kv.server.node_calls import TIMEOUT_MESSAGE, node_call
 from raft.node import errors as node_errors
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2
@@ -284,201 +280,12 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         return await face.serve(context, work)
 
 
-class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
-    """etcd's Cluster service over the node's membership (raft/core/membership.py): the latest
-    configuration in the member's log, voters and learners, each with the peer address it was
-    added with. Changes run on the leader (a follower forwards them, as writes), one at a time,
-    under etcd's strict reconfiguration check (`_check_quorum`); each answers once its
-    configuration is applied on the leader. What differs from etcd: docs/etcd-compatibility.md."""
+# ---- etcd's errors of MoveLeader (etcd 3.4's rpctypes/error.go) ----------------------------------
 
-    def __init__(self, face: EtcdFace) -> None:
-        self._face = face
-
-    async def MemberList(self, request: pb.MemberListRequest,
-                         context: grpc.aio.ServicerContext) -> pb.MemberListResponse:
-        face = self._face
-
-        async def work() -> pb.MemberListResponse:
-            response = pb.MemberListResponse(members=member_protos(face))
-            face.member_header(response.header)
-            return response
-        return await face.serve(context, work)
-
-    async def MemberAdd(self, request: pb.MemberAddRequest, context: grpc.aio.ServicerContext) -> pb.MemberAddResponse:
-        face = self._face
-
-        async def work() -> pb.MemberAddResponse:
-            if not face.leads():
-                return await face.forward(context, "Cluster", "MemberAdd", request, carry=(MEMBER_NAME_KEY,))
-            _check_admin(face, context)
-            address = peer_address_of(request.peerURLs)
-            membership = face.node.membership
-            if any(membership.address(m) == address for m in membership.members):
-                raise PEER_URL_EXISTS
-            name = _new_member_name(context, membership.members)
-            if not request.isLearner:
-                _check_quorum(face, len(membership.voters) + 1, _started(face, membership.voters), allow_second=True)
-            kind = ChangeKind.ADD_LEARNER if request.isLearner else ChangeKind.ADD_VOTER
-            await _change(face, context, kind, name, address)
-            response = pb.MemberAddResponse(members=member_protos(face))
-            response.member.CopyFrom(next(m for m in response.members if m.name == name))
-            face.member_header(response.header)
-            return response
-        return await face.serve(context, work)
-
-    async def MemberRemove(self, request: pb.MemberRemoveRequest,
-                           context: grpc.aio.ServicerContext) -> pb.MemberRemoveResponse:
-        face = self._face
-
-        async def work() -> pb.MemberRemoveResponse:
-            if not face.leads():
-                return await face.forward(context, "Cluster", "MemberRemove", request)
-            _check_admin(face, context)
-            membership = face.node.membership
-            member = _member_of(face, request.ID)
-            if membership.is_voter(member):
-                remaining = [v for v in membership.voters if v != member]
-                _check_quorum(face, len(remaining), _started(face, remaining))
-            await _change(face, context, ChangeKind.REMOVE, member)
-            response = pb.MemberRemoveResponse(members=member_protos(face))
-            face.member_header(response.header)
-            return response
-        return await face.serve(context, work)
-
-    async def MemberUpdate(self, request: pb.MemberUpdateRequest,
-                           context: grpc.aio.ServicerContext) -> pb.MemberUpdateResponse:
-        """A member's peer URL cannot change in raftkv (a configuration names each member's
-        address, and the core has no change for it): the same address is accepted as it is,
-        another refused, saying what to do instead."""
-        face = self._face
-
-        async def work() -> pb.MemberUpdateResponse:
-            if not face.leads():
-                return await face.forward(context, "Cluster", "MemberUpdate", request)
-            _check_admin(face, context)
-            membership = face.node.membership
-            member = _member_of(face, request.ID)
-            address = peer_address_of(request.peerURLs)
-            if address != membership.address(member):
-                if any(membership.address(m) == address for m in membership.members if m != member):
-                    raise PEER_URL_EXISTS
-                raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, UPDATE_REFUSED.format(member=member))
-            response = pb.MemberUpdateResponse(members=member_protos(face))
-            face.member_header(response.header)
-            return response
-        return await face.serve(context, work)
-
-    async def MemberPromote(self, request: pb.MemberPromoteRequest,
-                            context: grpc.aio.ServicerContext) -> pb.MemberPromoteResponse:
-        face = self._face
-
-        async def work() -> pb.MemberPromoteResponse:
-            if not face.leads():
-                return await face.forward(context, "Cluster", "MemberPromote", request)
-            _check_admin(face, context)
-            membership = face.node.membership
-            member = _member_of(face, request.ID)
-            if membership.is_voter(member):
-                raise NOT_LEARNER
-            _check_in_sync(face, member)
-            # etcd counts the learner as started: it is in sync, so the leader hears from it.
-            _check_quorum(face, len(membership.voters) + 1, _started(face, membership.voters) + 1)
-            await _change(face, context, ChangeKind.PROMOTE, member)
-            response = pb.MemberPromoteResponse(members=member_protos(face))
-            face.member_header(response.header)
-            return response
-        return await face.serve(context, work)
-
-
-# ---- etcd's errors of the Cluster service and MoveLeader (etcd 3.4's rpctypes/error.go) ------------
-
-MEMBER_NOT_FOUND = EtcdError(grpc.StatusCode.NOT_FOUND, "etcdserver: member not found")
-PEER_URL_EXISTS = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: Peer URLs already exists")
-BAD_URLS = EtcdError(grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: given member URLs are invalid")
-NOT_ENOUGH_STARTED = EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
-                               "etcdserver: re-configuration failed due to not enough started members")
-NOT_LEARNER = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: can only promote a learner member")
-LEARNER_NOT_READY = EtcdError(grpc.StatusCode.FAILED_PRECONDITION,
-                              "etcdserver: can only promote a learner member which is in sync with leader")
 NOT_LEADER = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: not leader")
 BAD_TRANSFEREE = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: bad leader transferee")
 # etcd maps its ErrTimeoutLeaderTransfer to no gRPC code: it reaches the client as UNKNOWN.
 TRANSFER_TIMED_OUT = EtcdError(grpc.StatusCode.UNKNOWN, "etcdserver: request timed out, leader transfer took too long")
-UPDATE_REFUSED = ("raftkv cannot change a member's peer address (MemberUpdate): add a member under a new id at "
-                  "the new address (raftkv member add NEW_ID --peer-address HOST:PORT --learner, start it with "
-                  "raftkv serve --join, raftkv member promote NEW_ID), then remove {member}: a removed id is "
-                  "never used again")
-# A learner is in sync (may be promoted) once it holds this share of the leader's log (etcd's readyPercent).
-READY_SHARE = 0.9
-# The names MemberAdd gives a member when the caller names none (etcd's MemberAdd carries no name).
-GENERATED_NAME = "m{:08x}"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-def member_protos(face: EtcdFace) -> list[pb.Member]:
-    """The members of the latest configuration as etcd lists them: voters, then learners, each by
-    name; peerURLs from the address it was added with, clientURLs from where it takes clients
-    (empty until it has been heard from, as etcd's unstarted member)."""
-    node = face.node
-    security = node.config.security
-    peer_scheme = "https" if security.peer.enabled else "http"
-    client_scheme = "https" if security.client.enabled else "http"
-    membership = node.membership
-    out = []
-    for learner, members in ((False, membership.voters), (True, membership.learners)):
-        for member in sorted(members):
-            peer = members[member] or node.config.peers.get(member)
-            client = node.transport.client_address(member)
-            out.append(pb.Member(ID=member_number(member), name=member, isLearner=learner,
-                                 peerURLs=[f"{peer_scheme}://{peer}"] if peer else [],
-                                 clientURLs=[f"{client_scheme}://{client}"] if client else []))
-    return out
-
-
-def peer_address_of(urls: Sequence[str]) -> str:
-    """The one host:port of a member's peerURLs ("http://host:port", "https://..." or bare
-    "host:port"); etcd's "given member URLs are invalid" otherwise."""
-    if len(urls) != 1:
-        if len(urls) > 1:
-            raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
-                            "etcdserver: given member URLs are invalid (raftkv takes one peer URL per member)")
-        raise BAD_URLS
-    url = urls[0].strip()
-    scheme, _, rest = url.rpartition("://")
-    if scheme not in ("", "http", "https"):
-        raise BAD_URLS
-    host, _, port = rest.rstrip("/").rpartition(":")
-    if not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BAD_URLS
-    return f"{host}:{int(port)}"
-
-
-def _new_member_name(context: grpc.aio.ServicerContext, taken: Sequence[str]) -> str:
-    """The name a raftkv client sent (MEMBER_NAME_KEY), else a generated one, as m + 8 hex digits."""
-    sent = dict(context.invocation_metadata() or ()).get(MEMBER_NAME_KEY)
-    if sent is not None:
-        if not _NAME.fullmatch(sent):
-            raise EtcdError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"bad member name {sent!r}: letters, digits, '.', '_' and '-', at most 63, "
-                            "starting with a letter or digit")
-        if sent in taken:
-            raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, f"etcdserver: member ID already exist ({sent})")
-        return sent
-    while True:
-        name = GENERATED_NAME.format(secrets.randbits(32))
-        if name not in taken:
-            return name
-
-
-def _member_of(face: EtcdFace, number: int) -> str:
-    """The member whose etcd id is `number`: etcd's "member not found" when there is none."""
-    member = next((m for m in face.node.membership.members if member_number(m) == number), None)
-    if member is None:
-        raise MEMBER_NOT_FOUND
-    return member
-
-
-def _check_admin(face: EtcdFace, context: grpc.aio.ServicerContext) -> None:
-    """etcd allows membership changes to root alone while auth is on."""
-    face.gate.check_root(face.gate.caller(context))
 
 
 def _check_maintainer(face: EtcdFace, context: grpc.aio.ServicerContext) -> None:
@@ -489,44 +296,6 @@ def _check_maintainer(face: EtcdFace, context: grpc.aio.ServicerContext) -> None
         face.gate.check_root(face.gate.caller(context))
     except errors.RaftKVError as e:
         raise EtcdError(grpc.StatusCode.UNKNOWN, str(e).replace("etcdserver: ", "auth: ", 1)) from None
-
-
-def _started(face: EtcdFace, voters: Iterable[str]) -> int:
-    """How many of `voters` are started, for etcd's strict reconfiguration check: the leader
-    (this node) is; another voter is when the leader heard from it within an election timeout."""
-    active = face.node.core.recently_active()
-    return sum(1 for v in voters if v in active)
-
-
-def _check_quorum(face: EtcdFace, voters_after: int, started: int, allow_second: bool = False) -> None:
-    """etcd's strict reconfiguration check: the configuration after the change must have a
-    majority of started voters (etcd lets a one-member cluster add its second). Off with
-    --strict-reconfig-check=false."""
-    if not face.node.config.strict_reconfig_check or (allow_second and started == 1 and voters_after == 2):
-        return
-    if started < voters_after // 2 + 1:
-        raise NOT_ENOUGH_STARTED
-
-
-def _check_in_sync(face: EtcdFace, learner: str) -> None:
-    """etcd's isLearnerReady: the learner's match index is at least 90% of the leader's."""
-    status = face.node.core.status()
-    if status.peers.get(learner, 0) < status.last_index * READY_SHARE:
-        raise LEARNER_NOT_READY
-
-
-async def _change(face: EtcdFace, context: grpc.aio.ServicerContext, kind: ChangeKind, member: str,
-                  address: str = "") -> None:
-    """Propose the change and wait until its configuration is applied (a refusal of the core's
-    rules as FAILED_PRECONDITION with its message)."""
-    node = face.node
-    try:
-        await begin_node_call(node, lambda: node.propose_membership(kind, member, address),
-                              context.time_remaining(), TIMEOUT_MESSAGE, lambda done: done)
-    except MembershipChangeError as refusal:
-        raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION, str(refusal)) from None
-    log.info("membership: %s %s%s (voters %s, learners %s)", kind.value, member, f" at {address}" if address else "",
-             ", ".join(sorted(node.membership.voters)) or "-", ", ".join(sorted(node.membership.learners)) or "-")
 
 
 def _alarm_member(face: EtcdFace, number: int) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -184,4 +185,7 @@ def registry_of(sources: MetricSources) -> CollectorRegistry:
     """A registry of this node's metrics alone (a process may run several embedded nodes)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(sources))
+    # The process's own (process_resident_memory_bytes ...), as etcd's /metrics has them:
+    # `etcdctl check datascale` reads the memory one.
+    ProcessCollector(registry=registry)
     return registry

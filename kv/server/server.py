@@ -25,7 +25,9 @@ from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
 from kv.server.etcd_auth import EtcdAuthServicer
 from kv.server.etcd_face import EtcdFace
-from kv.server.etcd_services import EtcdClusterServicer, EtcdKVServicer, EtcdMaintenanceServicer
+from kv.server.etcd_cluster import EtcdClusterServicer
+from kv.server.etcd_gateway import EtcdGateway, grpc_services, local_address
+from kv.server.etcd_services import EtcdKVServicer, EtcdMaintenanceServicer
 from kv.server.etcd_lease import EtcdLeaseServicer
 from kv.server.etcd_watch import EtcdWatchServicer
 from kv.server.auto_compaction import AutoCompactor
@@ -73,6 +75,7 @@ class RunningServer:
     watches: WatchHub
     lessor: Lessor
     compactor: AutoCompactor
+    gateway: EtcdGateway | None
     _stopped: bool = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
@@ -84,6 +87,8 @@ class RunningServer:
         await self.state_checker.stop()
         await self.observability.stop()
         await self.kv_service.end_streams()
+        if self.gateway is not None:
+            await self.gateway.stop()
         await self.servers.stop(grace)
         await self.watches.stop()
         await self.lessor.stop()
@@ -116,6 +121,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     watches: WatchHub | None = None
     lessor: Lessor | None = None
     compactor: AutoCompactor | None = None
+    gateway: EtcdGateway | None = None
     try:
         state_dir = config.data_dir / "state"
         recover_state_dir(state_dir)  # finish or undo a snapshot install a crash interrupted
@@ -148,7 +154,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
         lessor = Lessor(node, fsm, checkpoint_interval_s=config.storage.lease_checkpoint_interval_s)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
                                   config.storage.auto_compaction_retention)
-        servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, [
+        services = [
             (kv_pb2_grpc.add_KVServicer_to_server, kv_service),
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd)),
@@ -159,18 +165,30 @@ async def start_server(config: NodeConfig) -> RunningServer:
              EtcdWatchServicer(etcd, watches, config.limits.max_request_bytes)),
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, handler.gate)),
             observability.health_service,
-        ], max_request_bytes=config.limits.max_request_bytes, credentials=server_credentials(config.security.client))
+        ]
+        servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, services,
+                                   max_request_bytes=config.limits.max_request_bytes,
+                                   credentials=server_credentials(config.security.client))
+        if config.listen_client_http_urls:
+            # The same servicer objects as the gRPC port's: one layer under both faces.
+            assert observability.endpoints is not None
+            gateway = EtcdGateway(config, grpc_services(services), observability.endpoints,
+                                  lambda: handler.auth.enabled, lambda: local_address(config.listen, servers.port))
         await node.start()
         watches.start()
         lessor.start()
         compactor.start()
         await servers.start()
+        if gateway is not None:
+            await gateway.start()
         checker.start()
         await observability.start()
     except BaseException:
         # Undo what was started, so that the caller (an embedding service) can fix the cause and
         # start again in the same process: the gRPC port and the peer port free, the stores closed.
         try:
+            if gateway is not None:
+                await gateway.stop()
             if servers is not None:
                 await servers.stop(None)
             if watches is not None:
@@ -196,7 +214,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
              config.advertised_client_address, peers, node.cluster_id,
              ",".join(config.members), config.data_dir)
     return RunningServer(config, node, handler, log_store, fsm, servers, exports, kv_service, data_dir_lock, checker,
-                         auth_handler, observability, etcd, watches, lessor, compactor)
+                         auth_handler, observability, etcd, watches, lessor, compactor, gateway)
 
 
 def event_loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:

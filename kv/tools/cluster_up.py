@@ -62,20 +62,24 @@ class NodeSpec:
     extra_args: tuple[str, ...] = ()
     listen_peer: str | None = None
     metrics_url: str | None = None  # --listen-metrics-urls: /metrics, /health, /readyz, /livez
+    gateway_url: str | None = None  # --listen-client-http-urls: etcd's JSON gateway (and the above)
 
     def serve_args(self) -> list[str]:
         peers = ",".join(f"{name}={addr}" for name, addr in sorted(self.peers.items()))
         listen_peer = ["--listen-peer", self.listen_peer] if self.listen_peer is not None else []
         metrics = ["--listen-metrics-urls", self.metrics_url] if self.metrics_url is not None else []
+        gateway = ["--listen-client-http-urls", self.gateway_url] if self.gateway_url is not None else []
         return ["--id", self.node_id, "--listen", self.listen, "--data-dir", str(self.data_dir),
-                "--peers", peers, *listen_peer, *metrics, *self.extra_args]
+                "--peers", peers, *listen_peer, *metrics, *gateway, *self.extra_args]
 
 
 # From one base port, a member's peer port is its client port + this (7001 -> 7101), its metrics
-# listener its client port + METRICS_PORT_OFFSET (7001 -> 7201).
+# listener its client port + METRICS_PORT_OFFSET (7001 -> 7201), its etcd JSON gateway its client
+# port + GATEWAY_PORT_OFFSET (7001 -> 7301).
 PEER_PORT_OFFSET = 100
 METRICS_PORT_OFFSET = 200
-MEMBER_PORT_OFFSETS = (0, PEER_PORT_OFFSET, METRICS_PORT_OFFSET)
+GATEWAY_PORT_OFFSET = 300
+MEMBER_PORT_OFFSETS = (0, PEER_PORT_OFFSET, METRICS_PORT_OFFSET, GATEWAY_PORT_OFFSET)
 
 # free_ports picks from FIRST_PICKED_PORT up to the kernel's ephemeral range.
 FIRST_PICKED_PORT = 20000
@@ -224,8 +228,8 @@ def child_env() -> dict[str, str]:
 def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (),
                 base_peer_port: int | None = None) -> list[NodeSpec]:
     """n1..nN taking clients on 127.0.0.1:base_port.. and peers on 127.0.0.1:base_peer_port..
-    (default: base_port + 100..), metrics and health on http://127.0.0.1:base_port + 200.., each
-    with its data in data_dir/nI."""
+    (default: base_port + 100..), metrics and health on http://127.0.0.1:base_port + 200.., etcd's
+    JSON gateway on http://127.0.0.1:base_port + 300.., each with its data in data_dir/nI."""
     if base_peer_port is None:
         base_peer_port = base_port + PEER_PORT_OFFSET
     clients = range(base_port, base_port + nodes)
@@ -234,16 +238,17 @@ def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence
         raise ValueError(f"client ports {base_port}..{clients[-1]} and peer ports {base_peer_port}..{peer_ports[-1]} "
                          f"overlap: give another --base-peer-port")
     metrics_ports = range(base_port + METRICS_PORT_OFFSET, base_port + METRICS_PORT_OFFSET + nodes)
-    if set(metrics_ports) & (set(clients) | set(peer_ports)):
-        raise ValueError(f"metrics ports {metrics_ports[0]}..{metrics_ports[-1]} overlap the client or peer ports: "
-                         "give another --base-peer-port")
-    if max(clients[-1], peer_ports[-1], metrics_ports[-1]) > 65535:
-        raise ValueError(f"{nodes} members need ports up to {max(clients[-1], peer_ports[-1], metrics_ports[-1])}, "
-                         "past 65535")
+    gateway_ports = range(base_port + GATEWAY_PORT_OFFSET, base_port + GATEWAY_PORT_OFFSET + nodes)
+    if (set(metrics_ports) | set(gateway_ports)) & (set(clients) | set(peer_ports)):
+        raise ValueError(f"metrics ports {metrics_ports[0]}..{metrics_ports[-1]} or gateway ports {gateway_ports[0]}.."
+                         f"{gateway_ports[-1]} overlap the client or peer ports: give another --base-peer-port")
+    top = max(clients[-1], peer_ports[-1], gateway_ports[-1])
+    if top > 65535:
+        raise ValueError(f"{nodes} members need ports up to {top}, past 65535")
     peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(peer_ports)}
     return [NodeSpec(name, f"127.0.0.1:{port}", data_dir / name, peers, tuple(extra_args),
-                     metrics_url=f"http://127.0.0.1:{metrics}")
-            for name, port, metrics in zip(peers, clients, metrics_ports)]
+                     metrics_url=f"http://127.0.0.1:{metrics}", gateway_url=f"http://127.0.0.1:{gateway}")
+            for name, port, metrics, gateway in zip(peers, clients, metrics_ports, gateway_ports)]
 
 
 CERTS_DIR = "certs"
@@ -276,7 +281,9 @@ def with_tls(specs: Sequence[NodeSpec], certs_dir: Path) -> tuple[list[NodeSpec]
         flags = ("--cert-file", str(member.cert), "--key-file", str(member.key), "--trusted-ca-file", str(ca.cert),
                  "--peer-cert-file", str(member.cert), "--peer-key-file", str(member.key),
                  "--peer-trusted-ca-file", str(ca.cert), "--peer-client-cert-auth")
-        secured.append(replace(spec, extra_args=(*spec.extra_args, *flags)))
+        # The gateway speaks TLS where the client port does, with its certificate.
+        gateway = spec.gateway_url.replace("http://", "https://", 1) if spec.gateway_url else None
+        secured.append(replace(spec, extra_args=(*spec.extra_args, *flags), gateway_url=gateway))
     client = issue(certs_dir, CLIENT_CERT_NAME, server=False)
     return secured, ClientFiles(ca.cert, client.cert, client.key)
 
@@ -387,7 +394,8 @@ def _print_members(cluster: LocalCluster, out: IO[str], client_files: ClientFile
     for spec in cluster.specs:
         pid = cluster.processes[spec.node_id].pid
         metrics = f"  metrics {spec.metrics_url}/metrics" if spec.metrics_url else ""
-        print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}{metrics}  pid {pid}  "
+        gateway = f"  etcd JSON {spec.gateway_url}" if spec.gateway_url else ""
+        print(f"{spec.node_id}  {spec.listen}  peers on {spec.peers[spec.node_id]}{metrics}{gateway}  pid {pid}  "
               f"data {spec.data_dir}  log {cluster.log_path(spec.node_id)}", file=out)
     if client_files is not None:
         print(f"TLS on every port; certificates in {client_files.ca.parent}. For the CLI (or Client(tls=...)):",

@@ -1,4 +1,4 @@
-"""`raftkv member list|add|remove|promote` and `raftkv leader transfer`: the cluster's members
+"""`raftkv member list|add|remove|promote|update` and `raftkv leader transfer`: the cluster's members
 and its leadership, through etcd's Cluster service and MoveLeader (kv/client/members.py), as
 etcdctl's `member` and `move-leader` commands."""
 from __future__ import annotations
@@ -20,6 +20,7 @@ examples:
   raftkv member add n4 --peer-address 10.0.0.4:7101 --learner
   raftkv member promote n4                  once n4 has caught up
   raftkv member remove n2
+  raftkv member update n2 --peer-address 10.0.0.2:7102   then restart n2 with --listen-peer there
 
 replace a dead member (n3 is gone for good; n4 on a new machine takes its place):
   1. raftkv member add n4 --peer-address 10.0.0.4:7101 --learner
@@ -38,7 +39,7 @@ replace a dead member (n3 is gone for good; n4 on a new machine takes its place)
 
 def add_member_commands(commands: Any, client_options: argparse.ArgumentParser) -> None:
     member = commands.add_parser(
-        "member", formatter_class=Formatter, help="list, add, remove and promote the cluster's members",
+        "member", formatter_class=Formatter, help="list, add, remove, promote and update the cluster's members",
         description="The cluster's members (etcdctl member): voters, which elect the leader and make up\n"
                     "the quorum, and learners, which receive the log and vote on nothing until promoted.\n"
                     "Changes go to the leader, one at a time, and return once applied. A change is refused\n"
@@ -86,7 +87,19 @@ def add_member_commands(commands: Any, client_options: argparse.ArgumentParser) 
     add_write_out(promote, SIMPLE, simple="Member NAME promoted to a voter", table=None,
                   json='{"promoted": NAME, "members": [the members after, as member list -w json]}')
 
-    for parser, run in ((listing, _run_list), (add, _run_add), (remove, _run_remove), (promote, _run_promote)):
+    update = _action(actions, client_options, "update", "move a member to another peer address",
+                     "Change the peer address of the member NAME (etcdctl member update): through the\n"
+                     "log, the voters unchanged; the other members dial it at --peer-address once the\n"
+                     "change is applied. Then restart NAME taking peers there (serve --listen-peer).\n"
+                     "Refused for an address another member has.")
+    update.add_argument("name", metavar="NAME", help="the member's id")
+    update.add_argument("--peer-address", required=True, metavar="HOST:PORT",
+                        help="where the other members reach its peer port from now on")
+    add_write_out(update, SIMPLE, simple="Member NAME updated", table=None,
+                  json='{"updated": NAME, "members": [the members after, as member list -w json]}')
+
+    for parser, run in ((listing, _run_list), (add, _run_add), (remove, _run_remove), (promote, _run_promote),
+                        (update, _run_update)):
         parser.set_defaults(run=run, command_parser=parser)
 
     leader = commands.add_parser("leader", formatter_class=Formatter, help="move the leadership (etcdctl move-leader)",
@@ -160,6 +173,10 @@ def _run_remove(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 def _run_promote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return _change(args, "promoted", "promoted to a voter", lambda client: client.member_promote(args.name))
+
+
+def _run_update(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return _change(args, "updated", "updated", lambda client: client.member_update(args.name, args.peer_address))
 
 
 def _change(args: argparse.Namespace, done: str, says: str, call: Callable[[Client], list[dict[str, Any]]]) -> int:

@@ -205,6 +205,13 @@ def add_serve_parser(commands: Any) -> None:
     _add(serve, "--listen-metrics-urls", default="", metavar="http://HOST:PORT",
          help="as etcd's flag: serve /metrics (Prometheus), /health, /readyz and /livez there; "
               "comma-separated; default: nowhere (docs/operations.md)")
+    _add(serve, "--listen-client-http-urls", default="", metavar="http://HOST:PORT",
+         help="as etcd 3.5's flag: serve etcd's HTTP/JSON gateway there (what etcd 3.4 serves on its client "
+              "URL: POST /v3/kv/range and the rest, the streaming /v3/watch and /v3/lease/keepalive, "
+              "GET /version, /health, /metrics), for Patroni, etcd3gw, curl; gRPC (HTTP/2) sent to the same "
+              "port is relayed to --listen, so `etcdctl --endpoints` can name it too. https://HOST:PORT "
+              "with --cert-file (the client port's TLS and --client-cert-auth; no relay then); "
+              "comma-separated; default: nowhere (docs/etcd-compatibility.md)")
     _add(serve, "--quota-backend-bytes", type=byte_size, default=_STORAGE.quota_backend_bytes, metavar="SIZE",
          help="as etcd's flag: once the state uses more, a NOSPACE alarm is raised and puts are refused "
               "cluster-wide (reads and deletes go on) until `raftkv alarm disarm`; 0: --state-max-bytes "
@@ -298,7 +305,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
             peer=TLSFiles(args.peer_cert_file, args.peer_key_file, args.peer_trusted_ca_file,
                           args.peer_client_cert_auth),
             auth_token_ttl_s=args.auth_token_ttl),
-        listen_metrics_urls=args.listen_metrics_urls)
+        listen_metrics_urls=args.listen_metrics_urls, listen_client_http_urls=args.listen_client_http_urls)
     config.validate_addresses()
     config.security.check_files()
     return config

@@ -182,7 +182,7 @@ class PeerMessage(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., heartbeat_request: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., push_request: _Optional[_Union[PushRequest, _Mapping]] = ..., push_response: _Optional[_Union[PushResponse, _Mapping]] = ..., install_snapshot_request: _Optional[_Union[InstallSnapshotRequest, _Mapping]] = ..., install_snapshot_response: _Optional[_Union[InstallSnapshotResponse, _Mapping]] = ..., timeout_now_request: _Optional[_Union[TimeoutNowRequest, _Mapping]] = ...) -> None: ...
 
 class PeerHello(_message.Message):
-    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose", "ack_within_ms", "peer_address")
+    __slots__ = ("cluster_id", "from_id", "to_id", "client_address", "purpose", "ack_within_ms", "peer_address", "client_http_address")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_ID_FIELD_NUMBER: _ClassVar[int]
     TO_ID_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class PeerHello(_message.Message):
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     ACK_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     from_id: str
     to_id: str
@@ -197,10 +198,11 @@ class PeerHello(_message.Message):
     purpose: Purpose
     ack_within_ms: int
     peer_address: str
-    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ..., ack_within_ms: _Optional[int] = ..., peer_address: _Optional[str] = ...) -> None: ...
+    client_http_address: str
+    def __init__(self, cluster_id: _Optional[str] = ..., from_id: _Optional[str] = ..., to_id: _Optional[str] = ..., client_address: _Optional[str] = ..., purpose: _Optional[_Union[Purpose, str]] = ..., ack_within_ms: _Optional[int] = ..., peer_address: _Optional[str] = ..., client_http_address: _Optional[str] = ...) -> None: ...
 
 class PeerHelloReply(_message.Message):
-    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index", "acks", "removed")
+    __slots__ = ("refusal", "node_id", "client_address", "term", "last_log_term", "last_log_index", "acks", "removed", "client_http_address")
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +211,7 @@ class PeerHelloReply(_message.Message):
     LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     refusal: str
     node_id: str
     client_address: str
@@ -217,7 +220,8 @@ class PeerHelloReply(_message.Message):
     last_log_index: int
     acks: bool
     removed: bool
-    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., acks: _Optional[bool] = ..., removed: _Optional[bool] = ...) -> None: ...
+    client_http_address: str
+    def __init__(self, refusal: _Optional[str] = ..., node_id: _Optional[str] = ..., client_address: _Optional[str] = ..., term: _Optional[int] = ..., last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., acks: _Optional[bool] = ..., removed: _Optional[bool] = ..., client_http_address: _Optional[str] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

@@ -9,7 +9,8 @@ truncation removes that entry, the one before it is in force again. `MembershipL
 sequence for the entries the log holds past the state machine's base.
 
 Changes are single-server (one voter added, removed or promoted per entry), so any majority of
-the old voters and any majority of the new overlap. A leader accepts one only when its latest
+the old voters and any majority of the new overlap. An update changes only one member's peer
+address (etcd's MemberUpdate): the voters, and so every majority, stay as they were. A leader accepts one only when its latest
 configuration is committed and it has committed an entry of its own term (the fix for the bug
 Ongaro reported in 2015: a leader of a new term could otherwise add a change on top of an
 uncommitted one of a deposed leader's, and two disjoint majorities could exist)."""
@@ -37,6 +38,7 @@ class ChangeKind(enum.Enum):
     ADD_LEARNER = "add-learner"
     PROMOTE = "promote"
     REMOVE = "remove"
+    UPDATE = "update"  # the member's peer address, nothing else
 
 
 class MembershipChangeError(ValueError):
@@ -45,12 +47,15 @@ class MembershipChangeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Membership:
-    """member id -> peer address, for voters and for learners (disjoint); and the ids removed so
-    far, which are never members again (a member replaying the log would see its own removal)."""
+    """member id -> peer address, for voters and for learners (disjoint); the ids removed so far,
+    which are never members again (a member replaying the log would see its own removal); and the
+    members whose address an update set (`moved`): every member dials those at the configuration's
+    address, whatever its own --peers says of them."""
 
     voters: Mapping[str, str] = field(default_factory=dict)
     learners: Mapping[str, str] = field(default_factory=dict)
     removed: frozenset[str] = frozenset()
+    moved: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         both = set(self.voters) & set(self.learners)
@@ -78,14 +83,17 @@ class Membership:
         return majority(len(self.voters))
 
     def encode(self) -> bytes:
-        return json.dumps({"voters": dict(sorted(self.voters.items())),
-                           "learners": dict(sorted(self.learners.items())),
-                           "removed": sorted(self.removed)}, separators=(",", ":")).encode()
+        spec = {"voters": dict(sorted(self.voters.items())), "learners": dict(sorted(self.learners.items())),
+                "removed": sorted(self.removed)}
+        if self.moved:  # (absent otherwise: a configuration no update touched is encoded as before)
+            spec["moved"] = sorted(self.moved)
+        return json.dumps(spec, separators=(",", ":")).encode()
 
     @staticmethod
     def decode(data: bytes) -> "Membership":
         spec = json.loads(data)
-        return Membership(dict(spec["voters"]), dict(spec["learners"]), frozenset(spec["removed"]))
+        return Membership(dict(spec["voters"]), dict(spec["learners"]), frozenset(spec["removed"]),
+                          frozenset(spec.get("moved", ())))
 
     def changed(self, kind: ChangeKind, member: str, address: str = "") -> "Membership":
         """The configuration after one change; MembershipChangeError when it cannot be made."""
@@ -112,8 +120,18 @@ class Membership:
                 raise MembershipChangeError(f"{member} is the only voter: removing it would leave no one to decide")
             voters.pop(member, None)
             learners.pop(member, None)
-            return Membership(voters, learners, self.removed | {member})
-        return Membership(voters, learners, self.removed)
+            return Membership(voters, learners, self.removed | {member}, self.moved - {member})
+        elif kind is ChangeKind.UPDATE:
+            if member not in self:
+                raise MembershipChangeError(f"{member} is not a member")
+            if not address:
+                raise MembershipChangeError(f"a peer address for {member} is needed")
+            taken = next((m for m in self.members if m != member and self.address(m) == address), None)
+            if taken is not None:
+                raise MembershipChangeError(f"{address} is the peer address of {taken}")
+            (voters if member in voters else learners)[member] = address
+            return Membership(voters, learners, self.removed, self.moved | {member})
+        return Membership(voters, learners, self.removed, self.moved)
 
 
 class MembershipLog:

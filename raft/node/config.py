@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from raft.core.config import CoreConfig
 from raft.node.cluster_id import DEFAULT_CLUSTER_TOKEN
@@ -252,7 +253,7 @@ class NodeConfig:
     # where it reaches the members it was told of.
     join: bool = False
     # etcd's --strict-reconfig-check: refuse a membership change after which the voters the leader
-    # hears from would be too few for a quorum (kv/server/etcd_services.py). False lets such a
+    # hears from would be too few for a quorum (kv/server/etcd_cluster.py). False lets such a
     # change through; the cluster then commits nothing until enough of its voters run.
     strict_reconfig_check: bool = True
     # Where this node takes its peers' connections (raft/transport/peer_protocol.py); None means
@@ -275,6 +276,9 @@ class NodeConfig:
     # etcd's --listen-metrics-urls: where /metrics, /health, /readyz and /livez are served, as
     # comma-separated http://HOST:PORT (kv/server/http_endpoints.py); empty: nowhere.
     listen_metrics_urls: str = ""
+    # etcd 3.5's --listen-client-http-urls: where etcd's HTTP/JSON gateway is served, as
+    # comma-separated http(s)://HOST:PORT (kv/server/etcd_gateway.py); empty: nowhere.
+    listen_client_http_urls: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -303,11 +307,27 @@ class NodeConfig:
             _check_address(f"peers: {member}", address)
         if self.listen_peer is not None:
             _check_address("listen_peer", self.listen_peer)
+        parse_http_urls("listen_metrics_urls", self.listen_metrics_urls, tls=False)
+        parse_http_urls("listen_client_http_urls", self.listen_client_http_urls, tls=self.security.client.enabled,
+                        https_needs="https serves the client port's TLS: give cert_file and key_file")
 
     @property
     def advertised_client_address(self) -> str:
         """Where clients reach this node: advertise_client, else listen."""
         return self.advertise_client if self.advertise_client is not None else self.listen
+
+    @property
+    def advertised_client_http_address(self) -> str | None:
+        """Where HTTP clients reach this node's gateway (host:port of the first of
+        listen_client_http_urls, a wildcard host replaced by the advertised client host); None
+        without a gateway."""
+        first = next((u.strip() for u in self.listen_client_http_urls.split(",") if u.strip()), None)
+        if first is None:
+            return None
+        host, port = split_address(first.split("://", 1)[-1].rstrip("/"))
+        if host in WILDCARD_HOSTS:
+            host = split_address(self.advertised_client_address)[0]
+        return f"{host}:{port}"
 
     @property
     def peer_listen_address(self) -> str | None:
@@ -326,6 +346,25 @@ def _check_address(name: str, address: str) -> tuple[str, int]:
         return split_address(address)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
+
+
+def parse_http_urls(name: str, urls: str, tls: bool, https_needs: str = "") -> list[tuple[str, int]]:
+    """Comma-separated URLs of an HTTP listener (`name`, the field that holds them): (host, port)
+    of each. https://HOST:PORT when the listener speaks TLS (`tls`), else http://HOST:PORT;
+    ValueError, naming the field (and `https_needs`, what https would take), on anything else."""
+    scheme = "https" if tls else "http"
+    listeners = []
+    for url in filter(None, (u.strip() for u in urls.split(","))):
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != scheme or not parts.hostname or port is None or parts.path not in ("", "/"):
+            why = f" ({https_needs})" if parts.scheme == "https" and https_needs else ""
+            raise ValueError(f"{name}: {url!r} is not {scheme}://HOST:PORT{why}")
+        listeners.append((parts.hostname, port))
+    return listeners
 
 
 def parse_peers(spec: str) -> dict[str, str]:

@@ -388,8 +388,15 @@ class RaftNode:
             if old is not None and old is not latest:
                 log.info("node %s: members now voters %s, learners %s", self.id,
                          ", ".join(sorted(latest.voters)) or "-", ", ".join(sorted(latest.learners)) or "-")
-            addresses = {m: self.config.peers.get(m) or latest.address(m) or "" for m in latest.members}
-            self.transport.reconfigure(addresses, sorted(removed))
+            self.transport.reconfigure(self.peer_addresses(latest), sorted(removed))
+
+    def peer_addresses(self, membership: Membership) -> dict[str, str]:
+        """Where this node reaches each member of `membership`: its --peers entry, else the
+        configuration's address; the configuration's for a member an update moved (its --peers
+        entry names where it was)."""
+        peers = self.config.peers
+        return {m: (membership.address(m) if m in membership.moved else peers.get(m) or membership.address(m)) or ""
+                for m in membership.members}
 
     def stop_if_removed(self) -> None:
         """Stop once the configuration that removed this node is applied (its proposer, if this

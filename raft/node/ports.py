@@ -59,6 +59,15 @@ class DiskSpace(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ClientAddresses:
+    """Where clients reach a member, as it advertises them to its peers: its gRPC client port
+    (host:port) and its etcd JSON gateway (host:port; empty when it serves none)."""
+
+    grpc: str
+    http: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     index: int
     term: int
@@ -167,6 +176,10 @@ class PeerTransport(Protocol):
 
     def client_address(self, member: str) -> str | None:
         """The address `member` advertises to clients, when known."""
+        ...
+
+    def client_http_address(self, member: str) -> str | None:
+        """The address of `member`'s etcd JSON gateway, when it serves one and it is known."""
         ...
 
     async def probe(self) -> dict[str, tuple[int, int, int]]:

@@ -14,3 +14,8 @@ def socket_host(host: str) -> str | None:
     """A host as written ("[::1]", "", "0.0.0.0") as socket calls take it: no brackets, and None
     (every interface) for an empty one."""
     return host.strip("[]") or None
+
+
+# A member started alone (no --peers, no --listen-peer) takes peers, once it has any, on its client
+# port + this (7001 -> 7101), as `raftkv cluster up` lays members out.
+LONE_PEER_PORT_OFFSET = 100

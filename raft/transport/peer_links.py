@@ -46,6 +46,7 @@ from google.protobuf.message import DecodeError
 from raftkv_proto import raft_pb2
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
+from raft.node.ports import ClientAddresses
 from raft.node.stats import PEER_RTT_BUCKETS_S, Histogram
 from raft.transport.address import socket_host, split_address
 from raft.transport.codec import encode_batch, meta_to_proto
@@ -101,25 +102,25 @@ class PeerLinks:
     """Sends core messages and snapshot streams to peers. Create and use it on the event loop
     that runs the node."""
 
-    def __init__(self, node_id: str, cluster_id: str, client_address: str, peers: dict[str, str],
+    def __init__(self, node_id: str, cluster_id: str, client: ClientAddresses, peers: dict[str, str],
                  connect_timeout_ms: int, max_inflight: int = 64,
                  on_gone: Callable[[str], None] | None = None,
-                 learnt: Callable[[str, str], None] | None = None, ack_timeout_ms: int = 2000,
+                 learnt: Callable[[str, ClientAddresses], None] | None = None, ack_timeout_ms: int = 2000,
                  tls: ssl.SSLContext | None = None, peer_address: str = "") -> None:
         """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
         called each time a link to `peer` fails because the connection was refused, reset or
         closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
-        is told the client address each peer advertises in its answer to our hello.
+        is told where each peer takes clients, as its answer to our hello says.
         `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
         long is closed and dialled again (TcpTransport: twice the election timeout). `tls`:
         peer_tls.dial_context's, to dial every peer with TLS (None: plaintext). `peer_address`:
         where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
         refuses us as a removed member."""
         self._node_id = node_id
-        self._peer_address = peer_address
+        self.peer_address = peer_address
         self.on_removed: Callable[[str], None] | None = None
         self._cluster_id = cluster_id
-        self._client_address = client_address
+        self._client = client
         self._timeout_s = connect_timeout_ms / 1000
         self._max_inflight = max_inflight
         self._ack_timeout_s = ack_timeout_ms / 1000
@@ -142,6 +143,21 @@ class PeerLinks:
             return False
         host, port = split_address(address)
         self._links[peer_id] = PeerLink(peer_id, address, socket_host(host), port)
+        return True
+
+    def move_peer(self, peer_id: str, address: str) -> bool:
+        """Dial the linked member `peer_id` at `address` from now on (an update of its peer address
+        applied): its open connection is closed and the link dials the new address; True if the
+        address changed."""
+        link = self._links.get(peer_id)
+        if link is None or not address or link.address == address:
+            return False
+        host, port = split_address(address)
+        log.info("peer %s moves from %s to %s", peer_id, link.address, address)
+        link.address, link.host, link.port = address, socket_host(host), port
+        link.reachable = None
+        if link.connection is not None:
+            link.connection.abort()  # its session ends and the pump dials the new address
         return True
 
     def link(self, peer_id: str) -> PeerLink:
@@ -249,14 +265,14 @@ class PeerLinks:
                                f"--peer-cert-file its own?")
 
     def _hello(self, link: PeerLink, purpose: int, ack_within_ms: int = 0) -> bytes:
-        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client_address, purpose, self._peer_address)
+        h = hello(self._cluster_id, self._node_id, link.peer_id, self._client, purpose, self.peer_address)
         h.ack_within_ms = ack_within_ms
         return frame(h.SerializeToString())
 
     def _accepted(self, link: PeerLink, answer: bytes) -> raft_pb2.PeerHelloReply:
         reply = check_reply(answer, link.peer_id, link.address)
         if reply.client_address and self._learnt is not None:
-            self._learnt(link.peer_id, reply.client_address)
+            self._learnt(link.peer_id, ClientAddresses(reply.client_address, reply.client_http_address))
         return reply
 
     def _drop_queued(self, link: PeerLink) -> None:

@@ -43,6 +43,7 @@ from google.protobuf.message import DecodeError
 from raftkv_proto import raft_pb2
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
+from raft.node.ports import ClientAddresses
 from raft.transport.address import socket_host
 from raft.transport.codec import CodecError, from_proto, meta_from_proto
 from raft.transport.frames import FrameError, FrameReader, frame
@@ -90,9 +91,9 @@ class PeerListener:
     seconds on a monotonic clock, for how often refusals are logged (default: the event loop's).
     `tls`: peer_tls.listener_context's, to take only TLS connections (None: plaintext)."""
 
-    def __init__(self, node_id: str, cluster_id: str, client_address: str,
+    def __init__(self, node_id: str, cluster_id: str, client: ClientAddresses,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
-                 learnt: Callable[[str, str], None], disk_state: Callable[[], tuple[int, int, int]],
+                 learnt: Callable[[str, ClientAddresses], None], disk_state: Callable[[], tuple[int, int, int]],
                  clock: Callable[[], float] | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -103,7 +104,7 @@ class PeerListener:
         self.deliver = deliver
         self.receive_snapshot = receive_snapshot
         self.learnt = learnt
-        self.client_address = client_address
+        self.client = client
         self.disk_state = disk_state
         self.tls = tls
         self.connections: set[_Accepted] = set()
@@ -326,11 +327,12 @@ class _Accepted(asyncio.Protocol):
         self._peer = hello.from_id
         listener.refusals.forget(hello.from_id)
         if hello.client_address:
-            listener.learnt(hello.from_id, hello.client_address)
+            listener.learnt(hello.from_id, ClientAddresses(hello.client_address, hello.client_http_address))
         if hello.peer_address:
             listener.learnt_peer(hello.from_id, hello.peer_address)
         term, last_term, last_index = listener.disk_state()
-        reply = raft_pb2.PeerHelloReply(node_id=listener.node_id, client_address=listener.client_address, term=term,
+        reply = raft_pb2.PeerHelloReply(node_id=listener.node_id, client_address=listener.client.grpc,
+                                        client_http_address=listener.client.http, term=term,
                                         last_log_term=last_term, last_log_index=last_index)
         log.debug("accepted a %s connection from %s", PURPOSES[hello.purpose], hello.from_id)
         if hello.purpose == PROBE:  # the reply was all it asked for

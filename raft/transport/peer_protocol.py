@@ -39,6 +39,7 @@ from collections.abc import Collection
 
 from google.protobuf.message import DecodeError
 
+from raft.node.ports import ClientAddresses
 from raftkv_proto import raft_pb2
 
 MESSAGES = raft_pb2.MESSAGES
@@ -81,10 +82,11 @@ def configure_peer_socket(sock: socket.socket | None) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-def hello(cluster_id: str, from_id: str, to_id: str, client_address: str, purpose: int,
+def hello(cluster_id: str, from_id: str, to_id: str, client: ClientAddresses, purpose: int,
           peer_address: str = "") -> raft_pb2.PeerHello:
-    return raft_pb2.PeerHello(cluster_id=cluster_id, from_id=from_id, to_id=to_id, client_address=client_address,
-                              purpose=purpose, peer_address=peer_address)  # type: ignore[arg-type]
+    return raft_pb2.PeerHello(cluster_id=cluster_id, from_id=from_id, to_id=to_id, client_address=client.grpc,
+                              client_http_address=client.http, purpose=purpose,
+                              peer_address=peer_address)  # type: ignore[arg-type]
 
 
 def not_a_peer(received: bytes, why: str) -> str:

@@ -10,15 +10,16 @@ Once started, the transport times a round trip to each peer every ROUND_TRIP_EVE
 etcd_network_peer_round_trip_time_seconds (`round_trip_seconds()`)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from raft.core.messages import Message
 from raft.core.types import SnapshotMeta
 from raft.node.config import NodeConfig
-from raft.node.ports import Chunks, Inbound, SnapshotInfo
+from raft.node.ports import Chunks, ClientAddresses, Inbound, SnapshotInfo
 from raft.node.stats import Histogram
-from raft.transport.address import split_address
+from raft.transport.address import LONE_PEER_PORT_OFFSET, split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
 from raft.transport.peer_tls import dial_context, listener_context
@@ -44,25 +45,27 @@ class TcpTransport:
         self._round_trip_every_s = round_trip_every_s
         self._inbound: Inbound | None = None
         self._removed: frozenset[str] = frozenset()
-        # member id -> the client address it advertises: ours, and the others' once a handshake told.
-        self._client_addresses = {config.node_id: config.advertised_client_address}
+        # member id -> where it takes clients: ours, and the others' once a handshake told.
+        own = ClientAddresses(config.advertised_client_address, config.advertised_client_http_address or "")
+        self._client_addresses = {config.node_id: own}
         tls = config.security.peer
         self._listener_tls = listener_context(tls) if tls.enabled else None
-        self.links = PeerLinks(config.node_id, cluster_id, config.advertised_client_address, config.peers,
+        self.links = PeerLinks(config.node_id, cluster_id, own, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
                                ack_timeout_ms=2 * config.core.election_timeout_ms,
                                tls=dial_context(tls) if tls.enabled else None,
                                peer_address=config.peer_listen_address or "")
         self.listener: PeerListener | None = None
+        self._growing: asyncio.Task[None] | None = None  # listen_grown, from reconfigure
 
     @property
     def peer_port(self) -> int:
         """The port the peer listener bound (0 while there is none)."""
         return self.listener.port if self.listener is not None else 0
 
-    def _learn(self, member: str, address: str) -> None:
+    def _learn(self, member: str, addresses: ClientAddresses) -> None:
         if member not in self._removed:
-            self._client_addresses[member] = address
+            self._client_addresses[member] = addresses
 
     def _learn_peer(self, member: str, address: str) -> None:
         """A dialer announced its peer address: a member our configuration does not name yet
@@ -71,25 +74,50 @@ class TcpTransport:
             log.info("peer %s at %s: a member this node's configuration does not name yet", member, address)
 
     def reconfigure(self, addresses: Mapping[str, str], removed: Collection[str]) -> None:
-        """The members' peer addresses (member -> address, as the node resolves them) and the
-        members seen removed (refused from now on)."""
+        """The members' peer addresses (member -> address, as the node resolves them: a link to
+        each, moved when its address changed) and the members seen removed (refused from now on)."""
         for member, address in addresses.items():
-            self.links.add_peer(member, address)
+            if not self.links.add_peer(member, address):
+                self.links.move_peer(member, address)
+        own = addresses.get(self._config.node_id)
+        if own and len(addresses) > 1 and self.listener is None and self._growing is None:
+            # A member started alone whose configuration names others (it grew, and restarted).
+            self._growing = asyncio.get_running_loop().create_task(self._listen_grown_logged(own),
+                                                                   name="raft-peer-listen")
         self._removed = frozenset(removed)
         for member in self._removed:
             self._client_addresses.pop(member, None)
         if self.listener is not None:
             self.listener.removed = self._removed
 
-    async def listen(self) -> None:
-        """Start taking the peers' connections (if this node has a peer address), before the node
-        itself starts when it must first ask its peers whether the cluster is new (what arrives
-        meanwhile is dropped; a hello is answered)."""
-        address = self._config.peer_listen_address
+    @property
+    def peer_address(self) -> str:
+        """Where the other members reach this node: its --peers entry, else --listen-peer, else (a
+        member started alone, with neither) its client host and client port + LONE_PEER_PORT_OFFSET
+        (7001 -> 7101), where it listens once it has peers (`listen_grown`)."""
+        config = self._config
+        given = config.peers.get(config.node_id) or config.listen_peer
+        if given:
+            return given
+        host, _ = split_address(config.advertised_client_address)
+        return f"{host}:{split_address(config.listen)[1] + LONE_PEER_PORT_OFFSET}"
+
+    async def listen_grown(self, address: str) -> None:
+        """A member started alone has peers now: take their connections on `address`'s port (on
+        --listen's host), unless it does already. OSError when it cannot bind."""
+        if self.listener is None:
+            await self.listen(f"{split_address(self._config.listen)[0]}:{split_address(address)[1]}")
+            self.links.peer_address = address
+
+    async def listen(self, address: str | None = None) -> None:
+        """Start taking the peers' connections (at `address`, else at this node's peer address if
+        it has one), before the node itself starts when it must first ask its peers whether the
+        cluster is new (what arrives meanwhile is dropped; a hello is answered)."""
+        address = address or self._config.peer_listen_address
         if address is None or self.listener is not None:
             return
         config = self._config
-        listener = PeerListener(config.node_id, self._cluster_id, config.advertised_client_address,
+        listener = PeerListener(config.node_id, self._cluster_id, self._client_addresses[config.node_id],
                                 self._deliver, self._receive_snapshot, self._learn, self._disk_state,
                                 tls=self._listener_tls)
         listener.removed = self._removed
@@ -102,6 +130,13 @@ class TcpTransport:
                      address, tls.cert_file, tls.trusted_ca_file,
                      "" if tls.client_cert_auth else " when they present one (no --peer-client-cert-auth: "
                                                      "a member that presents none is taken at its word)")
+
+    async def _listen_grown_logged(self, address: str) -> None:
+        try:
+            await self.listen_grown(address)
+        except OSError as e:
+            log.error("%s cannot take its peers' connections at %s (%s): restart it with --listen-peer HOST:PORT",
+                      self._config.node_id, address, e)
 
     async def start(self, inbound: Inbound) -> None:
         self.links.on_gone = inbound.peer_unreachable
@@ -132,7 +167,12 @@ class TcpTransport:
         return await self.links.send_snapshot(peer, term, meta, info.file_size, info.sha256, chunks, timeout_s)
 
     def client_address(self, member: str) -> str | None:
-        return self._client_addresses.get(member)
+        addresses = self._client_addresses.get(member)
+        return addresses.grpc if addresses is not None else None
+
+    def client_http_address(self, member: str) -> str | None:
+        addresses = self._client_addresses.get(member)
+        return addresses.http or None if addresses is not None else None
 
     def round_trip_seconds(self) -> dict[str, Histogram]:
         """Peer -> the seconds of the round trips timed to it (every peer; read at scrape time)."""

@@ -1,11 +1,13 @@
 """`raftkv cluster up`: starts a local cluster, prints its endpoints, stops it all on Ctrl-C or SIGTERM."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ from typing import IO
 import pytest
 
 from kv import Client
-from kv.tools.cluster_up import MEMBER_PORT_OFFSETS, child_env, free_port_block, port_block, release_ports
+from kv.tools.cluster_up import GATEWAY_PORT_OFFSET, MEMBER_PORT_OFFSETS, child_env, free_port_block, port_block, release_ports
 from tests.integration.cluster import wait_until
 
 pytestmark = pytest.mark.integration
@@ -81,6 +83,12 @@ def test_cluster_up_serves_and_stops_every_member(tmp_path: Path, stop_signal: s
             roles = wait_until("a leader and two followers",
                                lambda: sorted(s.get("role", "") for s in client.status()) == ["follower", "follower", "leader"])
             assert roles
+            # Each member serves etcd's JSON gateway at its client port + 300, and the one key is there.
+            gateway = f"http://127.0.0.1:{base + 2 + GATEWAY_PORT_OFFSET}"
+            assert any(gateway in line for line in up.lines)
+            request = urllib.request.Request(f"{gateway}/v3/kv/range", data=json.dumps({"key": "aw=="}).encode())
+            with urllib.request.urlopen(request, timeout=15) as answer:
+                assert [kv["value"] for kv in json.load(answer)["kvs"]] == ["dg=="]  # base64 of "v"
 
         up.process.send_signal(stop_signal)
         assert up.process.wait(30) == 0

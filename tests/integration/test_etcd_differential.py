@@ -328,15 +328,18 @@ class Etcd:
         self.process.wait()
 
 
-def start_etcd(base: Path) -> Etcd:
-    """One etcd member on free loopback ports, data in `base`/data, output in `base`/etcd.log."""
+def start_etcd(base: Path, name: str = "default", peer_url: str | None = None, initial_cluster: str | None = None,
+               existing: bool = False) -> Etcd:
+    """One etcd member on free loopback ports, data in `base`/data, output in `base`/etcd.log: a
+    cluster of its own, or (`existing`) the member `name` at `peer_url` joining `initial_cluster`."""
     assert ETCD is not None
     client_port, peer_port = free_ports(2)
-    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    command = [ETCD, "--data-dir", str(base / "data"), "--name", "default",
+    client, peer = f"http://127.0.0.1:{client_port}", peer_url or f"http://127.0.0.1:{peer_port}"
+    command = [ETCD, "--data-dir", str(base / "data"), "--name", name,
                "--listen-client-urls", client, "--advertise-client-urls", client,
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-               "--initial-cluster", f"default={peer}"]
+               "--initial-cluster", initial_cluster or f"{name}={peer}",
+               *(("--initial-cluster-state", "existing") if existing else ())]
     if sys.platform.startswith("linux"):
         command = [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
     base.mkdir(parents=True, exist_ok=True)
@@ -383,10 +386,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 
 
 @contextlib.contextmanager
-def etcd_and_raftkv(base: Path) -> Iterator[tuple[Etcd, NodeProcess]]:
-    """A real etcd and a one-member raftkv, both serving (under `base`); both killed at the end."""
+def etcd_and_raftkv(base: Path, **options: Any) -> Iterator[tuple[Etcd, NodeProcess]]:
+    """A real etcd and a one-member raftkv (Cluster's `options`), both serving (under `base`);
+    both killed at the end."""
     etcd = start_etcd(base / "etcd")
-    raftkv = Cluster(base / "raftkv", 1)
+    raftkv = Cluster(base / "raftkv", 1, **options)
     try:
         raftkv.start()
         node = raftkv.nodes["n1"]

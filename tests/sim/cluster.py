@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence, TypeVar
 
 from raft.core import CoreConfig, FailedRead, MemoryLogStore, Message, NotLeaderError, Role, VoteRequest
@@ -383,17 +383,27 @@ class Cluster:
             self.restart(node_id)
         return node
 
-    def change_membership(self, node_id: str, kind: ChangeKind, member: str) -> asyncio.Future[Any]:
+    def change_membership(self, node_id: str, kind: ChangeKind, member: str,
+                          address: str | None = None) -> asyncio.Future[Any]:
         """Propose one membership change on `node_id` (RaftNode.propose_membership), the member
-        at its simulated address. Raises at once what the driver raises (NotLeaderError,
-        MembershipChangeError, NodeError); the future resolves once the change is applied."""
-        return self.inside_loop(lambda: self._change_membership(node_id, kind, member))
+        at `address` (default: its simulated address). Raises at once what the driver raises
+        (NotLeaderError, MembershipChangeError, NodeError); the future resolves once the change
+        is applied."""
+        return self.inside_loop(lambda: self._change_membership(node_id, kind, member, address or f"sim:{member}"))
 
-    def _change_membership(self, node_id: str, kind: ChangeKind, member: str) -> asyncio.Future[Any]:
+    def move(self, node_id: str, address: str) -> None:
+        """Restart `node_id` taking peers at `address` (serve --listen-peer), as an operator does
+        after an update moved it there: its peers reach it again."""
+        node = self.nodes[node_id]
+        self.crash(node_id)
+        node.config = replace(node.config, listen_peer=address)
+        self.restart(node_id)
+
+    def _change_membership(self, node_id: str, kind: ChangeKind, member: str, address: str) -> asyncio.Future[Any]:
         raft = self.nodes[node_id].raft
         if raft is None:
             raise NodeError(f"{node_id} is down")
-        future = raft.propose_membership(kind, member, f"sim:{member}")
+        future = raft.propose_membership(kind, member, address)
         future.add_done_callback(_retrieve)
         return future
 

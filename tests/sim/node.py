@@ -116,14 +116,22 @@ class SimTransport:
         self.closed = False
         self.inbound: Inbound | None = None
         self.removed: frozenset[str] = frozenset()
+        self.addresses: dict[str, str] = {}  # member -> where this node dials it (reconfigure)
 
     async def start(self, inbound: Inbound) -> None:
         self.inbound = inbound
 
+    def reaches(self, peer: str) -> bool:
+        """Whether what this node sends `peer` arrives: the address it dials `peer` at is where
+        `peer` listens (its peer_listen_address), or it knows no address for it yet."""
+        address, dst = self.addresses.get(peer), self._node.cluster.nodes.get(peer)
+        return not address or dst is None or address == dst.config.peer_listen_address
+
     def send(self, messages: Sequence[Message]) -> None:
         if not self.closed:
             for m in messages:
-                self._node.cluster.send(m)
+                if self.reaches(m.dst):
+                    self._node.cluster.send(m)
 
     async def send_snapshot(self, peer: str, term: int, meta: SnapshotMeta, info: SnapshotInfo,
                             chunks: Chunks, timeout_s: float) -> tuple[bool, str]:
@@ -132,7 +140,7 @@ class SimTransport:
         cluster, src = self._node.cluster, self._node.id
         await asyncio.sleep(cluster.net.delay_ms(src, peer) / 1000)
         dst = cluster.nodes.get(peer)
-        if self.closed or cluster.net.cut(src, peer) or dst is None or dst.raft is None:
+        if self.closed or cluster.net.cut(src, peer) or dst is None or dst.raft is None or not self.reaches(peer):
             return False, "connection refused"
         receiving = asyncio.ensure_future(dst.raft.receive_snapshot(src, term, meta, info.file_size, info.sha256,
                                                                     chunks))
@@ -150,13 +158,17 @@ class SimTransport:
         return receiving.result()
 
     def reconfigure(self, addresses: Mapping[str, str], removed: Collection[str]) -> None:
-        """Every node of the simulated network is reachable; the removed are refused (the
-        cluster drops what they send here, and tells them, as the peer listener refuses a removed
-        member's hello with PeerHelloReply.removed: Cluster._deliver)."""
+        """A node is reached where it listens (`reaches`); the removed are refused (the cluster
+        drops what they send here, and tells them, as the peer listener refuses a removed member's
+        hello with PeerHelloReply.removed: Cluster._deliver)."""
+        self.addresses = dict(addresses)
         self.removed = frozenset(removed)
 
     def client_address(self, member: str) -> str | None:
         return f"client:{member}"
+
+    def client_http_address(self, member: str) -> str | None:
+        return None
 
     async def probe(self) -> dict[str, tuple[int, int, int]]:
         """The peers' answers (their term and the end of their log, from their disks), from those

@@ -10,7 +10,8 @@ must commit, and every node must apply everything committed.
 Clients also change the membership now and then (`MEMBERSHIP_OPS`, at a rate drawn per schedule,
 from a generator of its own so the other draws stay as they were): add a learner (a new server,
 started with NodeConfig.join, or one added before whose change was lost), promote a learner,
-remove a voter or a learner, hand leadership to another voter. What the leader refuses
+remove a voter or a learner, hand leadership to another voter, set a member's peer address (an
+update, to where it listens). What the leader refuses
 (MembershipChangeError, NotLeaderError, ValueError) is a normal outcome. A removed node stops
 once it learns its removal committed (the cluster takes it down for good); at the end only the
 members of the leader's configuration must have caught up."""
@@ -37,7 +38,7 @@ ACTION_MS = 10  # clients and faults act on this grid
 POISON_RATE = 0.05
 MAX_PENDING = 32
 # Membership operations a schedule draws from, and the most servers a schedule adds (ids up to n9).
-MEMBERSHIP_OPS = ("add_learner", "add_learner", "promote", "promote", "remove", "transfer")
+MEMBERSHIP_OPS = ("add_learner", "add_learner", "promote", "promote", "remove", "transfer", "update")
 MAX_NODES = 9
 
 
@@ -239,6 +240,14 @@ class _Driver:
                 if not members or not self._room_to_remove():
                     return
                 c.change_membership(via, ChangeKind.REMOVE, mr.choice(members))
+            elif kind == "update":
+                # A member's address set again where it listens: an UPDATE entry under the faults
+                # (moving it is test_membership.py's; here it must stay reachable).
+                members = [m for m in config.members if m in c.nodes]
+                if not members:
+                    return
+                member = mr.choice(members)
+                c.change_membership(via, ChangeKind.UPDATE, member, c.nodes[member].config.peer_listen_address)
             elif kind == "transfer":
                 targets = [v for v in sorted(config.voters) if v != via]
                 if not targets:

@@ -69,6 +69,31 @@ def test_add_a_learner_promote_it_and_remove_an_old_voter() -> None:
         c.close()
 
 
+def test_an_update_moves_a_member_its_peers_reach_it_there_once_it_listens_there() -> None:
+    """MemberUpdate: the member's address changes through the log, the voters stay. Once the
+    change is applied its peers dial the new address, where nothing listens until the member is
+    restarted there; meanwhile the other two commit alone, then it catches up."""
+    c = Cluster(3, seed=21)
+    try:
+        lead = leader_of(c)
+        member = next(i for i in ("n1", "n2", "n3") if i != lead)
+        others = [i for i in ("n1", "n2", "n3") if i != member]
+        applied(c, c.change_membership(lead, ChangeKind.UPDATE, member, f"sim:{member}-moved"))
+        assert c.run_until(lambda: all(c.nodes[i].core.membership.address(member) == f"sim:{member}-moved"  # type: ignore[union-attr]
+                                       for i in others), 2000)
+        assert set(c.nodes[lead].core.membership.voters) == {"n1", "n2", "n3"}  # type: ignore[union-attr]
+        c.propose(lead, [b"while-away"])
+        assert c.run_until(lambda: caught_up(c, others), 3000)
+        behind = c.nodes[member].applied
+        c.run_for(1000)  # nothing reaches the member at its old address (the leader dials the new one)
+        assert c.nodes[member].applied == behind < c.nodes[lead].applied
+        c.move(member, f"sim:{member}-moved")
+        assert c.run_until(lambda: caught_up(c, ["n1", "n2", "n3"]), 3000)
+        c.check_all()
+    finally:
+        c.close()
+
+
 def test_a_leader_refuses_a_second_change_until_the_first_commits() -> None:
     c = Cluster(3, seed=12)
     try:

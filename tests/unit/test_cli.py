@@ -281,6 +281,7 @@ def test_cluster_up_specs_give_every_member_all_peers(tmp_path):
     assert config.peers == {"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7103"}
     assert config.peer_listen_address == "127.0.0.1:7102"
     assert config.listen_metrics_urls == "http://127.0.0.1:7202"  # client port + 200
+    assert config.listen_client_http_urls == "http://127.0.0.1:7302"  # client port + 300: etcd's JSON gateway
     assert [s.peers["n1"] for s in local_specs(2, 7001, tmp_path, base_peer_port=9000)] == ["127.0.0.1:9000"] * 2
     assert config.data_dir == tmp_path / "n2" and config.storage.fsync is False
     assert str(SOURCE_ROOT) in child_env()["PYTHONPATH"].split(":")

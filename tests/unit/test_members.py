@@ -1,4 +1,4 @@
-"""The pure parts of the membership RPCs (kv/server/etcd_services.py) and kv.Client's member
+"""The pure parts of the membership RPCs (kv/server/etcd_cluster.py) and kv.Client's member
 calls (kv/client/members.py): peer URLs, etcd ids, the strict reconfiguration check."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from kv.client.members import member_dict
 from kv.server.etcd_checks import EtcdError
 from kv.tools.cluster_commands import status_rows
-from kv.server.etcd_services import NOT_ENOUGH_STARTED, _check_in_sync, _check_quorum, peer_address_of
+from kv.server.etcd_cluster import NOT_ENOUGH_STARTED, _check_in_sync, _check_quorum, peer_address_of
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 

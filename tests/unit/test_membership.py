@@ -46,7 +46,24 @@ def test_changed_adds_promotes_and_removes() -> None:
     assert same(base, m("abc"))  # changed() never changes the configuration it is called on
 
 
+def test_an_update_changes_only_the_members_address() -> None:
+    base = m("abc", "d")
+    moved = base.changed(ChangeKind.UPDATE, "b", "addr-b2")
+    assert moved.address("b") == "addr-b2" and moved.moved == {"b"}
+    assert dict(moved.voters) == {**base.voters, "b": "addr-b2"} and moved.learners == base.learners
+    assert moved.quorum() == base.quorum()
+    learner = moved.changed(ChangeKind.UPDATE, "d", "addr-d2")
+    assert learner.address("d") == "addr-d2" and not learner.is_voter("d") and learner.moved == {"b", "d"}
+    assert Membership.decode(learner.encode()) == learner
+    assert b'"moved"' not in base.encode()  # a configuration no update touched is encoded as before
+    assert learner.changed(ChangeKind.REMOVE, "b").moved == {"d"}
+    assert learner.changed(ChangeKind.PROMOTE, "d").moved == {"b", "d"}  # (kept by the other changes)
+    assert base.changed(ChangeKind.UPDATE, "b", "addr-b").address("b") == "addr-b"  # the same address: taken
+
+
 @pytest.mark.parametrize("start, kind, member, why", [
+    (m("abc"), ChangeKind.UPDATE, "z", "not a member"),
+    (m("abc"), ChangeKind.UPDATE, "a", "addr-b is the peer address of b"),
     (m("abc"), ChangeKind.ADD_VOTER, "a", "already a member"),
     (m("abc", "d"), ChangeKind.ADD_LEARNER, "d", "already a member"),
     (m("abc"), ChangeKind.ADD_LEARNER, "", "needs an id"),
@@ -57,7 +74,12 @@ def test_changed_adds_promotes_and_removes() -> None:
 ])
 def test_changed_refuses(start: Membership, kind: ChangeKind, member: str, why: str) -> None:
     with pytest.raises(MembershipChangeError, match=why):
-        start.changed(kind, member, "x")
+        start.changed(kind, member, "addr-b" if kind is ChangeKind.UPDATE and member == "a" else "x")
+
+
+def test_an_update_needs_an_address() -> None:
+    with pytest.raises(MembershipChangeError, match="peer address for a is needed"):
+        m("abc").changed(ChangeKind.UPDATE, "a", "")
 
 
 def test_membership_refuses_a_member_both_voter_and_learner() -> None:
@@ -199,6 +221,22 @@ def test_a_leader_takes_one_change_at_a_time() -> None:
     assert net.run_until(lambda: lead.commit_index >= index)
     lead.propose_membership(ChangeKind.ADD_LEARNER, "e", "addr-e")  # the first committed: taken
     assert set(lead.membership.learners) == {"d", "e"}
+
+
+def test_an_update_goes_through_the_log_one_change_at_a_time_and_keeps_the_quorum() -> None:
+    net = Net(m("abc"))
+    lead = net.elect()
+    follower = next(net.cores[i] for i in "abc" if i != lead.id)
+    index, _ = lead.propose_membership(ChangeKind.UPDATE, follower.id, "addr-moved")
+    assert lead.membership.address(follower.id) == "addr-moved"  # in force at once, as any change
+    with pytest.raises(MembershipChangeError, match="in progress"):
+        lead.propose_membership(ChangeKind.ADD_LEARNER, "d", "addr-d")
+    assert net.run_until(lambda: all(c.commit_index >= index for c in net.cores.values()))
+    for core in net.cores.values():
+        assert core.membership.address(follower.id) == "addr-moved" and core.membership.moved == {follower.id}
+        assert set(core.membership.voters) == {"a", "b", "c"}
+    first, _ = lead.propose([b"after"])  # the same three voters commit
+    assert net.run_until(lambda: lead.commit_index >= first)
 
 
 def test_a_new_leader_takes_no_change_before_it_committed_an_entry_of_its_term() -> None:

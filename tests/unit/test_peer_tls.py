@@ -18,6 +18,7 @@ import uvloop
 
 from raftkv_proto import raft_pb2
 from raft.node.config import Security, TLSFiles
+from raft.node.ports import ClientAddresses
 from raft.transport.frames import FrameReader
 from raft.transport.peer_listener import PeerListener
 from raft.transport.peer_tls import check_names_member, listener_context, names, shown
@@ -313,7 +314,7 @@ def test_a_tls_listener_takes_one_port_on_every_address_it_binds(run: Any, certs
     all on the one port that port 0 chose; a port taken is an error that names the flag."""
     async def main() -> None:
         for host in ("", "localhost"):
-            listener = PeerListener("n2", "c1", "client:1", lambda m: None, Recorder().receive_snapshot,
+            listener = PeerListener("n2", "c1", ClientAddresses("client:1"), lambda m: None, Recorder().receive_snapshot,
                                     lambda member, address: None, lambda: (0, 0, 0),
                                     tls=listener_context(peer_tls(certs, "n2").peer))
             port = await listener.start(host, 0)

@@ -35,7 +35,7 @@ from raft.core.config import CoreConfig
 from raft.core.membership import Membership
 from raft.core.types import Entry, EntryType, SnapshotMeta
 from raft.node.config import NodeConfig, Security
-from raft.node.ports import SnapshotInfo
+from raft.node.ports import ClientAddresses, SnapshotInfo
 from raft.transport import peer_listener
 from raft.transport.codec import CodecError, encode_batch, from_proto, pack_entries, to_proto
 from raft.transport.frames import FrameError, FrameReader, frame
@@ -200,11 +200,11 @@ class Node:
     def __init__(self, node_id: str, peers: dict[str, str], cluster_id: str = CLUSTER,
                  advertise: str | None = None, port: int = 0, disk: tuple[int, int, int] = (0, 0, 0),
                  core: CoreConfig | None = None, security: Security | None = None,
-                 round_trip_every_s: float = 5.0) -> None:
+                 round_trip_every_s: float = 5.0, http: str = "") -> None:
         peers = {**peers, node_id: f"127.0.0.1:{port}"}
         self.config = NodeConfig(node_id=node_id, listen="127.0.0.1:7001", advertise_client=advertise or
                                  f"client-of-{node_id}.example:7001", peers=peers, core=core or CoreConfig(),
-                                 security=security or Security())
+                                 security=security or Security(), listen_client_http_urls=http)
         self.disk = disk  # what it answers a probe: (term, last log term, last log index)
         self.transport = TcpTransport(self.config, cluster_id, lambda: self.disk, round_trip_every_s)
         self.inbound = Recorder()
@@ -242,8 +242,11 @@ def heartbeat(seq: int, src: str = "n1", dst: str = "n2", term: int = 3) -> Hear
 
 def test_messages_arrive_in_order_and_members_learn_each_others_client_addresses() -> None:
     async def main() -> None:
-        async with Node("n2", {"n1": "127.0.0.1:1", "n3": "127.0.0.1:1"}) as n2:
-            async with Node("n1", {"n2": n2.address, "n3": "127.0.0.1:1"}) as n1:
+        async with Node("n2", {"n1": "127.0.0.1:1", "n3": "127.0.0.1:1"}, http="http://127.0.0.1:9102") as n2:
+            # n1's gateway binds every interface: it advertises its client host with the gateway's port.
+            async with Node("n1", {"n2": n2.address, "n3": "127.0.0.1:1"}, http="http://0.0.0.0:9101") as n1:
+                assert n1.transport.client_http_address("n1") == "client-of-n1.example:9101"
+                assert n1.transport.client_http_address("n2") is None
                 assert n1.transport.client_address("n1") == "client-of-n1.example:7001"
                 assert n1.transport.client_address("n2") is None  # no handshake yet
                 # Queued while the link connects, then written straight onto the connection.
@@ -262,6 +265,9 @@ def test_messages_arrive_in_order_and_members_learn_each_others_client_addresses
                 assert n2.transport.client_address("n1") == "client-of-n1.example:7001"
                 assert n1.transport.client_address("n2") == "client-of-n2.example:7001"
                 assert n1.transport.client_address("n3") is None and n1.transport.client_address("n9") is None
+                # And each side's gateway address, the dialer's in its hello, the listener's in its reply.
+                assert n2.transport.client_http_address("n1") == "client-of-n1.example:9101"
+                assert n1.transport.client_http_address("n2") == "127.0.0.1:9102"
                 assert n1.transport.links.dropped("n2") == 0 and n1.inbound.gone == []
 
     _run(main)
@@ -321,7 +327,7 @@ async def raw_exchange(port: int, data: bytes) -> tuple[list[bytes], bool]:
 
 
 def hello_frame(from_id: str = "n1", to_id: str = "n2", purpose: int = MESSAGES, cluster: str = CLUSTER) -> bytes:
-    return frame(hello(cluster, from_id, to_id, "client-of-raw:1", purpose).SerializeToString())
+    return frame(hello(cluster, from_id, to_id, ClientAddresses("client-of-raw:1"), purpose).SerializeToString())
 
 
 def batch_frame(*messages: raft_pb2.PeerMessage) -> bytes:
@@ -383,7 +389,7 @@ def test_a_dialer_refused_again_and_again_is_logged_once_a_minute_with_the_count
         return [r.getMessage() for r in caplog.records if r.name == "raft.transport.peer_listener"]
 
     async def main() -> None:
-        listener = PeerListener("n2", CLUSTER, "client:1", lambda m: None, Recorder().receive_snapshot,
+        listener = PeerListener("n2", CLUSTER, ClientAddresses("client:1"), lambda m: None, Recorder().receive_snapshot,
                                 lambda member, address: None, lambda: (0, 0, 0), clock=lambda: now[0])
         port = await listener.start("127.0.0.1", 0)
         wrong_cluster = hello_frame(cluster="other")
@@ -685,7 +691,7 @@ def test_sends_beyond_the_queue_bound_are_dropped_while_the_peer_does_not_answer
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         gone: list[str] = []
-        links = PeerLinks("n1", CLUSTER, "client:1", {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=300,
+        links = PeerLinks("n1", CLUSTER, ClientAddresses("client:1"), {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=300,
                           max_inflight=4, on_gone=gone.append)
         try:
             for _ in range(10):
@@ -709,7 +715,7 @@ def test_a_dialer_pointed_at_a_grpc_port_says_it_is_not_a_peer(caplog: pytest.Lo
         server = grpc.aio.server()
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        links = PeerLinks("n1", CLUSTER, "client:1", {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=1000)
+        links = PeerLinks("n1", CLUSTER, ClientAddresses("client:1"), {"n2": f"127.0.0.1:{port}"}, connect_timeout_ms=1000)
         try:
             links.send([heartbeat(1)])
             await until(lambda: links.link("n2").last_refusal is not None, links.link("n2").checked)
@@ -727,7 +733,7 @@ def test_the_listener_takes_one_port_on_every_address_it_binds() -> None:
     port 0 every one of them must listen on the same port."""
 
     async def main() -> None:
-        listener = PeerListener("n2", CLUSTER, "client:1", lambda m: None, Recorder().receive_snapshot,
+        listener = PeerListener("n2", CLUSTER, ClientAddresses("client:1"), lambda m: None, Recorder().receive_snapshot,
                                 lambda member, address: None, lambda: (0, 0, 0))
         port = await listener.start("", 0)
         try:

@@ -44,6 +44,12 @@ class Members:
                                     pb.MemberPromoteRequest(ID=member_number(name)))
         return [member_dict(m) for m in response.members]
 
+    async def member_update(self, name: str, peer_address: str) -> list[dict[str, Any]]:
+        """kv.Client.member_update."""
+        response = await self._call(lambda stub: cluster_call(stub, "MemberUpdate"),
+                                    pb.MemberUpdateRequest(ID=member_number(name), peerURLs=[peer_address]))
+        return [member_dict(m) for m in response.members]
+
     async def move_leader(self, to: str | None = None) -> str:
         """kv.Client.move_leader."""
         _, trailing = await self._call(_move_leader, move_leader_request(to))
