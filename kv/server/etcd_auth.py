@@ -77,13 +77,15 @@ class EtcdAuthServicer(etcd_rpc_pb2_grpc.AuthServicer):
 
     # ---- users ---------------------------------------------------------------------------------
 
-    async def UserAdd(self, request: pb.AuthUserAddRequest, context: grpc.aio.ServicerContext) -> pb.AuthUserAddResponse:
+    async def UserAdd(self, request: pb.AuthUserAddRequest,
+                      context: grpc.aio.ServicerContext) -> pb.AuthUserAddResponse:
         if request.options.no_password:
             return await self._face.serve(context, _refuse(NO_PASSWORD_REFUSED))
         return await self._admin(context, "UserAdd", request, kv_pb2.AuthAdminRequest(
             action=A.USER_ADD, user=request.name, password=request.password), lambda _: pb.AuthUserAddResponse())
 
-    async def UserGet(self, request: pb.AuthUserGetRequest, context: grpc.aio.ServicerContext) -> pb.AuthUserGetResponse:
+    async def UserGet(self, request: pb.AuthUserGetRequest,
+                      context: grpc.aio.ServicerContext) -> pb.AuthUserGetResponse:
         return await self._admin(context, "UserGet", request, kv_pb2.AuthAdminRequest(action=A.USER_GET,
                                                                                       user=request.name),
                                  lambda answer: pb.AuthUserGetResponse(roles=answer.users[0].roles))
@@ -117,12 +119,14 @@ class EtcdAuthServicer(etcd_rpc_pb2_grpc.AuthServicer):
 
     # ---- roles ---------------------------------------------------------------------------------
 
-    async def RoleAdd(self, request: pb.AuthRoleAddRequest, context: grpc.aio.ServicerContext) -> pb.AuthRoleAddResponse:
+    async def RoleAdd(self, request: pb.AuthRoleAddRequest,
+                      context: grpc.aio.ServicerContext) -> pb.AuthRoleAddResponse:
         return await self._admin(context, "RoleAdd", request, kv_pb2.AuthAdminRequest(action=A.ROLE_ADD,
                                                                                       role=request.name),
                                  lambda _: pb.AuthRoleAddResponse())
 
-    async def RoleGet(self, request: pb.AuthRoleGetRequest, context: grpc.aio.ServicerContext) -> pb.AuthRoleGetResponse:
+    async def RoleGet(self, request: pb.AuthRoleGetRequest,
+                      context: grpc.aio.ServicerContext) -> pb.AuthRoleGetResponse:
         return await self._admin(context, "RoleGet", request, kv_pb2.AuthAdminRequest(action=A.ROLE_GET,
                                                                                       role=request.role),
                                  lambda answer: pb.AuthRoleGetResponse(
