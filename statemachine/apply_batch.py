@@ -26,7 +26,7 @@ from statemachine.auth_state import PERMISSION_DENIED, AuthHolder, AuthRefusal, 
 from statemachine.client_sessions import ClientSessions, SessionLimits, SessionTables, Verdict, owner
 from statemachine.commands import decode_command
 from statemachine.errors import ApplyOrderError, CorruptStateError, InvalidCommandError, StateFullError
-from statemachine.etcd_txn import EtcdRefusal, apply_txn, refusal_of, txn_spans
+from statemachine.etcd_txn import EtcdRefusal, apply_txn, refusal_of, txn_leases, txn_spans
 from statemachine.leases import LEASE_EXISTS, LEASE_NOT_FOUND, LeaseHolder, LeaseTables
 from statemachine.mvcc import MvccTables, RevisionWriter
 
@@ -172,7 +172,7 @@ class ApplyBatch:
         if command.compact:
             return ApplyOutcome(entry.index, self._compact(user, command.compact))
         if command.HasField("lease"):
-            return ApplyOutcome(entry.index, self._apply_lease(command.lease))
+            return ApplyOutcome(entry.index, self._apply_lease(command.lease, user))
         if command.HasField("etcd_txn"):
             write = functools.partial(self._apply_etcd_txn, user, command.etcd_txn.request)
         else:
@@ -216,7 +216,9 @@ class ApplyBatch:
             return kv_pb2.CommandResult(refusal_kind="INVALID_ARGUMENT", refusal=f"malformed etcd transaction: {exc}",
                                         revision=self.mvcc.revision)
         if user is not None:
-            refusal = self.auth.spans_refusal(user, *txn_spans(request))
+            reads, writes = txn_spans(request)
+            writes += self._lease_spans(txn_leases(request))
+            refusal = self.auth.spans_refusal(user, reads, writes)
             if refusal is not None:
                 return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
         self.mvcc.begin()
@@ -226,9 +228,15 @@ class ApplyBatch:
             return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.end())
         return kv_pb2.CommandResult(revision=self.mvcc.end(), etcd_txn_response=response.SerializeToString())
 
-    def _apply_lease(self, command: kv_pb2.LeaseCommand) -> kv_pb2.CommandResult:
+    def _lease_spans(self, leases: set[int]) -> list[tuple[bytes, bytes]]:
+        """The keys attached to `leases`, as (key, range_end) pairs of single keys."""
+        return [(key, b"") for lease in sorted(leases) for key in self.tables.leases.attached(self.txn, lease)]
+
+    def _apply_lease(self, command: kv_pb2.LeaseCommand, user: str | None) -> kv_pb2.CommandResult:
         """Grant a lease, or revoke one and delete its keys in one revision (etcd's Grant, Revoke),
-        or record the leader's checkpoint of remaining TTLs (no revision: no key changes)."""
+        or record the leader's checkpoint of remaining TTLs (no revision: no key changes). A revoke
+        made as `user` (auth on) needs write permission on every key attached, as etcd's; the
+        leader's revoke of an expired lease names no user and needs none."""
         leases = self.tables.leases
         if command.checkpoints:
             for checkpoint in command.checkpoints:
@@ -248,6 +256,10 @@ class ApplyBatch:
             return kv_pb2.CommandResult(revision=self.mvcc.revision, lease_id=command.grant_id, lease_ttl=command.ttl)
         if not leases.exists(self.txn, command.revoke_id):
             return kv_pb2.CommandResult(refusal_kind="NOT_FOUND", refusal=LEASE_NOT_FOUND, revision=self.mvcc.revision)
+        if user:
+            refusal = self.auth.spans_refusal(user, (), self._lease_spans({command.revoke_id}))
+            if refusal is not None:
+                return kv_pb2.CommandResult(refusal_kind=refusal.kind, refusal=str(refusal), revision=self.mvcc.revision)
         self.mvcc.begin()
         for key in leases.revoke(self.txn, command.revoke_id):
             self.mvcc.delete(key)

@@ -251,8 +251,7 @@ class _Tables:
     view: AuthView
 
     def user(self, name: str) -> kv_pb2.StoredUser:
-        if not name:
-            raise AuthRefusal(KIND_INVALID_ARGUMENT, USER_EMPTY)
+        # etcd: only an add asks whether a name is empty; any other change finds no such user.
         user = self.view.users.get(name)
         if user is None:
             raise AuthRefusal(KIND_FAILED_PRECONDITION, USER_NOT_FOUND)
@@ -261,8 +260,6 @@ class _Tables:
         return copy
 
     def role(self, name: str) -> kv_pb2.StoredRole:
-        if not name:
-            raise AuthRefusal(KIND_INVALID_ARGUMENT, ROLE_EMPTY)
         role = self.view.roles.get(name)
         if role is None:
             raise AuthRefusal(KIND_FAILED_PRECONDITION, ROLE_NOT_FOUND)
@@ -310,9 +307,9 @@ def _user_add(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
 
 
 def _user_delete(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
-    tables.user(command.user)
     if tables.view.enabled and command.user == ROOT:
         raise AuthRefusal(KIND_FAILED_PRECONDITION, INVALID_AUTH_MGMT)
+    tables.user(command.user)
     tables.txn.delete(_USER + command.user.encode(), db=tables.db)
 
 
@@ -334,9 +331,9 @@ def _user_grant_role(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
 
 
 def _user_revoke_role(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
-    user = tables.user(command.user)
     if tables.view.enabled and command.user == ROOT and command.role == ROOT:
         raise AuthRefusal(KIND_FAILED_PRECONDITION, INVALID_AUTH_MGMT)
+    user = tables.user(command.user)
     if command.role not in user.roles:
         raise AuthRefusal(KIND_FAILED_PRECONDITION, ROLE_NOT_GRANTED)
     user.roles.remove(command.role)
@@ -352,9 +349,11 @@ def _role_add(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
 
 
 def _role_delete(tables: _Tables, command: kv_pb2.AuthCommand) -> None:
-    tables.role(command.role)
+    # As etcd, before the role is looked up: the root role need not exist (granting it does not
+    # need it), and deleting it is refused alike while auth is on.
     if tables.view.enabled and command.role == ROOT:
         raise AuthRefusal(KIND_FAILED_PRECONDITION, INVALID_AUTH_MGMT)
+    tables.role(command.role)
     tables.txn.delete(_ROLE + command.role.encode(), db=tables.db)
     for user in tables.view.users.values():  # etcd revokes a deleted role from every user
         if command.role in user.roles:
@@ -373,7 +372,8 @@ def _role_grant_permission(tables: _Tables, command: kv_pb2.AuthCommand) -> None
             break
     else:
         role.permissions.append(wanted)
-        ordered = sorted(role.permissions, key=lambda p: (p.key, p.range_end))
+        # etcd's order: by key alone, a new range after those of its key (RoleGet lists them so).
+        ordered = sorted(role.permissions, key=lambda p: p.key)
         del role.permissions[:]
         role.permissions.extend(ordered)
     tables.save_role(role)

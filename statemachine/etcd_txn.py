@@ -311,7 +311,9 @@ def _delete_range(writer: RevisionWriter, request: pb.DeleteRangeRequest,
 
 def txn_spans(request: pb.TxnRequest) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
     """The (key, range_end) pairs a transaction reads and writes, in both branches and its nested
-    transactions, as etcd's permission check takes them (compares read)."""
+    transactions, as etcd's permission check takes them: compares read, and so does a put or a
+    delete that returns the previous version (prev_kv). (etcd 3.4 checks neither a put's prev_kv
+    inside a transaction nor nested transactions; raftkv does: docs/etcd-compatibility.md.)"""
     reads = [(compare.key, compare.range_end) for compare in request.compare]
     writes: list[tuple[bytes, bytes]] = []
     for op in (*request.success, *request.failure):
@@ -320,10 +322,29 @@ def txn_spans(request: pb.TxnRequest) -> tuple[list[tuple[bytes, bytes]], list[t
             reads.append((op.request_range.key, op.request_range.range_end))
         elif kind == "request_put":
             writes.append((op.request_put.key, b""))
+            if op.request_put.prev_kv:
+                reads.append((op.request_put.key, b""))
         elif kind == "request_delete_range":
-            writes.append((op.request_delete_range.key, op.request_delete_range.range_end))
+            delete = op.request_delete_range
+            writes.append((delete.key, delete.range_end))
+            if delete.prev_kv:
+                reads.append((delete.key, delete.range_end))
         elif kind == "request_txn":
             nested_reads, nested_writes = txn_spans(op.request_txn)
             reads += nested_reads
             writes += nested_writes
     return reads, writes
+
+
+def txn_leases(request: pb.TxnRequest) -> set[int]:
+    """The leases the puts of a transaction (both branches, nested ones too) attach keys to: a
+    user may attach a key only to a lease whose keys it may all write (etcd's checkLeasePuts), as
+    it could not revoke the lease otherwise."""
+    leases: set[int] = set()
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_put" and op.request_put.lease:
+            leases.add(op.request_put.lease)
+        elif kind == "request_txn":
+            leases |= txn_leases(op.request_txn)
+    return leases

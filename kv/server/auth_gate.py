@@ -58,6 +58,13 @@ class AuthGate:
         UnauthenticatedError when the call names no one."""
         return self.identify(context).user if self.holder.enabled else None
 
+    def check_token(self, context: grpc.aio.ServicerContext) -> None:
+        """While auth is on, UnauthenticatedError for a call whose token is not valid. A call that
+        sends none passes: etcd checks the token of a call that needs no user (LeaseGrant) but
+        lets it come from no one."""
+        if self.holder.enabled and token_of(context) is not None:
+            self.identify(context)
+
     def check_read(self, user: str | None, span: KeyRange) -> None:
         """PermissionDeniedError unless auth is off (`user` None) or `user` may read all of `span`."""
         if user is not None and not self.holder.view.may_read(user, span):

@@ -93,9 +93,11 @@ class AuthHandler:
     # ---- admin ---------------------------------------------------------------------------------
 
     async def admin(self, request: kv_pb2.AuthAdminRequest, user: str | None,
-                    timeout: float | None) -> kv_pb2.AuthAdminResponse:
-        """One of etcd's Auth RPCs, by `request.action`, for `user` (None: auth is off)."""
-        if request.action != A.AUTH_STATUS:
+                    timeout: float | None, own_reads: bool = False) -> kv_pb2.AuthAdminResponse:
+        """One of etcd's Auth RPCs, by `request.action`, for `user` (None: auth is off).
+        `own_reads`: etcd's rule that a user may also get itself and the roles it has (its
+        authApplierV3's UserGet and RoleGet), which the etcd face follows."""
+        if request.action != A.AUTH_STATUS and not (own_reads and self._reads_own(request, user)):
             self._handler.gate.check_root(user)
         if request.action in CHANGE_ACTIONS:
             return await self._change(request, timeout)
@@ -104,6 +106,14 @@ class AuthHandler:
             raise errors.InvalidArgumentError(f"unknown auth action {request.action}")
         await read_barrier(self._node, "linearizable", timeout)
         return read(self._auth.view, request)
+
+    def _reads_own(self, request: kv_pb2.AuthAdminRequest, user: str | None) -> bool:
+        if user is None:
+            return False
+        if request.action == A.USER_GET:
+            return request.user == user
+        stored = self._auth.view.users.get(user)
+        return request.action == A.ROLE_GET and stored is not None and request.role in stored.roles
 
     async def _change(self, request: kv_pb2.AuthAdminRequest, timeout: float | None) -> kv_pb2.AuthAdminResponse:
         change = kv_pb2.AuthCommand(action=request.action, user=request.user, role=request.role,

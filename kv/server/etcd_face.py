@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kv import errors
-from kv.server.auth_gate import TOKEN_METADATA_KEY, token_of
+from kv.server.auth_gate import TOKEN_METADATA_KEY, common_name, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
 from kv.server.server_group import MAX_SEND_BYTES
@@ -30,6 +30,22 @@ from kv.server.node_calls import not_leader
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
 from raftkv_proto import etcd_rpc_pb2_grpc
+from statemachine.auth_state import (
+    AUTH_FAILED,
+    INVALID_AUTH_MGMT,
+    INVALID_TOKEN,
+    PERMISSION_DENIED,
+    ROLE_EMPTY,
+    ROLE_EXISTS,
+    ROLE_NOT_FOUND,
+    ROLE_NOT_GRANTED,
+    PERMISSION_NOT_GRANTED,
+    ROOT_ROLE_MISSING,
+    ROOT_USER_MISSING,
+    USER_EMPTY,
+    USER_EXISTS,
+    USER_NOT_FOUND,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -43,6 +59,19 @@ LEADER_CHANGED = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: leader chan
 NO_SPACE = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded")
 TIMED_OUT = EtcdError(grpc.StatusCode.UNAVAILABLE, "etcdserver: request timed out")
 TOO_MANY_REQUESTS = EtcdError(grpc.StatusCode.RESOURCE_EXHAUSTED, "etcdserver: too many requests")
+
+_C = grpc.StatusCode
+# etcd's codes for the auth refusals (rpctypes/error.go), by their message: raftkv's native face
+# gives some of them other codes (a failed login is UNAUTHENTICATED there, which its clients
+# answer by logging in again), and the one message is what both faces share.
+AUTH_CODES: dict[str, grpc.StatusCode] = {
+    ROOT_USER_MISSING: _C.FAILED_PRECONDITION, ROOT_ROLE_MISSING: _C.FAILED_PRECONDITION,
+    USER_EXISTS: _C.FAILED_PRECONDITION, USER_EMPTY: _C.INVALID_ARGUMENT, USER_NOT_FOUND: _C.FAILED_PRECONDITION,
+    ROLE_EXISTS: _C.FAILED_PRECONDITION, ROLE_NOT_FOUND: _C.FAILED_PRECONDITION, ROLE_EMPTY: _C.INVALID_ARGUMENT,
+    AUTH_FAILED: _C.INVALID_ARGUMENT, PERMISSION_DENIED: _C.PERMISSION_DENIED,
+    ROLE_NOT_GRANTED: _C.FAILED_PRECONDITION, PERMISSION_NOT_GRANTED: _C.FAILED_PRECONDITION,
+    INVALID_TOKEN: _C.UNAUTHENTICATED, INVALID_AUTH_MGMT: _C.INVALID_ARGUMENT,
+}
 
 
 def etcd_error(e: BaseException) -> BaseException:
@@ -58,8 +87,17 @@ def etcd_error(e: BaseException) -> BaseException:
     if isinstance(e, errors.QueueFullError):
         return TOO_MANY_REQUESTS
     if isinstance(e, errors.RaftKVError):
-        return EtcdError(e.code, str(e))
+        message = str(e)
+        return EtcdError(AUTH_CODES.get(message, e.code), message)
     return e
+
+
+def go_error_text(error: EtcdError) -> str:
+    """How etcd's Go code prints a gRPC error (a watch's cancel reason): "rpc error: code =
+    PermissionDenied desc = etcdserver: permission denied"."""
+    name = "Canceled" if error.code == grpc.StatusCode.CANCELLED else \
+        "".join(part.capitalize() for part in error.code.name.split("_"))
+    return f"rpc error: code = {name} desc = {error}"
 
 
 class EtcdFace:
@@ -116,10 +154,11 @@ class EtcdFace:
         return self.node.leader == self.node.id
 
     async def forward(self, context: grpc.aio.ServicerContext, service: str, method: str, request: Any,
-                      carry: tuple[str, ...] = ()) -> Any:
+                      carry: tuple[str, ...] = (), anyone: bool = False) -> Any:
         """`request` sent on to the leader's `service`.`method`, with the caller's token and the
-        caller's metadata keys named in `carry`; its answer, or its refusal as this call's."""
-        metadata = self.forward_metadata(context)
+        caller's metadata keys named in `carry`; its answer, or its refusal as this call's.
+        `anyone`: the call needs no user (a login, a lease grant), so one that names none goes too."""
+        metadata = self.forward_metadata(context, anyone)
         sent = dict(context.invocation_metadata() or ())
         metadata.extend((key, sent[key]) for key in carry if key in sent)
         stub = getattr(etcd_rpc_pb2_grpc, f"{service}Stub")(self.leader_channel())
@@ -134,9 +173,12 @@ class EtcdFace:
             self.member_header(response.header)
         return response
 
-    def forward_metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+    def forward_metadata(self, context: grpc.aio.ServicerContext, anyone: bool = False) -> list[tuple[str, str]]:
         """What a call forwarded to the leader carries: the mark that it was forwarded (a call
-        forwarded once is never forwarded again) and the caller's token."""
+        forwarded once is never forwarded again) and the caller's token. While auth is on, a call
+        without a token that needs a user is answered here, as the leader would answer it: etcd's
+        "user name is empty" (it never goes on without a token: the leader would take it for the
+        call of this member, whose certificate it presents). `anyone`: the call needs no user."""
         sent = dict(context.invocation_metadata() or ())
         if FORWARDED_METADATA_KEY in sent:
             raise LEADER_CHANGED
@@ -147,7 +189,9 @@ class EtcdFace:
         token = token_of(context)
         if token is not None:
             metadata.append((TOKEN_METADATA_KEY, token))
-        elif self.auth.enabled:
+        elif self.auth.enabled and not anyone:
+            if not common_name(context):
+                raise errors.UnauthenticatedError(USER_EMPTY)
             # The caller proved who it is by its certificate, which cannot travel: it must call the
             # leader itself.
             raise EtcdError(grpc.StatusCode.FAILED_PRECONDITION,

@@ -150,7 +150,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def work() -> pb.HashResponse:
-            face.gate.check_root(face.gate.caller(context))
+            _check_maintainer(face, context)
             digest = await asyncio.to_thread(face.fsm.state_hash)
             response = pb.HashResponse(hash=zlib.crc32(bytes.fromhex(digest)))
             face.header(response.header)
@@ -161,7 +161,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def work() -> pb.HashKVResponse:
-            face.gate.check_root(face.gate.caller(context))  # etcd: HashKV is an admin's
+            _check_maintainer(face, context)
             try:
                 digest, revision, compacted = await asyncio.to_thread(face.fsm.hash_kv, request.revision)
             except EtcdRefusal as refusal:
@@ -203,7 +203,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
                          context: grpc.aio.ServicerContext) -> pb.DefragmentResponse:
         """LMDB reuses the pages deletes and compactions free, so there is nothing to defragment."""
         async def work() -> pb.DefragmentResponse:
-            self._face.gate.check_root(self._face.gate.caller(context))
+            _check_maintainer(self._face, context)
             response = pb.DefragmentResponse()
             self._face.header(response.header)
             return response
@@ -217,7 +217,7 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
         face = self._face
 
         async def take() -> SnapshotInfo:
-            face.gate.check_root(face.gate.caller(context))
+            _check_maintainer(face, context)
             node = face.node
             return await node_call(node, lambda: node.take_snapshot(at_least=node.applied_index),
                                    context.time_remaining(), TIMEOUT_MESSAGE)
@@ -289,6 +289,16 @@ NOT_LEADER = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: not lea
 BAD_TRANSFEREE = EtcdError(grpc.StatusCode.FAILED_PRECONDITION, "etcdserver: bad leader transferee")
 # etcd maps its ErrTimeoutLeaderTransfer to no gRPC code: it reaches the client as UNKNOWN.
 TRANSFER_TIMED_OUT = EtcdError(grpc.StatusCode.UNKNOWN, "etcdserver: request timed out, leader transfer took too long")
+
+
+def _check_maintainer(face: EtcdFace, context: grpc.aio.ServicerContext) -> None:
+    """etcd's authMaintenanceServer (Hash, HashKV, Defragment, Snapshot): root only while auth
+    is on, refused with the auth store's own error, which etcd 3.4 passes on unmapped: code
+    UNKNOWN, "auth: permission denied" (or "auth: user name is empty", "auth: invalid auth token")."""
+    try:
+        face.gate.check_root(face.gate.caller(context))
+    except errors.RaftKVError as e:
+        raise EtcdError(grpc.StatusCode.UNKNOWN, str(e).replace("etcdserver: ", "auth: ", 1)) from None
 
 
 def _alarm_member(face: EtcdFace, number: int) -> str:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import grpc
 
 from kv import errors
-from kv.server.etcd_face import EtcdFace
+from kv.server.etcd_checks import EtcdError
+from kv.server.etcd_face import EtcdFace, etcd_error, go_error_text
 from kv.server.watch_hub import WatchHub, Watcher
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
@@ -249,12 +250,15 @@ class _WatchStream:
         self._hub.add(watch.watcher)
 
     def _refusal(self, key: bytes, range_end: bytes) -> str | None:
-        """Why the caller may not watch [key, range_end) (etcd's cancel reason), or None."""
+        """Why the caller may not watch [key, range_end), or None: etcd's cancel reason, its gRPC
+        error as Go prints it ("rpc error: code = PermissionDenied desc = ...")."""
         gate = self._face.gate
         try:
             gate.check_read(gate.caller(self._context), permission_range(key, range_end))
         except errors.RaftKVError as e:
-            return str(e)
+            error = etcd_error(e)
+            assert isinstance(error, EtcdError)
+            return go_error_text(error)
         return None
 
     def _cancel(self, watch_id: int) -> None:

@@ -23,6 +23,7 @@ from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
 from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
+from kv.server.etcd_auth import EtcdAuthServicer
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_cluster import EtcdClusterServicer
 from kv.server.etcd_gateway import EtcdGateway, grpc_services, local_address
@@ -158,6 +159,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
             (etcd_rpc_pb2_grpc.add_KVServicer_to_server, EtcdKVServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_MaintenanceServicer_to_server, EtcdMaintenanceServicer(etcd)),
             (etcd_rpc_pb2_grpc.add_ClusterServicer_to_server, EtcdClusterServicer(etcd)),
+            (etcd_rpc_pb2_grpc.add_AuthServicer_to_server, EtcdAuthServicer(etcd, auth_handler)),
             (etcd_rpc_pb2_grpc.add_LeaseServicer_to_server, EtcdLeaseServicer(etcd, lessor)),
             (etcd_rpc_pb2_grpc.add_WatchServicer_to_server,
              EtcdWatchServicer(etcd, watches, config.limits.max_request_bytes)),

@@ -10,6 +10,7 @@ import pytest
 
 from raft.core import Entry, EntryType
 from raftkv_proto import kv_pb2
+from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from statemachine.auth_state import (
     INVALID_AUTH_MGMT,
     PERMISSION_DENIED,
@@ -18,10 +19,21 @@ from statemachine.auth_state import (
     ROOT_USER_MISSING,
     USER_EMPTY,
     USER_EXISTS,
+    USER_NOT_FOUND,
     AuthHolder,
     AuthView,
 )
-from statemachine.commands import encode_auth, encode_command, encode_registration, put_op, session_id
+from statemachine.commands import (
+    encode_auth,
+    encode_command,
+    encode_etcd_txn,
+    encode_lease_grant,
+    encode_lease_revoke,
+    encode_registration,
+    put_op,
+    session_id,
+)
+from statemachine.etcd_txn import txn_leases, txn_spans
 from statemachine.apply_batch import ApplyOutcome
 from statemachine.kv_state import KVStateMachine
 
@@ -184,3 +196,69 @@ def test_a_users_sessions_end_with_it(sm: KVStateMachine) -> None:
     log.auth(A.USER_CHANGE_PASSWORD, user="bob", salt=b"u" * 16, password_hash=b"j" * 32)
     assert log.apply(encode_command([put_op(b"app/3", b"v")], again, 2, user="bob")).unknown_session
     assert sm.get(b"app/2") == b"v" and sm.get(b"app/3") is None
+
+
+def test_only_an_add_asks_for_a_name_and_root_is_guarded_before_any_lookup(sm: KVStateMachine) -> None:
+    """As etcd's auth store: a change naming the empty user or role finds none, and deleting the
+    root role while auth is on is invalid auth management even when no such role was made."""
+    log = Log(sm)
+    setup_users(log)
+    assert log.auth(A.USER_DELETE, user="").refusal == USER_NOT_FOUND
+    assert log.auth(A.USER_CHANGE_PASSWORD, user="", salt=b"s" * 16, password_hash=b"h" * 32).refusal == USER_NOT_FOUND
+    assert log.auth(A.ROLE_DELETE, role="").refusal == ROLE_NOT_FOUND
+    assert log.auth(A.USER_GRANT_ROLE, user="alice", role="").refusal == ROLE_NOT_FOUND
+    log.auth(A.AUTH_ENABLE)
+    assert "root" not in sm.auth.view.roles
+    result = log.auth(A.ROLE_DELETE, role="root")
+    assert (result.refusal_kind, result.refusal) == ("FAILED_PRECONDITION", INVALID_AUTH_MGMT)
+
+
+def test_permissions_are_listed_by_key_a_new_range_after_those_of_its_key(sm: KVStateMachine) -> None:
+    log = Log(sm)
+    log.auth(A.ROLE_ADD, role="r")
+    for key, range_end in ((b"b", b"c"), (b"a", b"z"), (b"a", b""), (b"a", b"\0")):
+        log.auth(A.ROLE_GRANT_PERMISSION, role="r", permission=perm(kv_pb2.Permission.READ, key, range_end))
+    log.auth(A.ROLE_GRANT_PERMISSION, role="r", permission=perm(kv_pb2.Permission.WRITE, b"a", b""))  # replaces
+    assert [(p.key, p.range_end, p.perm_type) for p in sm.auth.view.roles["r"].permissions] == [
+        (b"a", b"z", kv_pb2.Permission.READ), (b"a", b"", kv_pb2.Permission.WRITE),
+        (b"a", b"\0", kv_pb2.Permission.READ), (b"b", b"c", kv_pb2.Permission.READ)]
+
+
+def test_a_txn_reads_what_prev_kv_returns_and_names_its_leases() -> None:
+    delete = etcd_pb.DeleteRangeRequest(key=b"d", range_end=b"e", prev_kv=True)
+    inner = etcd_pb.TxnRequest(success=[etcd_pb.RequestOp(request_put=etcd_pb.PutRequest(key=b"n", lease=9))])
+    request = etcd_pb.TxnRequest(
+        success=[etcd_pb.RequestOp(request_put=etcd_pb.PutRequest(key=b"p", prev_kv=True, lease=7)),
+                 etcd_pb.RequestOp(request_txn=inner)],
+        failure=[etcd_pb.RequestOp(request_delete_range=delete),
+                 etcd_pb.RequestOp(request_put=etcd_pb.PutRequest(key=b"q"))])
+    reads, writes = txn_spans(request)
+    assert reads == [(b"p", b""), (b"d", b"e")]
+    assert writes == [(b"p", b""), (b"n", b""), (b"d", b"e"), (b"q", b"")]
+    assert txn_leases(request) == {7, 9}
+
+
+def test_a_lease_is_revoked_or_given_a_key_only_by_who_may_write_all_its_keys(sm: KVStateMachine) -> None:
+    """etcd's checkLeasePuts, at apply: bob writes app/, alice only reads it; the leader's revoke
+    of an expired lease names no user and needs none."""
+    log = Log(sm)
+    setup_users(log)
+    log.auth(A.AUTH_ENABLE)
+
+    def put_on_lease(key: bytes, lease: int, user: str) -> kv_pb2.CommandResult:
+        request = etcd_pb.TxnRequest(success=[etcd_pb.RequestOp(request_put=etcd_pb.PutRequest(
+            key=key, value=b"v", lease=lease))])
+        return log.apply(encode_etcd_txn(request.SerializeToString(), user)).result
+
+    for lease in (7, 8):
+        log.apply(encode_lease_grant(lease, 60))
+    assert not put_on_lease(b"other", 7, "root").refusal
+    assert put_on_lease(b"app/1", 7, "bob").refusal == PERMISSION_DENIED  # root's key is on it
+    assert log.apply(encode_lease_revoke(7, "bob")).result.refusal == PERMISSION_DENIED
+    assert sm.get(b"other") is not None
+    assert not put_on_lease(b"app/1", 8, "bob").refusal
+    assert log.apply(encode_lease_revoke(8, "alice")).result.refusal == PERMISSION_DENIED
+    assert not log.apply(encode_lease_revoke(8, "bob")).result.refusal
+    assert sm.get(b"app/1") is None
+    assert not log.apply(encode_lease_revoke(7)).result.refusal  # the leader's, on expiry
+    assert sm.get(b"other") is None
