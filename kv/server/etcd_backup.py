@@ -1,0 +1,73 @@
+"""etcd's snapshot files and a raftkv node's state, both ways: an etcd 3.x snapshot made into a
+restored member's state (`raftkv snapshot restore`, kv/server/restore.py), and a raftkv state
+written as an etcd snapshot (etcd's Maintenance.Snapshot on raftkv, kv/server/etcd_services.py).
+
+The bbolt file is the snapshot package's (snapshot/bbolt_reader.py, bbolt_writer.py,
+etcd_file.py); what etcd's buckets mean for raftkv's tables is the state machine's
+(statemachine/etcd_import.py, etcd_export.py). This module joins the two, as the server's
+restore joins a snapshot's state to a member's log. The format: docs/etcd-snapshot-format.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from snapshot.bbolt_reader import BoltFile
+from snapshot.errors import SnapshotCorruptError
+from snapshot.etcd_file import open_etcd_snapshot
+from statemachine import etcd_records as etcd
+from statemachine.etcd_import import EtcdBuckets, EtcdDataError, Imported
+from statemachine.kv_state import KVStateMachine
+
+
+def buckets_of(db: BoltFile) -> EtcdBuckets:
+    """The buckets the import reads, straight from the file (the key bucket streamed)."""
+    def items(name: bytes) -> list[tuple[bytes, bytes]] | _Items:
+        bucket = db.bucket(name)
+        return _Items(db, name) if bucket is not None else []
+    return EtcdBuckets(key=items(etcd.KEY), meta=dict(_plain(db, etcd.META)), lease=items(etcd.LEASE),
+                       auth=dict(_plain(db, etcd.AUTH)), users=items(etcd.USERS), roles=items(etcd.ROLES))
+
+
+class _Items:
+    """A bucket's (key, value) pairs, walked afresh each time they are iterated."""
+
+    def __init__(self, db: BoltFile, name: bytes) -> None:
+        self._db, self._name = db, name
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return _plain(self._db, self._name)
+
+
+def _plain(db: BoltFile, name: bytes):  # type: ignore[no-untyped-def]
+    """A bucket's items that are not buckets themselves (etcd nests none)."""
+    bucket = db.bucket(name)
+    if bucket is None:
+        return iter(())
+    return ((key, value) for key, value in bucket.items() if value is not None)
+
+
+def restore_etcd_state(snapshot_file: str | os.PathLike[str], state_dir: Path, cluster_id: str) -> Imported:
+    """Make `state_dir` (which must not exist) a raftkv state holding the etcd snapshot's data.
+    Raises SnapshotCorruptError, naming the file and what is wrong, for a damaged or truncated
+    file; the caller removes what was written."""
+    with open_etcd_snapshot(snapshot_file) as db:
+        buckets = buckets_of(db)
+        with KVStateMachine(state_dir) as state:
+            try:
+                return state.import_etcd(buckets, _signing_key(db, cluster_id))
+            except EtcdDataError as exc:
+                raise SnapshotCorruptError(f"{snapshot_file}: a damaged etcd snapshot: {exc}") from None
+
+
+def _signing_key(db: BoltFile, cluster_id: str) -> bytes:
+    """The token signing key of a restored cluster whose etcd had auth on: every member restored
+    from one file with one cluster id must hold the same state, so it is derived from the cluster
+    id and the users' records (their password hashes) rather than drawn at random. Whoever holds
+    the file and the id could derive it: `auth disable` then `auth enable` draws a fresh one
+    (docs/etcd-snapshot-format.md)."""
+    digest = hashlib.sha256(b"raftkv etcd restore signing key\0" + cluster_id.encode() + b"\0")
+    for key, value in _plain(db, etcd.USERS):
+        digest.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    return digest.digest()
