@@ -36,7 +36,7 @@ from snapshot.bbolt_format import (
 from snapshot.errors import SnapshotCorruptError
 
 # Page sizes bbolt may have been written with (the OS page size of the writer's machine).
-_PAGE_SIZES = (4096, 8192, 16384, 32768, 65536, 1024, 2048)
+PAGE_SIZES = (4096, 8192, 16384, 32768, 65536, 1024, 2048)
 # A B+tree of 4 KiB pages this deep would hold more keys than any file can: deeper is a cycle.
 _MAX_DEPTH = 48
 
@@ -87,7 +87,7 @@ class BoltFile:
         """bbolt's DB.meta(): the valid meta with the higher txid, else the other valid one."""
         meta0 = decode_meta(self._buf, 0)
         problems = [f"meta page 0: {meta0.problem()}" if meta0.problem() else ""]
-        sizes = (meta0.page_size,) if meta0.problem() is None else _PAGE_SIZES
+        sizes = (meta0.page_size,) if meta0.problem() is None else PAGE_SIZES
         meta1 = None
         for page_size in sizes:  # page 1 sits one page in: find it by the page size meta 0 gives
             if page_size <= 0 or page_size + PAGE_HEADER.size + META_BYTES > self.size:
@@ -104,9 +104,9 @@ class BoltFile:
         meta = max(valid, key=lambda m: m.txid)
         if meta.page_size < 512 or meta.page_size & (meta.page_size - 1):
             raise self.damage(f"implausible page size {meta.page_size}")
-        for pgid in (0, 1):
-            if not PAGE_HEADER.unpack_from(self._buf, pgid * meta.page_size)[1] & META_PAGE:
-                raise self.damage(f"page {pgid} is not a meta page")
+        page = 1 if meta is meta1 else 0
+        if not PAGE_HEADER.unpack_from(self._buf, page * meta.page_size)[1] & META_PAGE:
+            raise self.damage(f"page {page}, whose meta is the valid one, is not marked a meta page")
         return meta
 
     # ---- pages -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapshot.bbolt_format import MAGIC, PAGE_HEADER
-from snapshot.bbolt_reader import BoltFile, open_bolt
+from snapshot.bbolt_reader import PAGE_SIZES, BoltFile, open_bolt
 from snapshot.errors import SnapshotCorruptError
 
 SHA256_BYTES = 32
@@ -25,10 +25,16 @@ _REVISION_MAIN = slice(0, 8)
 
 
 def is_etcd_snapshot(path: str | os.PathLike[str]) -> bool:
-    """Whether the file starts as a bbolt database does (page 0 a meta page with bbolt's magic)."""
+    """Whether the file starts as a bbolt database does: page 0, or page 1 at one of the page
+    sizes bbolt uses (page 0 may be the damaged one), a meta page with bbolt's magic."""
     with open(path, "rb") as f:
-        head = f.read(PAGE_HEADER.size + 4)
-    return len(head) == PAGE_HEADER.size + 4 and int.from_bytes(head[PAGE_HEADER.size:], "little") == MAGIC
+        head = f.read(max(PAGE_SIZES) + PAGE_HEADER.size + 4)
+    return any(_meta_magic_at(head, offset) for offset in (0, *PAGE_SIZES))
+
+
+def _meta_magic_at(head: bytes, offset: int) -> bool:
+    at = offset + PAGE_HEADER.size
+    return len(head) >= at + 4 and int.from_bytes(head[at:at + 4], "little") == MAGIC
 
 
 def has_checksum(size: int) -> bool:
@@ -98,6 +104,36 @@ def status(db: BoltFile) -> EtcdStatus:
                 revision = int.from_bytes(key[_REVISION_MAIN], "big")
             total += 1
     return EtcdStatus(crc, revision, total, db.meta.pgid * db.page_size)
+
+
+def live_keys(db: BoltFile) -> int:
+    """How many keys the store holds at its newest revision: each key's newest version in the key
+    bucket (revision order) that is not a tombstone. Tells keys apart by decoding nothing: the
+    key is field 1 of mvccpb.KeyValue, the first bytes of every record (tag, length, key)."""
+    live: set[bytes] = set()
+    bucket = db.bucket(b"key")
+    for revision, value in bucket.items() if bucket is not None else ():
+        key = _first_field(value or b"")
+        if revision.endswith(b"t"):
+            live.discard(key)
+        else:
+            live.add(key)
+    return len(live)
+
+
+def _first_field(record: bytes) -> bytes:
+    """The bytes of field 1 (length-delimited) of a protobuf record that starts with it."""
+    if not record or record[0] != 0x0A:
+        return record
+    length, shift, at = 0, 0, 1
+    while at < len(record):
+        byte = record[at]
+        length |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            break
+        shift += 7
+    return record[at:at + length]
 
 
 def _crc32c_table() -> list[int]:

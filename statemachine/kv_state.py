@@ -81,6 +81,8 @@ from statemachine.client_sessions import (
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.etcd_export import EtcdBucketItems
+from statemachine.etcd_export import etcd_buckets
 from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
 from statemachine.etcd_txn import read_range, read_txn, refusal_of
 from statemachine.key_record import stored_value
@@ -443,6 +445,14 @@ class KVStateMachine:
         self._applied = applied
         self._env.sync(True)
         return imported
+
+    @contextlib.contextmanager
+    def etcd_export(self) -> Iterator[EtcdBucketItems]:
+        """This state as etcd 3.4's buckets (statemachine/etcd_export.py), from one read
+        transaction held while the caller iterates them: for an etcd snapshot of this state."""
+        with self._env.begin() as txn:
+            raw = txn.get(_APPLIED_KEY, db=self._meta)
+            yield etcd_buckets(txn, self._tables, _APPLIED.unpack(raw)[0] if raw is not None else 0)
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
         """Write a packed copy of the whole state (data, sessions, applied index) to

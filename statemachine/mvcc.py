@@ -43,6 +43,7 @@ CHANGES_DB_NAME = b"changes"
 REVISION_KEY = b"revision"
 COMPACTED_KEY = b"compacted"
 _CHANGE = struct.Struct(">QI")  # (mod_revision, mod_sub): a history key, and an index value
+CHANGE = _CHANGE  # for readers of the layout (statemachine/etcd_export.py)
 _I64 = struct.Struct(">q")
 FIRST_REVISION = 1  # an empty store's revision, as etcd's
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from snapshot.bbolt_reader import BoltFile
+from snapshot.bbolt_writer import write_bolt
 from snapshot.errors import SnapshotCorruptError
 from snapshot.etcd_file import open_etcd_snapshot
+from snapshot.install import extract_state
 from statemachine import etcd_records as etcd
 from statemachine.etcd_import import EtcdBuckets, EtcdDataError, Imported
 from statemachine.kv_state import KVStateMachine
@@ -71,3 +74,21 @@ def _signing_key(db: BoltFile, cluster_id: str) -> bytes:
     for key, value in _plain(db, etcd.USERS):
         digest.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
     return digest.digest()
+
+
+def write_etcd_database(state_dir: Path, out: Path) -> int:
+    """Write the state at `state_dir` (a raftkv state nobody else has open) as an etcd snapshot's
+    bbolt database to `out` (the sha256 etcdctl expects after it is the stream's); its size."""
+    with KVStateMachine(state_dir) as state, state.etcd_export() as buckets, open(out, "wb") as f:
+        size = write_bolt(f, buckets)
+        f.flush()
+    return size
+
+
+def etcd_snapshot_of(snapshot_file: Path, out: Path) -> int:
+    """An etcd snapshot's database at `out` of the state in a raftkv snapshot file; its size. The
+    state is extracted beside `out` and removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=".etcd-snapshot-", dir=out.parent) as work:
+        state_dir = Path(work) / "state"
+        extract_state(snapshot_file, state_dir)
+        return write_etcd_database(state_dir, out)
