@@ -33,6 +33,8 @@ from snapshot.bbolt_format import (
 DEFAULT_PAGE_SIZE = 4096
 
 Item = tuple[bytes, bytes, int]  # key, value, leaf element flags
+# A bucket's value: bytes, or a nested bucket's pairs (key order) or mapping.
+BucketValue = bytes | Iterable[tuple[bytes, "BucketValue"]] | Mapping[bytes, "BucketValue"]
 
 
 class _Pages:
@@ -56,11 +58,11 @@ class _Pages:
         return pgid
 
 
-def write_bolt(out: BinaryIO, buckets: Mapping[bytes, Iterable[tuple[bytes, bytes]]],
+def write_bolt(out: BinaryIO, buckets: Mapping[bytes, Iterable[tuple[bytes, BucketValue]]],
                page_size: int = DEFAULT_PAGE_SIZE) -> int:
     """Write a bbolt database holding `buckets` (name -> its (key, value) pairs in key order, each
-    key once) to `out`, a new file positioned at its start. Returns the database's size in bytes.
-    Raises ValueError for keys out of order or empty."""
+    key once; a value that is not bytes is a nested bucket) to `out`, a new file positioned at its
+    start. Returns the database's size in bytes. Raises ValueError for keys out of order or empty."""
     pages = _Pages(out, page_size)
     root_items = [(name, _bucket(pages, name, buckets[name]), BUCKET_LEAF) for name in sorted(buckets)]
     root = _tree(pages, iter(root_items), b"the root bucket")
@@ -74,19 +76,29 @@ def write_bolt(out: BinaryIO, buckets: Mapping[bytes, Iterable[tuple[bytes, byte
     return pages.next * page_size
 
 
-def _bucket(pages: _Pages, name: bytes, pairs: Iterable[tuple[bytes, bytes]]) -> bytes:
-    """A bucket's value in its parent: the header, and the items inline when they are few."""
-    items = ((key, value, 0) for key, value in pairs)
+def _bucket(pages: _Pages, name: bytes, pairs: Iterable[tuple[bytes, BucketValue]]) -> bytes:
+    """A bucket's value in its parent: the header, and the items inline when they are few and
+    none is a bucket (bucket.go's inlineable)."""
+    items = (_item(pages, key, value) for key, value in pairs)
     limit = pages.page_size // 4  # bbolt's maxInlineBucketSize
     head: list[Item] = []
     size = PAGE_HEADER.size
     for item in items:
         head.append(item)
         size += LEAF_ELEMENT.size + len(item[0]) + len(item[1])
-        if size > limit:
+        if size > limit or item[2] & BUCKET_LEAF:
             return BUCKET_HEADER.pack(_tree(pages, itertools.chain(head, items), name), 0)
     _check_order(head, name)
     return BUCKET_HEADER.pack(0, 0) + PAGE_HEADER.pack(0, LEAF_PAGE, len(head), 0) + _leaf_body(head)
+
+
+def _item(pages: _Pages, key: bytes, value: BucketValue) -> Item:
+    """A leaf item: a value, or a nested bucket (a mapping or iterable of its own pairs) written
+    first, its pages before its parent's."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return key, bytes(value), 0
+    pairs = sorted(value.items()) if isinstance(value, Mapping) else value
+    return key, _bucket(pages, key, pairs), BUCKET_LEAF
 
 
 def _tree(pages: _Pages, items: Iterator[Item], name: bytes) -> int:

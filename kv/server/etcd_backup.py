@@ -9,9 +9,12 @@ restore joins a snapshot's state to a member's log. The format: docs/etcd-snapsh
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
+import shutil
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from snapshot.bbolt_reader import BoltFile
@@ -19,6 +22,8 @@ from snapshot.bbolt_writer import write_bolt
 from snapshot.errors import SnapshotCorruptError
 from snapshot.etcd_file import open_etcd_snapshot
 from snapshot.install import extract_state
+from snapshot.store import TMP_PREFIX
+from snapshot.transfer import chunk_file
 from statemachine import etcd_records as etcd
 from statemachine.etcd_import import EtcdBuckets, EtcdDataError, Imported
 from statemachine.kv_state import KVStateMachine
@@ -85,10 +90,27 @@ def write_etcd_database(state_dir: Path, out: Path) -> int:
     return size
 
 
-def etcd_snapshot_of(snapshot_file: Path, out: Path) -> int:
-    """An etcd snapshot's database at `out` of the state in a raftkv snapshot file; its size. The
-    state is extracted beside `out` and removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix=".etcd-snapshot-", dir=out.parent) as work:
-        state_dir = Path(work) / "state"
-        extract_state(snapshot_file, state_dir)
-        return write_etcd_database(state_dir, out)
+async def etcd_snapshot_chunks(snapshot_file: Path, chunk_size: int) -> AsyncIterator[tuple[bytes, int]]:
+    """etcd's Maintenance.Snapshot stream of the state in a raftkv snapshot file: (blob, bytes
+    remaining after it) pieces of the etcd database, then its sha256 (remaining 0). The database
+    is made in a worker thread under the snapshot's directory (a work directory the snapshot
+    store removes at start should the process die first) and removed once streamed."""
+    work = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + "etcd-", dir=snapshot_file.parent))
+    try:
+        database = work / "etcd.db"
+        size = await asyncio.to_thread(_make_database, snapshot_file, work / "state", database)
+        digest = hashlib.sha256()
+        sent = 0
+        chunks = chunk_file(database, chunk_size)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            digest.update(chunk.data)
+            sent += len(chunk.data)
+            yield chunk.data, size - sent  # as etcd counts: the database alone
+        yield digest.digest(), 0
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+def _make_database(snapshot_file: Path, state_dir: Path, out: Path) -> int:
+    extract_state(snapshot_file, state_dir)
+    return write_etcd_database(state_dir, out)
