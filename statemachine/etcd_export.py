@@ -52,8 +52,10 @@ def etcd_buckets(txn: lmdb.Transaction, tables: StateTables, applied_index: int)
 def _key_bucket(txn: lmdb.Transaction, tables: MvccTables, compacted: int) -> Iterator[tuple[bytes, bytes]]:
     for change, key in _changes(txn, tables, compacted):
         record = txn.get(change, db=tables.history)
-        if record is None:  # not replaced: the live version
+        if record is None:  # not replaced: the live version, if it is this change's
             record = txn.get(key, db=tables.data)
+            if record is None or _CHANGE.pack(*change_of(record)) != change:
+                continue  # a tombstone at exactly the compacted revision: compacted away, as etcd's
         kv = decode(key, record)  # checked against its checksum
         if kv.tombstone:
             yield etcd.revision_key(kv.mod_revision, kv.mod_sub, True), etcd.KeyValue(key=key).SerializeToString()
