@@ -14,7 +14,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from snapshot.bbolt_reader import BoltFile
@@ -30,30 +30,17 @@ from statemachine.kv_state import KVStateMachine
 
 
 def buckets_of(db: BoltFile) -> EtcdBuckets:
-    """The buckets the import reads, straight from the file (the key bucket streamed)."""
-    def items(name: bytes) -> list[tuple[bytes, bytes]] | _Items:
-        bucket = db.bucket(name)
-        return _Items(db, name) if bucket is not None else []
-    return EtcdBuckets(key=items(etcd.KEY), meta=dict(_plain(db, etcd.META)), lease=items(etcd.LEASE),
-                       auth=dict(_plain(db, etcd.AUTH)), users=items(etcd.USERS), roles=items(etcd.ROLES))
+    """The buckets the import reads, straight from the file (each walked as it is iterated)."""
+    return EtcdBuckets(key=_pairs(db, etcd.KEY), meta=dict(_pairs(db, etcd.META)), lease=_pairs(db, etcd.LEASE),
+                       auth=dict(_pairs(db, etcd.AUTH)), users=_pairs(db, etcd.USERS), roles=_pairs(db, etcd.ROLES))
 
 
-class _Items:
-    """A bucket's (key, value) pairs, walked afresh each time they are iterated."""
-
-    def __init__(self, db: BoltFile, name: bytes) -> None:
-        self._db, self._name = db, name
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return _plain(self._db, self._name)
-
-
-def _plain(db: BoltFile, name: bytes):  # type: ignore[no-untyped-def]
-    """A bucket's items that are not buckets themselves (etcd nests none)."""
+def _pairs(db: BoltFile, name: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """A top-level bucket's (key, value) pairs (none when it is absent; etcd nests no buckets)."""
     bucket = db.bucket(name)
-    if bucket is None:
-        return iter(())
-    return ((key, value) for key, value in bucket.items() if value is not None)
+    for key, value in bucket.items() if bucket is not None else ():
+        if value is not None:
+            yield key, value
 
 
 def restore_etcd_state(snapshot_file: str | os.PathLike[str], state_dir: Path, cluster_id: str) -> Imported:
@@ -76,7 +63,7 @@ def _signing_key(db: BoltFile, cluster_id: str) -> bytes:
     the file and the id could derive it: `auth disable` then `auth enable` draws a fresh one
     (docs/etcd-snapshot-format.md)."""
     digest = hashlib.sha256(b"raftkv etcd restore signing key\0" + cluster_id.encode() + b"\0")
-    for key, value in _plain(db, etcd.USERS):
+    for key, value in _pairs(db, etcd.USERS):
         digest.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
     return digest.digest()
 
