@@ -94,6 +94,8 @@ def test_a_state_round_trips_through_an_etcd_snapshot(tmp_path: Path, seed: int)
     with KVStateMachine(tmp_path / "state", map_size=256 << 20) as sm:
         history(sm, seed)
         expected = (every_read(sm), sm.revision, sm.compacted_revision, dict(sm.leases.ttls))
+        # what a watch replays (from past the compacted revision: a delete at exactly it is gone)
+        watched = sm.changes(sm.compacted_revision + 1, sm.revision, with_prev=True)
     assert expected[2] > 0
     exported = tmp_path / "etcd.db"
     write_etcd_database(tmp_path / "state", exported)
@@ -104,6 +106,7 @@ def test_a_state_round_trips_through_an_etcd_snapshot(tmp_path: Path, seed: int)
     with KVStateMachine(tmp_path / "restored", map_size=256 << 20) as restored:
         assert (every_read(restored), restored.revision, restored.compacted_revision,
                 dict(restored.leases.ttls)) == expected
+        assert restored.changes(expected[2] + 1, expected[1], with_prev=True) == watched
         assert restored.auth.view.users["alice"].roles == ["reader"]
         assert [p.key for p in restored.auth.view.roles["reader"].permissions] == [b"/a"]
         assert restored.lease_keys(7) == sorted(kv[0] for kv in expected[0][expected[1]] if kv[5] == 7)
