@@ -132,3 +132,28 @@ def test_a_record_etcd_could_not_have_written_is_refused(tmp_path: Path) -> None
             write_bolt(f, {b"key": items, b"meta": []})
         with pytest.raises(SnapshotCorruptError, match=message):
             restore_etcd_state(snap, tmp_path / f"state{i}", "c-test")
+
+
+def test_members_restored_from_one_file_with_one_cluster_id_hold_the_same_state(tmp_path: Path) -> None:
+    """Each member of a multi-member cluster is restored on its own; with auth on, the token
+    signing key is part of the state, so it must not be drawn at random."""
+    with KVStateMachine(tmp_path / "state", map_size=256 << 20) as sm:
+        history(sm, 4)
+        apply = Applier(sm)
+        apply.index = sm.applied_index
+        for command in (kv_pb2.AuthCommand(action=kv_pb2.USER_ADD, user="root", password_hash=b"$2a$10$x"),
+                        kv_pb2.AuthCommand(action=kv_pb2.USER_GRANT_ROLE, user="root", role="root"),
+                        kv_pb2.AuthCommand(action=kv_pb2.AUTH_ENABLE, signing_key=b"k" * 32)):
+            apply(encode_auth(command))
+    write_etcd_database(tmp_path / "state", tmp_path / "etcd.db")
+    hashes = set()
+    for member in ("n1", "n2", "n3"):
+        restore_etcd_state(tmp_path / "etcd.db", tmp_path / member, "c-shared")
+        with KVStateMachine(tmp_path / member, map_size=256 << 20) as restored:
+            assert restored.auth.enabled and restored.auth.view.signing_key != b"k" * 32
+            hashes.add(restored.state_hash())
+    assert len(hashes) == 1
+    restore_etcd_state(tmp_path / "etcd.db", tmp_path / "other", "c-other")
+    with KVStateMachine(tmp_path / "other", map_size=256 << 20) as other:
+        assert other.state_hash() not in hashes  # another cluster id: another signing key
+
