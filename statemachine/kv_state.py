@@ -81,6 +81,9 @@ from statemachine.client_sessions import (
 from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.etcd_export import EtcdBucketItems
+from statemachine.etcd_export import etcd_buckets
+from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
 from statemachine.etcd_txn import read_range, read_txn, refusal_of
 from statemachine.key_record import stored_value
 from statemachine.leases import LEASE_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
@@ -425,6 +428,31 @@ class KVStateMachine:
         with self._env.begin(write=True) as txn:
             txn.put(MEMBERSHIP_KEY, encoded, db=self._meta)
         self._env.sync(True)
+
+    def import_etcd(self, buckets: EtcdBuckets, signing_key: bytes, term: int = 1) -> Imported:
+        """Fill this new, empty state with an etcd snapshot's data (statemachine/etcd_import.py),
+        applied as of etcd's consistent index (at least 1) and `term`: for `snapshot restore` of
+        an etcd file. Raises EtcdDataError for a damaged record (the caller discards the state)."""
+        if self._applied != (0, 0) or self.count():
+            raise RuntimeError(f"{self.path}: an etcd snapshot is imported only into a new state")
+        imported = import_etcd(self._env, self._tables, buckets, signing_key)
+        applied = (max(imported.consistent_index, 1), term)
+        with self._env.begin(write=True) as txn:
+            txn.put(_APPLIED_KEY, _APPLIED.pack(*applied), db=self._meta)
+        with self._env.begin() as txn:
+            self.auth.publish(load_view(txn, self._tables.auth))
+            self.leases.publish(*self._tables.leases.load(txn))
+        self._applied = applied
+        self._env.sync(True)
+        return imported
+
+    @contextlib.contextmanager
+    def etcd_export(self) -> Iterator[EtcdBucketItems]:
+        """This state as etcd 3.4's buckets (statemachine/etcd_export.py), from one read
+        transaction held while the caller iterates them: for an etcd snapshot of this state."""
+        with self._env.begin() as txn:
+            raw = txn.get(_APPLIED_KEY, db=self._meta)
+            yield etcd_buckets(txn, self._tables, _APPLIED.unpack(raw)[0] if raw is not None else 0)
 
     def copy_to(self, directory: str | os.PathLike[str]) -> tuple[int, int, bytes]:
         """Write a packed copy of the whole state (data, sessions, applied index) to

@@ -43,6 +43,7 @@ CHANGES_DB_NAME = b"changes"
 REVISION_KEY = b"revision"
 COMPACTED_KEY = b"compacted"
 _CHANGE = struct.Struct(">QI")  # (mod_revision, mod_sub): a history key, and an index value
+CHANGE = _CHANGE  # for readers of the layout (statemachine/etcd_export.py)
 _I64 = struct.Struct(">q")
 FIRST_REVISION = 1  # an empty store's revision, as etcd's
 
@@ -150,6 +151,40 @@ class RevisionWriter:
         """Delete every live key in [start, end) (None: to the last key); the versions they had."""
         keys = list(live_keys(self._txn, self.tables, start, end))
         return [old for old in map(self.delete, keys) if old is not None]
+
+    def restore(self, kv: KeyVersion, logged: bool) -> None:
+        """Write `kv` - a version, or a tombstone (version 0), with the revisions it had in the store
+        it comes from (an etcd snapshot restored: statemachine/etcd_import.py) - as `put` and
+        `delete` write theirs. Versions come in revision order. `logged`: whether a watch may
+        replay the change (it is not below the compacted revision)."""
+        txn, tables = self._txn, self.tables
+        if logged:
+            txn.put(_CHANGE.pack(kv.mod_revision, kv.mod_sub), kv.key, db=tables.changes, append=True)
+        record = txn.get(kv.key, db=tables.data)
+        old_lease = 0
+        if record is not None:
+            old_lease = revisions_of(record)[4]
+            self._file(kv.key, record)
+        if kv.tombstone:
+            if record is not None:
+                txn.delete(kv.key, db=tables.data)
+            self._file(kv.key, encode(kv))
+        else:
+            txn.put(kv.key, encode(kv), db=tables.data)
+        lease = 0 if kv.tombstone else kv.lease
+        if lease != old_lease:
+            if old_lease:
+                tables.leases.detach(txn, old_lease, kv.key)
+            if lease:
+                tables.leases.attach(txn, lease, kv.key)
+        self.revision = max(self.revision, kv.mod_revision)
+
+    def restore_revisions(self, revision: int, compacted: int) -> None:
+        """Set the store's revision and compacted revision (after `restore`)."""
+        self.revision = revision
+        self._txn.put(REVISION_KEY, _I64.pack(revision), db=self.tables.meta)
+        if compacted:
+            self._txn.put(COMPACTED_KEY, _I64.pack(compacted), db=self.tables.meta)
 
     def _file(self, key: bytes, record: bytes) -> None:
         change = _CHANGE.pack(*change_of(record))

@@ -104,7 +104,8 @@ class Maintenance:
 
     @staticmethod
     def inspect_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The manifest, key count and checksum verdict of a snapshot file."""
+        """The manifest, key count and checksum verdict of a snapshot file (of an etcd snapshot:
+        format "etcd" and, under "etcd", what `etcdctl snapshot status` reports)."""
         from snapshot.inspection import inspect
         return inspect(path)
 
@@ -112,7 +113,8 @@ class Maintenance:
     def restore_snapshot(path: str | os.PathLike[str], data_dir: str | os.PathLike[str], node_id: str = "n1",
                          peers: Mapping[str, str] | None = None, cluster_id: str | None = None) -> str:
         """Prepare `data_dir` so that `raftkv serve --data-dir data_dir ...` starts a new cluster
-        holding the snapshot's data; returns the new cluster's id (pass the same --cluster-id to
+        holding the snapshot's data - a raftkv snapshot, or an etcd 3.x one (`etcdctl snapshot
+        save`), told apart by content; returns the new cluster's id (pass the same --cluster-id to
         every member restored for a multi-node cluster)."""
         from kv.server.restore import restore
         return restore(path, data_dir, node_id, dict(peers or {node_id: "127.0.0.1:7001"}), cluster_id)

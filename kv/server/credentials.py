@@ -24,6 +24,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from kv.server.bcrypt_password import bcrypt_matches, is_bcrypt
+
 SALT_BYTES = 16
 SIGNING_KEY_BYTES = 32
 # scrypt's parameters (RFC 7914's interactive-login figures): 16 MiB of memory per hash.
@@ -46,7 +48,10 @@ def hash_password(password: str, salt: bytes) -> bytes:
 
 
 def password_matches(password: str, salt: bytes, expected: bytes) -> bool:
-    """Whether `password` hashes to `expected` (constant-time compare; slow, as hash_password)."""
+    """Whether `password` hashes to `expected` (constant-time compare; slow, as hash_password).
+    A bcrypt hash (a user restored from an etcd snapshot) is checked as etcd checks it."""
+    if is_bcrypt(expected):
+        return bcrypt_matches(password, expected)
     actual = hash_password(password, salt)  # even for no `expected`: a login costs the same either way
     return bool(expected) and hmac.compare_digest(actual, expected)
 

@@ -6,7 +6,6 @@ in docs/etcd-compatibility.md; the Cluster service is kv/server/etcd_cluster.py.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import zlib
 from collections.abc import AsyncIterator, Iterable
@@ -16,6 +15,7 @@ import grpc
 
 from kv import errors
 from kv.server.etcd_checks import EtcdError, check_delete_range, check_put, check_range, check_txn
+from kv.server.etcd_backup import etcd_snapshot_chunks
 from kv.server.etcd_face import EtcdFace
 from raftkv_proto.member_ids import member_number, numbered_name
 from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, read_barrier
@@ -23,7 +23,6 @@ from raft.node import errors as node_errors
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc, kv_pb2
 from raft.node.ports import SnapshotInfo
-from snapshot.transfer import chunk_file
 from statemachine.alarms import Alarm
 from statemachine.etcd_txn import EtcdRefusal, read_only, serializable
 
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 # What Maintenance.Status reports as the server's version: the etcd API raftkv speaks.
 ETCD_API_VERSION = "3.4.0"
 _SNAPSHOT_CHUNK = 1 << 20
-_SECTOR = 512
 
 
 class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
@@ -211,9 +209,9 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
 
     async def Snapshot(self, request: pb.SnapshotRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SnapshotResponse]:
-        """A raftkv snapshot file of this member's state, as etcd's snapshot is of its member's:
-        the file's bytes padded to 512, then their sha256 (the trailer etcdctl's snapshot save checks).
-        Root only while auth is on."""
+        """An etcd snapshot of this member's state, as etcd's is of its member's: a bbolt database in
+        etcd 3.4's layout made from a snapshot taken now, then its sha256 (the trailer etcdctl's
+        snapshot save checks): kv/server/etcd_backup.py. Root only while auth is on."""
         face = self._face
 
         async def take() -> SnapshotInfo:
@@ -222,22 +220,10 @@ class EtcdMaintenanceServicer(etcd_rpc_pb2_grpc.MaintenanceServicer):
             return await node_call(node, lambda: node.take_snapshot(at_least=node.applied_index),
                                    context.time_remaining(), TIMEOUT_MESSAGE)
         info = await face.serve(context, take)
-        digest = hashlib.sha256()
-        sent = 0
-        chunks = chunk_file(info.path, _SNAPSHOT_CHUNK)
-        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            digest.update(chunk.data)
-            sent += len(chunk.data)
-            response = pb.SnapshotResponse(blob=chunk.data, remaining_bytes=info.file_size - sent)
+        async for blob, remaining in etcd_snapshot_chunks(info.path, _SNAPSHOT_CHUNK):
+            response = pb.SnapshotResponse(blob=blob, remaining_bytes=remaining)
             face.header(response.header)
             yield response
-        # etcdctl takes a stream whose length is 32 past a multiple of 512 (a database of whole
-        # sectors, then the sum) as complete: zeros pad the file to a sector, inside the sum.
-        padding = bytes(-sent % _SECTOR)
-        digest.update(padding)
-        response = pb.SnapshotResponse(blob=padding + digest.digest(), remaining_bytes=0)
-        face.header(response.header)
-        yield response
 
     async def MoveLeader(self, request: pb.MoveLeaderRequest,
                          context: grpc.aio.ServicerContext) -> pb.MoveLeaderResponse:

@@ -1,9 +1,11 @@
-"""Seeding a new cluster from a snapshot file (`raftkv snapshot restore`).
+"""Seeding a new cluster from a snapshot file (`raftkv snapshot restore`): raftkv's own, or an
+etcd 3.x snapshot (`etcdctl snapshot save`), told apart by content.
 
 A restored data directory looks exactly like one of a running node that installed the snapshot
 and compacted its log:
 
-    data_dir/state       the snapshot's state (applied index = the snapshot's index)
+    data_dir/state       the snapshot's state (applied index = the snapshot's index; for an etcd
+                         snapshot its data imported, applied index = etcd's consistent index)
     data_dir/wal         an empty log whose before_begin is (index, term), hard state term = term
     data_dir/cluster_id  a NEW cluster id
 
@@ -24,14 +26,15 @@ import shutil
 from pathlib import Path
 
 from kv.server.data_dir import LOCK_FILE, DataDirLock
+from kv.server.etcd_backup import restore_etcd_state
 from raft.core.membership import Membership
 from raft.core.types import HardState
 from raft.log import open_log_store
 from raft.node.cluster_id import resolve_cluster_id
 from snapshot.durable import fsync_path
 from snapshot.errors import RestoreRefusedError
+from snapshot.etcd_file import is_etcd_snapshot
 from snapshot.install import extract_state
-from snapshot.manifest import SnapshotManifest
 from statemachine.kv_state import KVStateMachine
 
 STATE_DIR = "state"
@@ -60,10 +63,10 @@ def restore(snapshot_file: str | os.PathLike[str], data_dir: str | os.PathLike[s
         _require_empty(data_dir)
         new_id = cluster_id or new_cluster_id()
         try:
-            manifest = extract_state(snapshot_file, data_dir / STATE_DIR)
+            index, term = _restore_state(snapshot_file, data_dir / STATE_DIR, new_id)
             with KVStateMachine(data_dir / STATE_DIR) as state:  # a new cluster: the members of `peers`
                 state.replace_membership(Membership.of_voters(peers).encode())
-            _create_log(data_dir, manifest)
+            _create_log(data_dir, index, term)
             resolve_cluster_id(data_dir, new_id, list(peers))
             fsync_path(data_dir)
         except BaseException:
@@ -87,12 +90,23 @@ def _require_empty(data_dir: Path) -> None:
             "(move the old one aside first: restoring over a node's data would mix two clusters)")
 
 
-def _create_log(data_dir: Path, manifest: SnapshotManifest) -> None:
+def _restore_state(snapshot_file: str | os.PathLike[str], state_dir: Path, cluster_id: str) -> tuple[int, int]:
+    """The snapshot's state in `state_dir`, told by content: a raftkv snapshot's payload, or an
+    etcd 3.x snapshot's data imported (kv/server/etcd_backup.py). Returns its (index, term)."""
+    if is_etcd_snapshot(snapshot_file):
+        restore_etcd_state(snapshot_file, state_dir, cluster_id)
+        with KVStateMachine(state_dir) as state:
+            return state.applied_index, state.applied_term
+    manifest = extract_state(snapshot_file, state_dir)
+    return manifest.index, manifest.term
+
+
+def _create_log(data_dir: Path, index: int, term: int) -> None:
     """The restored member's log (of the default kind), beginning after the snapshot."""
     with open_log_store(data_dir) as log:
         # currentTerm must be at least the last log term, which is now the snapshot's term.
-        log.save(HardState(term=manifest.term), None, [])
-        log.reset_to_snapshot(manifest.index, manifest.term)
+        log.save(HardState(term=term), None, [])
+        log.reset_to_snapshot(index, term)
 
 
 def _undo(data_dir: Path) -> None:

@@ -1,5 +1,5 @@
 """`raftkv snapshot save`, `inspect` and `restore`: back a cluster up to a file, check one, seed a
-new cluster from one."""
+new cluster from one (raftkv's own files, and etcd 3.x snapshots for inspect and restore)."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +33,10 @@ def add_snapshot_commands(commands: Any) -> None:
     save.set_defaults(run=_run_snapshot_save, command_parser=save)
     inspect = actions.add_parser("inspect", formatter_class=Formatter,
                                  help="print a snapshot's manifest and key count, verify its checksum",
-                                 description="Exit code 1 when the file does not verify.")
+                                 description="A raftkv snapshot or an etcd 3.x snapshot (`etcdctl snapshot "
+                                             "save`), told apart by content; for an etcd file the JSON adds "
+                                             '"etcd": what `etcdctl snapshot status` reports (hash, revision, '
+                                             "totalKey, totalSize). Exit code 1 when the file does not verify.")
     inspect.add_argument("file", type=Path, metavar="FILE")
     add_write_out(inspect, JSON, simple="the table's cells separated by ', ' (as etcdctl snapshot status)",
                   table=f"{', '.join(SNAPSHOT_COLUMNS)} and CHECKSUM (ok or bad)",
@@ -42,13 +45,17 @@ def add_snapshot_commands(commands: Any) -> None:
     restore = actions.add_parser(
         "restore", formatter_class=Formatter, help="prepare a data directory for a new cluster from FILE",
         description="Create --data-dir (which must be empty or absent) so that `raftkv serve` with the same "
-                    "--id, --peers and --data-dir starts a NEW cluster holding the snapshot's data. The new "
+                    "--id, --peers and --data-dir starts a NEW cluster holding the snapshot's data. FILE is a "
+                    "raftkv snapshot or an etcd 3.x snapshot (`etcdctl snapshot save`: keys with their "
+                    "revisions and versions, history from the compacted revision, leases, users, roles and "
+                    "the auth switch), told apart by content; a damaged or truncated file is refused and "
+                    "nothing is written. The new "
                     "cluster gets a new cluster id, so it cannot be confused with the old one; for a multi-node "
                     "cluster restore every member from the same file with the same --cluster-id.",
         epilog="example, three members:\n"
                "  raftkv snapshot restore backup.snap --data-dir ./data/n1 --id n1 --peers $PEERS --cluster-id c-restored\n"
                "  (same for n2 and n3), then raftkv serve --id n1 --data-dir ./data/n1 --peers $PEERS")
-    restore.add_argument("file", type=Path, metavar="FILE")
+    restore.add_argument("file", type=Path, metavar="FILE", help="a raftkv or an etcd 3.x snapshot")
     restore.add_argument("--data-dir", type=Path, required=True, help="the new member's data directory")
     restore.add_argument("--id", dest="node_id", default=DEFAULT_NODE_ID, help="the new member's id")
     restore.add_argument("--peers", default="", metavar="ID=HOST:PORT,...",
