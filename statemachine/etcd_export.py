@@ -55,8 +55,10 @@ def _key_bucket(txn: lmdb.Transaction, tables: MvccTables, compacted: int) -> It
         if record is None:  # not replaced: the live version, if it is this change's
             record = txn.get(key, db=tables.data)
             if record is None or _CHANGE.pack(*change_of(record)) != change:
-                continue  # a tombstone at exactly the compacted revision: compacted away, as etcd's
+                continue  # a version a compaction took (a store compacted before it kept them)
         kv = decode(key, record)  # checked against its checksum
+        if kv.tombstone and kv.mod_revision == compacted:
+            continue  # kept for a watch from C; etcd's compaction at C drops it
         if kv.tombstone:
             yield etcd.revision_key(kv.mod_revision, kv.mod_sub, True), etcd.KeyValue(key=key).SerializeToString()
         else:

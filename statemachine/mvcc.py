@@ -21,9 +21,10 @@ Why this shape: keys may be 511 bytes, LMDB's key limit, so no table can be keye
 revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
 index on disk, so a member starts without rebuilding anything.
 
-Compaction at C (`compact`) drops every history entry no read at a revision >= C can see: one whose
-successor's revision is <= C, and every tombstone at or below C; and every change below C. Reads
-and watches below C are refused.
+Compaction at C (`compact`) drops every history entry below C that no read at a revision >= C can
+see: one whose successor's revision is <= C, and every tombstone; and every change below C. A
+change at C keeps its version, a tombstone too, so that a watch from C replays it; the next
+compaction takes it. Reads and watches below C are refused.
 """
 from __future__ import annotations
 
@@ -212,7 +213,9 @@ class RevisionWriter:
             for change, successor in zip(changes, successors):
                 raw = _CHANGE.pack(*change)
                 tombstone = decode(key, txn.get(raw, db=tables.history)).tombstone
-                if (successor is not None and successor <= revision) or (tombstone and change[0] <= revision):
+                # A change at the compacted revision itself is kept with its version (a watch from
+                # there replays it), a tombstone included; the next compaction takes it.
+                if change[0] < revision and ((successor is not None and successor <= revision) or tombstone):
                     txn.delete(raw, db=tables.history)
                     txn.delete(key, raw, db=tables.history_index)
             found = index.set_range(key + b"\x00")
@@ -362,16 +365,23 @@ def changes_between(txn: lmdb.Transaction, tables: MvccTables, first: int, last:
         key = cursor.value()
         if key >= start and (end is None or key < end):
             kv = _version_of_change(txn, tables, key, raw)
-            prev = _previous(txn, tables, key, raw) if with_prev else None
-            out.append(Change(kv, prev))
+            if kv is not None:
+                prev = _previous(txn, tables, key, raw) if with_prev else None
+                out.append(Change(kv, prev))
         found = cursor.next()
     return out
 
 
-def _version_of_change(txn: lmdb.Transaction, tables: MvccTables, key: bytes, change: bytes) -> KeyVersion:
+def _version_of_change(txn: lmdb.Transaction, tables: MvccTables, key: bytes,
+                       change: bytes) -> KeyVersion | None:
+    """The version `change` wrote; None when a compaction took it (a store compacted before
+    changes at the compacted revision kept their versions: the change is not replayed, as etcd's
+    watch, which reads its compacted backend, does not replay it either)."""
     record = txn.get(change, db=tables.history)
-    if record is None:  # not replaced yet: the live version
+    if record is None:  # not replaced yet: the live version, if it is the one this change wrote
         record = txn.get(key, db=tables.data)
+        if record is None or _CHANGE.pack(*change_of(record)) != change:
+            return None
     return decode(key, record)
 
 

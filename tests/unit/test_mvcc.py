@@ -154,9 +154,25 @@ def test_compaction_drops_what_no_kept_revision_can_see(machine: KVStateMachine)
         assert txn.stat(history)["entries"] == 51  # every version the key had, and its tombstone
     apply.payload(encode_compaction(machine.revision))
     with machine._env.begin() as txn:
-        assert txn.stat(history)["entries"] == 0
-        assert txn.stat(machine._mvcc.history_index)["entries"] == 0
-        assert txn.stat(machine._mvcc.changes)["entries"] == 1  # the delete, at the compacted revision
+        # The delete at the compacted revision stays, and its tombstone with it: a watch from the
+        # compacted revision replays that change.
+        assert txn.stat(history)["entries"] == 1
+        assert txn.stat(machine._mvcc.history_index)["entries"] == 1
+        assert txn.stat(machine._mvcc.changes)["entries"] == 1
+    apply.ops([put_op(b"other", b"x")])
+    apply.payload(encode_compaction(machine.revision))  # a later compaction takes the tombstone
+    with machine._env.begin() as txn:
+        assert txn.stat(history)["entries"] == 0 and txn.stat(machine._mvcc.history_index)["entries"] == 0
+
+
+def test_a_watch_from_the_compacted_revision_replays_a_delete_at_that_revision(machine: KVStateMachine) -> None:
+    apply = Applier(machine)
+    apply.ops([put_op(b"k", b"1")])  # revision 2
+    apply.ops([delete_op(b"k")])  # 3
+    apply.payload(encode_compaction(3))
+    apply.ops([put_op(b"k", b"2")])  # 4: k lives again, so the live record is not the change at 3
+    replayed = [(c.kv.key, c.kv.mod_revision, c.kv.tombstone, c.kv.value) for c in machine.changes(3, 4)]
+    assert replayed == [(b"k", 3, True, b""), (b"k", 4, False, b"2")]
 
 
 def test_compaction_refusals_are_etcds(machine: KVStateMachine) -> None:
