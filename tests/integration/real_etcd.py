@@ -11,11 +11,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from kv.tools.cluster_up import free_ports, release_ports
 
 ETCD = shutil.which("etcd")
 ETCDCTL = shutil.which("etcdctl")
 NEEDS_ETCD = "needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"
+# The mark of a test module that runs etcd and etcdctl beside raftkv.
+needs_etcd = pytest.mark.skipif(ETCD is None or ETCDCTL is None, reason=NEEDS_ETCD)
 
 # Elections as quick as the raftkv harness's (tests/integration/cluster.py FAST_TIMING), so that a
 # test that kills etcd's leader waits about as long as one that kills raftkv's.
@@ -25,6 +29,8 @@ FAST_TIMING = ("--heartbeat-interval", "50", "--election-timeout", "500")
 # parent that died before the prctl.
 _ORPHAN_GUARD = """
 import ctypes, os, signal, sys
+
+import pytest
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 if os.getppid() != int(sys.argv[1]):
     sys.exit(1)

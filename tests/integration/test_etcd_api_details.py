@@ -16,12 +16,12 @@ from google.protobuf.json_format import MessageToDict
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import Cluster
-from tests.integration.test_etcd_differential import ETCD, ETCDCTL, etcd_and_raftkv
+from tests.integration.test_etcd_differential import etcd_and_raftkv
+from tests.integration.real_etcd import needs_etcd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    needs_etcd,
 ]
 
 # An answer: ("ok", the response as JSON without member fields) or ("error", code name, message).

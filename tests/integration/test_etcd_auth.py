@@ -15,7 +15,6 @@ stores:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,6 @@ from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import Cluster
 from tests.integration.test_etcd_api_details import Answer, answer
 from tests.integration.test_etcd_differential import (
-    ETCD,
-    ETCDCTL,
     Etcd,
     Outcome,
     etcdctl,
@@ -39,11 +36,11 @@ from tests.integration.test_etcd_differential import (
     wait_healthy,
     without_member_fields,
 )
+from tests.integration.real_etcd import needs_etcd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    needs_etcd,
 ]
 
 CALL_TIMEOUT_S = 15

@@ -26,13 +26,13 @@ import pytest
 from kv.tools.certs import DEFAULT_HOSTS, ensure_ca, issue
 from kv.tools.cluster_up import child_env, free_ports
 from tests.integration.cluster import FAST_TIMING, Cluster, wait_until
-from tests.integration.test_etcd_differential import (ETCD, ETCDCTL, etcd_and_raftkv, etcdctl, etcdctl_env,
+from tests.integration.test_etcd_differential import (etcd_and_raftkv, etcdctl, etcdctl_env,
                                                       without_member_fields)
+from tests.integration.real_etcd import ETCDCTL, needs_etcd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    needs_etcd,
 ]
 
 TIMEOUT_S = 10.0

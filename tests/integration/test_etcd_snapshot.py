@@ -27,18 +27,16 @@ from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.integration.cluster import NodeProcess, free_ports, wait_until
 from tests.integration.test_etcd_differential import (
-    ETCD,
-    ETCDCTL,
     Etcd,
     etcdctl,
     start_etcd,
     wait_healthy,
 )
+from tests.integration.real_etcd import ETCDCTL, needs_etcd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    needs_etcd,
 ]
 
 BULK_KEYS = 2_000

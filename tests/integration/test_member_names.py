@@ -23,14 +23,14 @@ import pytest
 from kv.tools.cluster_up import NodeSpec, free_port_block, free_ports, port_block, release_ports
 from raftkv_proto.member_ids import member_number
 from tests.integration.cluster import STEADY_TIMING, Cluster, NodeProcess, wait_until
-from tests.integration.test_etcd_differential import ETCD, Etcd, etcd_and_raftkv, start_etcd
-from tests.integration.test_members import (ETCDCTL, MEMBER_NOT_FOUND, PEER_URL_EXISTS, etcdctl, match_index, ok,
+from tests.integration.test_etcd_differential import Etcd, etcd_and_raftkv, start_etcd
+from tests.integration.test_members import (MEMBER_NOT_FOUND, PEER_URL_EXISTS, etcdctl, match_index, ok,
                                             raftkv, wait_everywhere)
+from tests.integration.real_etcd import needs_etcd
 
 pytestmark = [
     pytest.mark.integration, pytest.mark.slow,
-    pytest.mark.skipif(ETCD is None or ETCDCTL is None,
-                       reason="needs etcd and etcdctl 3.4 on PATH (Debian: apt-get install etcd-server etcd-client)"),
+    needs_etcd,
 ]
 
 
