@@ -6,6 +6,7 @@ import socket
 import struct
 
 from raftkv_proto import raft_pb2
+from raft.node.ports import ClientAddresses
 from raft.transport.frames import frame
 from raft.transport.peer_protocol import MESSAGES, hello
 from tests.integration.cluster import Cluster
@@ -39,7 +40,7 @@ def assert_closed(sock: socket.socket) -> None:
 
 def hello_frame(cluster_id: str, from_id: str, to_id: str, purpose: int = MESSAGES) -> bytes:
     """A hello that tells no client address, so the node keeps the one the real member told."""
-    return frame(hello(cluster_id, from_id, to_id, "", purpose).SerializeToString())
+    return frame(hello(cluster_id, from_id, to_id, ClientAddresses(""), purpose).SerializeToString())
 
 
 def say_hello(sock: socket.socket, cluster_id: str, from_id: str, to_id: str,
