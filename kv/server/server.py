@@ -22,7 +22,7 @@ from kv.server.observability import Observability
 from kv.server.replaceable_state import ReplaceableStateMachine
 from kv.server.server_group import ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
-from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
+from kv.server.tls import ClientPortTLS, member_channel_credentials, warn_if_plaintext
 from kv.server.etcd_auth import EtcdAuthServicer
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_cluster import EtcdClusterServicer
@@ -166,13 +166,16 @@ async def start_server(config: NodeConfig) -> RunningServer:
             (export_pb2_grpc.add_ExportServicer_to_server, ExportServicer(exports, handler.gate)),
             observability.health_service,
         ]
+        client_tls = ClientPortTLS(config.security.client) if config.security.client.enabled else None
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, services,
                                    max_request_bytes=config.limits.max_request_bytes,
-                                   credentials=server_credentials(config.security.client))
+                                   credentials=client_tls.grpc_credentials if client_tls is not None else None,
+                                   caller_check=(client_tls.refuse_revoked if client_tls is not None
+                                                 and client_tls.revocations is not None else None))
         if config.listen_client_http_urls:
             # The same servicer objects as the gRPC port's: one layer under both faces.
             assert observability.endpoints is not None
-            gateway = EtcdGateway(config, grpc_services(services), observability.endpoints,
+            gateway = EtcdGateway(config, client_tls, grpc_services(services), observability.endpoints,
                                   lambda: handler.auth.enabled, lambda: local_address(config.listen, servers.port))
         await node.start()
         watches.start()
