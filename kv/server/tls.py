@@ -88,16 +88,26 @@ def gateway_context(files: TLSFiles) -> ssl.SSLContext:
     return context
 
 
-class ClientPortTLS:
-    """The client port's TLS for its gRPC servers and its gateway, from `files` (enabled), read
-    again when they change. Raises ValueError at once when the files do not load."""
+@dataclass(frozen=True, slots=True)
+class ClientPortFiles:
+    pem: PemFiles  # for gRPC
+    gateway: ssl.SSLContext
+    member: grpc.ChannelCredentials | None  # member_channel_credentials
 
-    def __init__(self, files: TLSFiles) -> None:
+
+class ClientPortTLS:
+    """The client port's TLS for its gRPC servers, its gateway and this member's calls to the
+    other members' client ports, from `security.client` (enabled), read again when the files
+    change. Raises ValueError at once when the files do not load."""
+
+    def __init__(self, security: Security) -> None:
+        files = self._files = security.client
         assert files.enabled
-        self._files = files
-        paths = [p for p in (files.cert_file, files.key_file, files.trusted_ca_file) if p is not None]
-        self._pem = Reloading(paths, lambda: read_pem_files(files), "client certificate files")
-        self._gateway = Reloading(paths, lambda: gateway_context(files), "client certificate files (gateway)")
+        paths = [p for p in (files.cert_file, files.key_file, files.trusted_ca_file or security.peer.trusted_ca_file)
+                 if p is not None]
+        self._loaded = Reloading(paths, lambda: ClientPortFiles(read_pem_files(files), gateway_context(files),
+                                                                member_channel_credentials(security)),
+                                 "client certificate files")
         self.revocations = (None if files.crl_file is None else
                             Revocations(files.crl_file, "--client-crl-file"))
         self._serials: dict[bytes, int] = {}
@@ -105,11 +115,11 @@ class ClientPortTLS:
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Credentials for one gRPC server: each server asks for new files on its own, so each
         needs its own fetcher to know whether it has been given the latest."""
-        served = self._pem.current()
+        served = self._loaded.current().pem
 
         def fetch() -> grpc.ServerCertificateConfiguration | None:
             nonlocal served
-            latest = self._pem.current()
+            latest = self._loaded.current().pem
             if latest == served:
                 return None  # gRPC keeps what it has
             served = latest
@@ -118,9 +128,13 @@ class ClientPortTLS:
         return grpc.dynamic_ssl_server_credentials(served.configuration(), fetch,
                                                    require_client_authentication=self._files.client_cert_auth)
 
+    def member_credentials(self) -> grpc.ChannelCredentials | None:
+        """How a new channel to another member's client port is made now (member_channel_credentials)."""
+        return self._loaded.current().member
+
     def gateway_context(self) -> ssl.SSLContext:
         """The context to start the gateway's listener with; each connection gets the files as they are."""
-        return serving_context(self._gateway)
+        return serving_context(lambda: self._loaded.current().gateway)
 
     async def refuse_revoked(self, context: grpc.aio.ServicerContext) -> None:
         """Ends the call UNAUTHENTICATED when the client's certificate is revoked (a CallerCheck)."""

@@ -113,7 +113,7 @@ class PeerLinks:
         is told where each peer takes clients, as its answer to our hello says.
         `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
         long is closed and dialled again (TcpTransport: twice the election timeout). `tls`:
-        peer_tls.reloading_dial_context's, which gives the context each dial uses (None:
+        peer_tls.ReloadingPeerTLS.dial_context, which gives the context each dial uses (None:
         plaintext). `peer_address`: where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
         refuses us as a removed member."""
         self._node_id = node_id

@@ -90,7 +90,7 @@ class PeerListener:
     is told each accepted dialer's advertised client address; `disk_state()` says the node's
     term and the end of its log (last term, last index), for the reply to a hello. `clock()`:
     seconds on a monotonic clock, for how often refusals are logged (default: the event loop's).
-    `tls`: peer_tls.listener_context's (or reloading_listener_context's), to take only TLS
+    `tls`: peer_tls.listener_context's (or ReloadingPeerTLS.listener_context's), to take only TLS
     connections (None: plaintext); `revocations`: --peer-crl-file's, whose certificates are refused."""
 
     def __init__(self, node_id: str, cluster_id: str, client: ClientAddresses,

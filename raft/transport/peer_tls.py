@@ -25,8 +25,7 @@ peer listener does (the dialing side checks no CRL, in etcd neither)."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from raft.node.config import TLSFiles
@@ -61,23 +60,33 @@ def dial_context(files: TLSFiles) -> ssl.SSLContext:
     return context
 
 
-def reloading_listener_context(files: TLSFiles) -> ssl.SSLContext:
-    """listener_context, read again from the files for each connection once they change."""
-    return serving_context(Reloading(_paths(files), lambda: listener_context(files), "peer certificate files"))
+@dataclass(frozen=True, slots=True)
+class PeerContexts:
+    listening: ssl.SSLContext
+    dialing: ssl.SSLContext
 
 
-def reloading_dial_context(files: TLSFiles) -> Callable[[], ssl.SSLContext]:
-    """dial_context for each dial, read again from the files once they change."""
-    return Reloading(_paths(files), lambda: dial_context(files), "peer certificate files").current
+class ReloadingPeerTLS:
+    """Both sides' contexts, built again from the files once they change (one check of the files
+    and one warning for both when they do not load)."""
+
+    def __init__(self, files: TLSFiles) -> None:
+        paths = [path for path in (files.cert_file, files.key_file, files.trusted_ca_file) if path is not None]
+        self._contexts = Reloading(paths, lambda: PeerContexts(listener_context(files), dial_context(files)),
+                                   "peer certificate files")
+
+    def listener_context(self) -> ssl.SSLContext:
+        """The context to start the listener with: each connection gets the files as they are then."""
+        return serving_context(lambda: self._contexts.current().listening)
+
+    def dial_context(self) -> ssl.SSLContext:
+        """The context for a dial now."""
+        return self._contexts.current().dialing
 
 
 def peer_revocations(files: TLSFiles) -> Revocations | None:
     """The revocations of --peer-crl-file, None without one."""
     return None if files.crl_file is None else Revocations(files.crl_file, "--peer-crl-file")
-
-
-def _paths(files: TLSFiles) -> list[Path]:
-    return [path for path in (files.cert_file, files.key_file, files.trusted_ca_file) if path is not None]
 
 
 def _load(context: ssl.SSLContext, files: TLSFiles) -> None:

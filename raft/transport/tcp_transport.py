@@ -22,7 +22,7 @@ from raft.node.stats import Histogram
 from raft.transport.address import LONE_PEER_PORT_OFFSET, split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
-from raft.transport.peer_tls import peer_revocations, reloading_dial_context, reloading_listener_context
+from raft.transport.peer_tls import ReloadingPeerTLS, peer_revocations
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,13 @@ class TcpTransport:
         own = ClientAddresses(config.advertised_client_address, config.advertised_client_http_address or "")
         self._client_addresses = {config.node_id: own}
         tls = config.security.peer
-        self._listener_tls = reloading_listener_context(tls) if tls.enabled else None
+        reloading = ReloadingPeerTLS(tls) if tls.enabled else None
+        self._listener_tls = reloading.listener_context() if reloading is not None else None
         self._revocations = peer_revocations(tls)
         self.links = PeerLinks(config.node_id, cluster_id, own, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
                                ack_timeout_ms=2 * config.core.election_timeout_ms,
-                               tls=reloading_dial_context(tls) if tls.enabled else None,
+                               tls=reloading.dial_context if reloading is not None else None,
                                peer_address=config.peer_listen_address or "")
         self.listener: PeerListener | None = None
         self._growing: asyncio.Task[None] | None = None  # listen_grown, from reconfigure

@@ -93,15 +93,14 @@ class Reloading(Generic[T]):
         self._stamp = before if stamp(self._paths) == before else ()
 
 
-def serving_context(source: Reloading[ssl.SSLContext]) -> ssl.SSLContext:
-    """A context to start a TLS listener with that hands every new connection to
-    `source.current()` (the contexts must share their verify mode: it is set per connection from
-    the first)."""
-    first = source.current()
+def serving_context(current: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    """A context to start a TLS listener with that hands every new connection to `current()` (the
+    contexts must share their verify mode: it is set per connection from the first)."""
+    first = current()
 
     def to_current(connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
                    context: ssl.SSLContext) -> None:
-        latest = source.current()
+        latest = current()
         if latest is not context:
             connection.context = latest
 
