@@ -32,7 +32,7 @@ from kv.client.tls import open_channel
 from kv.errors import UnauthenticatedError, UnavailableError
 from kv.tools.certs import DEFAULT_HOSTS, CertFiles, ensure_ca, issue
 from kv.tools.cluster_up import free_ports, release_ports
-from tests.integration.cluster import STEADY_TIMING, Cluster, wait_until
+from tests.integration.cluster import STEADY_TIMING, Cluster, module_cluster, wait_until
 from tests.integration.peer_tls import replace_file, write_crl
 from tests.integration.real_etcd import ETCD, NEEDS_ETCD, Etcd
 from raftkv_proto import etcd_rpc_pb2, etcd_rpc_pb2_grpc
@@ -90,18 +90,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Live:
 
 @pytest.fixture(scope="module")
 def cluster(live: Live, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("cluster"), 3, STEADY_TIMING, node_args=live.member_args,
-                      client_tls=live.client("tester"))
-    cluster.ports.append(int(live.gateway.rsplit(":", 1)[1]))
     try:
-        cluster.start()
-        cluster.wait_for_leader()
-        yield cluster
-    except BaseException:
-        print(cluster.log_tails())
-        raise
+        yield from module_cluster(tmp_path_factory.mktemp("cluster"), size=3, extra_args=STEADY_TIMING,
+                                  node_args=live.member_args, client_tls=live.client("tester"))
     finally:
-        cluster.close()
+        release_ports([int(live.gateway.rsplit(":", 1)[1])])
 
 
 @pytest.fixture(autouse=True)
