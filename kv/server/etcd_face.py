@@ -14,7 +14,6 @@ Member and cluster ids: raftkv names members by strings ("n1"); etcd by uint64. 
 the first 8 bytes of the sha256 of the name, the same on every member and across restarts."""
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,7 +24,7 @@ from kv import errors
 from kv.server.auth_gate import TOKEN_METADATA_KEY, common_name, token_of
 from kv.server.etcd_checks import EtcdError
 from kv.server.kv_handler import KVHandler
-from kv.server.server_group import MAX_SEND_BYTES
+from kv.server.member_channels import MemberChannels
 from kv.server.node_calls import not_leader
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto.member_ids import member_number
@@ -103,7 +102,7 @@ def go_error_text(error: EtcdError) -> str:
 class EtcdFace:
     """One node's etcd face: the services call `serve` with their work."""
 
-    def __init__(self, handler: KVHandler, channel_credentials: grpc.ChannelCredentials | None) -> None:
+    def __init__(self, handler: KVHandler, channels: MemberChannels) -> None:
         self.handler = handler  # the layer of operations: the work of every request
         node = self.node = handler.node
         self.fsm = handler.fsm
@@ -112,12 +111,10 @@ class EtcdFace:
         self.auth = handler.auth
         self.cluster_number = member_number(node.cluster_id)
         self.member_number = member_number(node.id)
-        self._credentials = channel_credentials
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = channels  # to the other members' client ports (the leader's, to forward)
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        await asyncio.gather(*(channel.close() for channel in channels.values()), return_exceptions=True)
+        await self._channels.close()
 
     # ---- headers and errors --------------------------------------------------------------------
 
@@ -204,19 +201,7 @@ class EtcdFace:
         address = self.node.transport.client_address(leader) if leader is not None else None
         if address is None:
             raise NO_LEADER
-        return self._channel(address)
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            # The leader's answer may be as large as any member sends (a large Range forwarded).
-            options = [("grpc.max_receive_message_length", MAX_SEND_BYTES)]
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=options)
-            else:
-                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
-            self._channels[address] = channel
-        return channel
+        return self._channels.get(address)
 
 
 class _Redirect(Exception):

@@ -26,7 +26,6 @@ import codecs
 import json
 import logging
 import re
-import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -43,6 +42,7 @@ from kv.server.etcd_services import ETCD_API_VERSION
 from kv.server.gateway_context import GatewayAbort, GatewayContext
 from kv.server.http_endpoints import HttpEndpoints
 from kv.server.http_server import HttpRequest, HttpResponse, HttpServer, text_response
+from kv.server.tls import ClientPortTLS
 from raft.node.config import WILDCARD_HOSTS, NodeConfig, parse_http_urls
 from raft.transport.address import split_address
 from raftkv_proto import etcd_rpc_pb2 as pb
@@ -178,20 +178,21 @@ def _dumps(value: Any) -> bytes:
 class EtcdGateway:
     """The gateway of one member: `servicers` by service name ("KV", "Watch", "Lease", "Cluster",
     "Maintenance", "Auth"), `endpoints` for /metrics and /health, `auth_enabled` the auth state's
-    switch, `grpc_address` where the member's gRPC port is reached (for HTTP/2 passthrough)."""
+    switch, `grpc_address` where the member's gRPC port is reached (for HTTP/2 passthrough).
+    `tls`: the client port's (None when it speaks plaintext), which the gateway serves too."""
 
-    def __init__(self, config: NodeConfig, servicers: Mapping[str, Any], endpoints: HttpEndpoints,
-                 auth_enabled: Callable[[], bool], grpc_address: Callable[[], str]) -> None:
-        tls = config.security.client
-        listeners = parse_http_urls("listen_client_http_urls", config.listen_client_http_urls, tls=tls.enabled)
+    def __init__(self, config: NodeConfig, tls: ClientPortTLS | None, servicers: Mapping[str, Any],
+                 endpoints: HttpEndpoints, auth_enabled: Callable[[], bool], grpc_address: Callable[[], str]) -> None:
+        listeners = parse_http_urls("listen_client_http_urls", config.listen_client_http_urls, tls=tls is not None)
         self._servicers = servicers
         self._endpoints = endpoints
         self._max_request_bytes = config.limits.max_request_bytes
-        self._client_cert_auth = tls.client_cert_auth
+        self._client_cert_auth = config.security.client.client_cert_auth
         self._auth_enabled = auth_enabled
         self.server = HttpServer("--listen-client-http-urls", listeners, self.serve,
-                                 ssl_context=_ssl_context(config) if tls.enabled else None,
-                                 relay_to=None if tls.enabled else grpc_address)
+                                 ssl_context=tls.gateway_context() if tls is not None else None,
+                                 relay_to=None if tls is not None else grpc_address,
+                                 refuse_certificate=tls.revoked_connection if tls is not None else None)
 
     async def start(self) -> None:
         await self.server.start()
@@ -408,15 +409,3 @@ def local_address(listen: str, port: int) -> str:
     if host in WILDCARD_HOSTS:
         host = "[::1]" if ":" in host else "127.0.0.1"
     return f"{host}:{port}"
-
-
-def _ssl_context(config: NodeConfig) -> ssl.SSLContext:
-    """The client port's TLS for the gateway: its certificate and key, its CA and client-cert-auth."""
-    files = config.security.client
-    assert files.cert_file is not None and files.key_file is not None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(files.cert_file, files.key_file)
-    if files.trusted_ca_file is not None:
-        context.load_verify_locations(files.trusted_ca_file)
-    context.verify_mode = ssl.CERT_REQUIRED if files.client_cert_auth else ssl.CERT_NONE
-    return context

@@ -23,6 +23,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from http import HTTPStatus
 
 import h11
@@ -84,15 +85,18 @@ def text_response(status: int, text: str, headers: list[tuple[str, str]] | None 
 class HttpServer:
     """Serves `handler` on each of `listeners` (host, port), with TLS when `ssl_context` is given;
     `relay_to` (host:port) takes plaintext HTTP/2 connections. `flag` names the option that
-    configured the listeners, for errors."""
+    configured the listeners, for errors. `refuse_certificate(peercert)`: why a TLS connection
+    with that verified client certificate is closed unanswered (a revoked one), None to serve it."""
 
     def __init__(self, flag: str, listeners: list[tuple[str, int]], handler: Handler,
-                 ssl_context: ssl.SSLContext | None = None, relay_to: Callable[[], str] | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, relay_to: Callable[[], str] | None = None,
+                 refuse_certificate: Callable[[dict[str, Any] | None], str | None] | None = None) -> None:
         self._flag = flag
         self._listeners = listeners
         self._handler = handler
         self._ssl = ssl_context
         self._relay_to = relay_to
+        self._refuse_certificate = refuse_certificate
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -126,6 +130,8 @@ class HttpServer:
         assert task is not None
         self._connections.add(task)
         try:
+            if self._refused(writer):
+                return
             first = await _sniff(reader) if self._relay_to is not None and self._ssl is None else b""
             if first.startswith(HTTP2_PREFACE):
                 assert self._relay_to is not None
@@ -141,6 +147,15 @@ class HttpServer:
         finally:
             self._connections.discard(task)
             writer.close()
+
+
+    def _refused(self, writer: asyncio.StreamWriter) -> bool:
+        why = self._refuse_certificate(writer.get_extra_info("peercert")) if self._refuse_certificate else None
+        if why is not None:
+            peer = writer.get_extra_info("peername")
+            log.info("%s: connection from %s refused: %s", self._flag, peer[0] if isinstance(peer, tuple) else "?",
+                     why)
+        return why is not None
 
 
 async def _sniff(reader: asyncio.StreamReader) -> bytes:

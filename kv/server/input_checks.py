@@ -3,7 +3,8 @@ INVALID_ARGUMENT and a message saying so. Left to itself, gRPC answers such garb
 and logs a traceback per request; a node must give a clear error and keep serving.
 
 Every method gets the check: a unary request before the handler runs, a streaming request's
-messages as the handler reads them (the call ends at the first malformed one).
+messages as the handler reads them (the call ends at the first malformed one). A `caller_check`,
+when given, runs before every handler too (the client port's revocation list, kv/server/tls.py).
 
 A handler may also answer with bytes it encoded itself, sent as they are: the Watch service
 shares one revision's encoded events among its watches (kv/server/etcd_watch.py)."""
@@ -41,16 +42,27 @@ async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> Non
                         f"malformed request: the bytes do not parse as this call's message ({request.error})")
 
 
-def _checked_unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+# What a call must pass before its handler runs; it ends the call with context.abort otherwise.
+CallerCheck = Callable[[grpc.aio.ServicerContext], Awaitable[None]]
+
+
+async def _pass(context: grpc.aio.ServicerContext) -> None:
+    pass
+
+
+def _checked_unary(behaviour: Callable[..., Any], caller_check: CallerCheck) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await caller_check(context)
         if isinstance(request, _Malformed):
             await _refuse(request, context)
         return await behaviour(request, context)
     return call
 
 
-def _checked_unary_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+def _checked_unary_stream(behaviour: Callable[..., AsyncIterator[Any]],
+                          caller_check: CallerCheck) -> Callable[..., AsyncIterator[Any]]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await caller_check(context)
         if isinstance(request, _Malformed):
             await _refuse(request, context)
         async for item in behaviour(request, context):
@@ -68,15 +80,19 @@ async def _parsed(requests: AsyncIterator[Any], context: grpc.aio.ServicerContex
 
 
 # grpc.aio tells the handler kinds apart by the function's type, so each needs its own wrapper.
-def _checked_stream_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+def _checked_stream_stream(behaviour: Callable[..., AsyncIterator[Any]],
+                           caller_check: CallerCheck) -> Callable[..., AsyncIterator[Any]]:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await caller_check(context)
         async for item in behaviour(_parsed(requests, context), context):
             yield item
     return call
 
 
-def _checked_stream_unary(behaviour: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _checked_stream_unary(behaviour: Callable[..., Awaitable[Any]],
+                          caller_check: CallerCheck) -> Callable[..., Awaitable[Any]]:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        await caller_check(context)
         return await behaviour(_parsed(requests, context), context)
     return call
 
@@ -95,8 +111,11 @@ class _Capture:
         self.service, self.handlers = service, handlers
 
 
-def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: Any) -> None:
-    """Like `add_FooServicer_to_server(servicer, server)`, with malformed requests refused."""
+def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: Any,
+                 caller_check: CallerCheck | None = None) -> None:
+    """Like `add_FooServicer_to_server(servicer, server)`, with malformed requests refused, and
+    every call first put to `caller_check` when one is given."""
+    check = caller_check or _pass
     capture = _Capture()
     add_to_server(servicer, capture)
     checked: dict[str, grpc.RpcMethodHandler] = {}
@@ -104,13 +123,13 @@ def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], No
         lenient = h._replace(request_deserializer=_lenient(h.request_deserializer),
                              response_serializer=_passing_bytes(h.response_serializer))
         if h.request_streaming and h.response_streaming:
-            checked[name] = lenient._replace(stream_stream=_checked_stream_stream(h.stream_stream))
+            checked[name] = lenient._replace(stream_stream=_checked_stream_stream(h.stream_stream, check))
         elif h.request_streaming:
-            checked[name] = lenient._replace(stream_unary=_checked_stream_unary(h.stream_unary))
+            checked[name] = lenient._replace(stream_unary=_checked_stream_unary(h.stream_unary, check))
         elif h.response_streaming:
-            checked[name] = lenient._replace(unary_stream=_checked_unary_stream(h.unary_stream))
+            checked[name] = lenient._replace(unary_stream=_checked_unary_stream(h.unary_stream, check))
         else:
-            checked[name] = lenient._replace(unary_unary=_checked_unary(h.unary_unary))
+            checked[name] = lenient._replace(unary_unary=_checked_unary(h.unary_unary, check))
     # A generic handler only, no registered methods: grpc.aio's accept loop keeps one pending
     # accept per registered method and runs asyncio.wait over all of them for every call it
     # takes (a node's 13 methods: 13 done-callbacks added and removed per call). Without them

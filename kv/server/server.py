@@ -20,9 +20,10 @@ from kv.server.export_service import ExportHandler, ExportServicer
 from kv.server.node_snapshots import NodeSnapshots
 from kv.server.observability import Observability
 from kv.server.replaceable_state import ReplaceableStateMachine
-from kv.server.server_group import ServerGroup
+from kv.server.member_channels import MemberChannels
+from kv.server.server_group import MAX_SEND_BYTES, ServerGroup
 from kv.server.state_check import CorruptionAlarm, PeerStatuses, StateChecker
-from kv.server.tls import member_channel_credentials, server_credentials, warn_if_plaintext
+from kv.server.tls import ClientPortTLS, warn_if_plaintext
 from kv.server.etcd_auth import EtcdAuthServicer
 from kv.server.etcd_face import EtcdFace
 from kv.server.etcd_cluster import EtcdClusterServicer
@@ -142,14 +143,18 @@ async def start_server(config: NodeConfig) -> RunningServer:
         alarm = CorruptionAlarm(node)
         # The peers' status, over their client ports (TLS when those serve it): for the state check
         # and the alarm watch.
-        peer_statuses = PeerStatuses(node, member_channel_credentials(config.security))
+        client_tls = ClientPortTLS(config.security) if config.security.client.enabled else None
+        member_credentials = client_tls.member_credentials if client_tls is not None else lambda: None
+        peer_statuses = PeerStatuses(node, MemberChannels(member_credentials))
         checker = StateChecker(node, fsm, alarm, config.storage.state_check_interval_s, peer_statuses)
         handler = KVHandler(node, fsm, alarm, checker.status)
         auth_handler = AuthHandler(node, handler, config.security.auth_token_ttl_s)
         kv_service = KVServicer(handler, auth_handler)
         exports = ExportHandler(node, fsm)
         observability = Observability.of(node, fsm, handler, kv_service, checker, peer_statuses)
-        etcd = EtcdFace(handler, member_channel_credentials(config.security))
+        # The leader's answer may be as large as any member sends (a large Range forwarded).
+        etcd = EtcdFace(handler, MemberChannels(member_credentials,
+                                                [("grpc.max_receive_message_length", MAX_SEND_BYTES)]))
         watches = handler.watches
         lessor = Lessor(node, fsm, checkpoint_interval_s=config.storage.lease_checkpoint_interval_s)
         compactor = AutoCompactor(node, fsm, config.storage.auto_compaction_mode,
@@ -168,11 +173,13 @@ async def start_server(config: NodeConfig) -> RunningServer:
         ]
         servers = ServerGroup.bind(config.listen, config.tuning.grpc_servers, services,
                                    max_request_bytes=config.limits.max_request_bytes,
-                                   credentials=server_credentials(config.security.client))
+                                   credentials=client_tls.grpc_credentials if client_tls is not None else None,
+                                   caller_check=(client_tls.refuse_revoked if client_tls is not None
+                                                 and client_tls.revocations is not None else None))
         if config.listen_client_http_urls:
             # The same servicer objects as the gRPC port's: one layer under both faces.
             assert observability.endpoints is not None
-            gateway = EtcdGateway(config, grpc_services(services), observability.endpoints,
+            gateway = EtcdGateway(config, client_tls, grpc_services(services), observability.endpoints,
                                   lambda: handler.auth.enabled, lambda: local_address(config.listen, servers.port))
         await node.start()
         watches.start()

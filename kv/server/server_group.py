@@ -14,7 +14,7 @@ refuses to start otherwise. Two nodes started within the same millisecond on one
 both pass; that is an operator's mistake this check makes visible in every other case.
 
     group = ServerGroup.bind("127.0.0.1:7001", count=4, services=[(add_FooServicer_to_server, foo)])
-    # with TLS (kv/server/tls.py): ServerGroup.bind(..., credentials=grpc.ssl_server_credentials(...))
+    # with TLS (kv/server/tls.py): ServerGroup.bind(..., credentials=ClientPortTLS(files).grpc_credentials)
     await group.start(); ...; await group.stop(grace)
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from raft.transport.address import split_address
-from kv.server.input_checks import add_servicer
+from kv.server.input_checks import CallerCheck, add_servicer
 from raftkv_proto.request_limits import DEFAULT_MAX_REQUEST_BYTES
 
 # (generated add_XServicer_to_server, servicer): one servicer instance serves every server.
@@ -66,11 +66,14 @@ class ServerGroup:
     @classmethod
     def bind(cls, listen: str, count: int, services: Sequence[Service],
              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-             credentials: grpc.ServerCredentials | None = None) -> ServerGroup:
+             credentials: Callable[[], grpc.ServerCredentials] | None = None,
+             caller_check: CallerCheck | None = None) -> ServerGroup:
         """`count` servers, each carrying every service, bound to `listen` (host:port), refusing
-        client messages over `max_request_bytes`, speaking TLS with `credentials` (every server of
-        the group: the kernel may hand a connection to any of them), else plaintext. Raises OSError with the address when the port
-        is taken or cannot be bound."""
+        client messages over `max_request_bytes`, speaking TLS with the credentials `credentials()`
+        makes (one per server, each following its certificate files on its own; every server of
+        the group speaks TLS: the kernel may hand a connection to any of them), else plaintext;
+        every call put to `caller_check` first when given. Raises OSError with the address when
+        the port is taken or cannot be bound."""
         if count < 1:
             raise ValueError(f"a node needs at least one gRPC server, not {count}")
         host, port = split_address(listen)
@@ -80,9 +83,9 @@ class ServerGroup:
         for _ in range(count):
             server = grpc.aio.server(options=server_options(max_request_bytes))
             for add_to_server, servicer in services:
-                add_servicer(server, add_to_server, servicer)
+                add_servicer(server, add_to_server, servicer, caller_check)
             # Port 0: the first server picks the port, the others join it.
-            port = _bind(server, f"{host}:{port}", listen, credentials)
+            port = _bind(server, f"{host}:{port}", listen, None if credentials is None else credentials())
             servers.append(server)
         return cls(servers, port)
 

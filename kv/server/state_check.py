@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from kv.server.member_channels import MemberChannels
 from raft.core.types import Role
 from raft.node.node import RaftNode
 from raftkv_proto import kv_pb2, kv_pb2_grpc
@@ -163,13 +164,12 @@ class StateChecker:
 
 
 class PeerStatuses:
-    """Status calls to the peers' client addresses, one channel per address, with `credentials`
-    when the client ports serve TLS (kv/server/tls.py member_channel_credentials), else plaintext."""
+    """Status calls to the peers' client addresses, on `channels` (kv/server/member_channels.py;
+    default: plaintext)."""
 
-    def __init__(self, node: RaftNode, credentials: grpc.ChannelCredentials | None = None) -> None:
+    def __init__(self, node: RaftNode, channels: MemberChannels | None = None) -> None:
         self._node = node
-        self._credentials = credentials
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = channels if channels is not None else MemberChannels(lambda: None)
         self._tls_failures_logged: set[str] = set()  # addresses
 
     async def __call__(self, peer: str) -> kv_pb2.StatusResponse | None:
@@ -177,10 +177,6 @@ class PeerStatuses:
         if address is None:
             return None  # not heard from yet
         channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = (
-                grpc.aio.insecure_channel(address) if self._credentials is None
-                else grpc.aio.secure_channel(address, self._credentials))
         try:
             return await kv_pb2_grpc.KVStub(channel).Status(kv_pb2.StatusRequest(), timeout=PEER_STATUS_TIMEOUT_S)
         except grpc.RpcError as e:
@@ -201,6 +197,4 @@ class PeerStatuses:
         log.debug("peer status: no status from %s at %s: %s", peer, address, details)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()

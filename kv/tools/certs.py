@@ -51,15 +51,16 @@ def _validity(builder: x509.CertificateBuilder, days: int) -> x509.CertificateBu
     return builder.not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
 
 
-def ensure_ca(directory: Path, days: int = DEFAULT_DAYS) -> CertFiles:
-    """The CA in `directory` (ca.pem, ca-key.pem), made when absent."""
+def ensure_ca(directory: Path, days: int = DEFAULT_DAYS, name: str = "raftkv CA") -> CertFiles:
+    """The CA in `directory` (ca.pem, ca-key.pem), made when absent, named `name` (two CAs trusted
+    side by side, as while moving to a new one, need names of their own)."""
     directory.mkdir(parents=True, exist_ok=True)
     files = CertFiles(directory / f"{CA_NAME}.pem", directory / f"{CA_NAME}-key.pem")
     if files.cert.exists() and files.key.exists():
         return files
     key = ec.generate_private_key(ec.SECP256R1())
-    name = _name("raftkv CA")
-    cert = (_validity(x509.CertificateBuilder(), days).subject_name(name).issuer_name(name)
+    subject = _name(name)
+    cert = (_validity(x509.CertificateBuilder(), days).subject_name(subject).issuer_name(subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,

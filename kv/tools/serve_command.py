@@ -237,6 +237,11 @@ def _add_security_flags(serve: argparse.ArgumentParser) -> None:
              help="require a certificate signed by --{0}trusted-ca-file from every {1}".format(
                  prefix, "client" if not prefix else "member that dials this node; its certificate must name "
                                                      "the member id (CN or a DNS SAN) its messages claim"))
+        # etcd's names: --client-crl-file for the client port (the field is TLSFiles.crl_file).
+        _add(group, f"--{prefix or 'client-'}crl-file", dest=f"{prefix.replace('-', '_')}crl_file", type=Path,
+             default=None, metavar="CRL",
+             help="certificate revocation list (PEM or DER): a {0} whose certificate's serial it lists is refused; "
+                  "read again when it changes".format("client" if not prefix else "member dialling this node"))
     _add(group, "--auth-token-ttl", type=non_negative_float, default=_SECURITY.auth_token_ttl_s, metavar="SECONDS",
          help="how long a token from `raftkv auth` login stays valid, when authentication is enabled")
 
@@ -301,9 +306,10 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       read_hold_siblings=args.read_hold_siblings, read_spin_us=args.read_spin_us,
                       follower_yield_entries=args.follower_yield_entries),
         security=Security(
-            client=TLSFiles(args.cert_file, args.key_file, args.trusted_ca_file, args.client_cert_auth),
+            client=TLSFiles(args.cert_file, args.key_file, args.trusted_ca_file, args.client_cert_auth,
+                            args.crl_file),
             peer=TLSFiles(args.peer_cert_file, args.peer_key_file, args.peer_trusted_ca_file,
-                          args.peer_client_cert_auth),
+                          args.peer_client_cert_auth, args.peer_crl_file),
             auth_token_ttl_s=args.auth_token_ttl),
         listen_metrics_urls=args.listen_metrics_urls, listen_client_http_urls=args.listen_client_http_urls)
     config.validate_addresses()

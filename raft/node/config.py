@@ -163,8 +163,9 @@ class Tuning:
 @dataclass(slots=True, frozen=True)
 class TLSFiles:
     """The PEM files of one TLS port, as etcd's flags name them (--cert-file, --key-file,
-    --trusted-ca-file, --client-cert-auth; the peer port's carry a --peer- prefix). No cert_file:
-    the port speaks plaintext."""
+    --trusted-ca-file, --client-cert-auth, --client-crl-file; the peer port's carry a --peer-
+    prefix). No cert_file: the port speaks plaintext. Each file is read again when it changes
+    (raft/transport/tls_reload.py)."""
 
     cert_file: Path | None = None
     key_file: Path | None = None
@@ -173,9 +174,12 @@ class TLSFiles:
     trusted_ca_file: Path | None = None
     # Require a client certificate signed by trusted_ca_file from whoever connects.
     client_cert_auth: bool = False
+    # A certificate revocation list (PEM or DER): a connection whose certificate's serial it lists
+    # is refused on this port (etcd's --client-crl-file / --peer-crl-file).
+    crl_file: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("cert_file", "key_file", "trusted_ca_file"):
+        for name in ("cert_file", "key_file", "trusted_ca_file", "crl_file"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
@@ -190,6 +194,9 @@ class TLSFiles:
         if self.cert_file is None and (self.client_cert_auth or self.trusted_ca_file is not None):
             raise ValueError(f"{prefix}client_cert_auth and {prefix}trusted_ca_file need {prefix}cert_file and "
                              f"{prefix}key_file: TLS is off without them")
+        if self.crl_file is not None and self.trusted_ca_file is None:
+            raise ValueError(f"{prefix}crl_file needs {prefix}trusted_ca_file: only a verified certificate is checked "
+                             f"against the revocation list")
 
     @property
     def enabled(self) -> bool:
@@ -197,7 +204,7 @@ class TLSFiles:
 
     def check_files(self, prefix: str = "") -> None:
         """ValueError, naming the field, unless each file given can be read."""
-        for name in ("cert_file", "key_file", "trusted_ca_file"):
+        for name in ("cert_file", "key_file", "trusted_ca_file", "crl_file"):
             path = getattr(self, name)
             if path is not None:
                 try:

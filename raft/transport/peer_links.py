@@ -106,15 +106,15 @@ class PeerLinks:
                  connect_timeout_ms: int, max_inflight: int = 64,
                  on_gone: Callable[[str], None] | None = None,
                  learnt: Callable[[str, ClientAddresses], None] | None = None, ack_timeout_ms: int = 2000,
-                 tls: ssl.SSLContext | None = None, peer_address: str = "") -> None:
+                 tls: Callable[[], ssl.SSLContext] | None = None, peer_address: str = "") -> None:
         """`peers`: member id -> its peer address (ours, if named, is skipped). `on_gone(peer)` is
         called each time a link to `peer` fails because the connection was refused, reset or
         closed without a reason: the peer's process is most likely gone. `learnt(peer, address)`
         is told where each peer takes clients, as its answer to our hello says.
         `ack_timeout_ms`: a MESSAGES connection on which what we wrote goes unacknowledged this
         long is closed and dialled again (TcpTransport: twice the election timeout). `tls`:
-        peer_tls.dial_context's, to dial every peer with TLS (None: plaintext). `peer_address`:
-        where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
+        peer_tls.ReloadingPeerTLS.dial_context, which gives the context each dial uses (None:
+        plaintext). `peer_address`: where our listener is, announced in our hellos. `on_removed(why)` is called when a peer
         refuses us as a removed member."""
         self._node_id = node_id
         self.peer_address = peer_address
@@ -129,12 +129,17 @@ class PeerLinks:
         self._learnt = learnt
         self._tls = tls
         # What create_connection / open_connection are given: nothing more for plaintext.
-        self._dial_options: dict[str, Any] = {} if tls is None else {"ssl": tls,
-                                                                      "ssl_handshake_timeout": self._timeout_s}
         self._links: dict[str, PeerLink] = {}
         self._timing: list[asyncio.Task[None]] = []  # a round-trip timer per peer, once started
         for pid, address in peers.items():
             self.add_peer(pid, address)
+
+    def _dial_options(self) -> dict[str, Any]:
+        """What create_connection / open_connection are given: nothing more for plaintext; with
+        TLS, the context of the peer files as they are now."""
+        if self._tls is None:
+            return {}
+        return {"ssl": self._tls(), "ssl_handshake_timeout": self._timeout_s}
 
     def add_peer(self, peer_id: str, address: str) -> bool:
         """A link to a member not linked yet (a configuration added it); True if it is new. Links
@@ -230,7 +235,7 @@ class PeerLinks:
         try:
             async with asyncio.timeout(self._timeout_s):
                 try:
-                    await loop.create_connection(lambda: connection, link.host, link.port, **self._dial_options)
+                    await loop.create_connection(lambda: connection, link.host, link.port, **self._dial_options())
                 except ssl.SSLError as e:
                     raise handshake_refusal(link.peer_id, link.address, e) from None
                 self._check_identity(link, connection.peercert())
@@ -322,7 +327,7 @@ class PeerLinks:
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
-                reader, writer = await asyncio.open_connection(link.host, link.port, **self._dial_options)
+                reader, writer = await asyncio.open_connection(link.host, link.port, **self._dial_options())
                 configure_peer_socket(writer.get_extra_info("socket"))
                 self._check_identity(link, writer.get_extra_info("peercert"))
                 # Not loop.time(): uvloop's is in whole milliseconds, and read once per iteration.
@@ -373,7 +378,7 @@ class PeerLinks:
                     async with asyncio.timeout(self._timeout_s):
                         try:
                             reader, writer = await asyncio.open_connection(link.host, link.port,
-                                                                           **self._dial_options)
+                                                                           **self._dial_options())
                         except ssl.SSLError as e:
                             return False, str(handshake_refusal(peer_id, link.address, e))
                         configure_peer_socket(writer.get_extra_info("socket"))

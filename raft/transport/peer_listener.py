@@ -60,8 +60,9 @@ from raft.transport.peer_protocol import (
     not_a_peer,
     parse_hello,
 )
-from raft.transport.peer_tls import check_names_member
+from raft.transport.peer_tls import check_names_member, check_not_revoked
 from raft.transport.refusal_log import RefusalLog
+from raft.transport.tls_reload import Revocations
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,14 @@ class PeerListener:
     is told each accepted dialer's advertised client address; `disk_state()` says the node's
     term and the end of its log (last term, last index), for the reply to a hello. `clock()`:
     seconds on a monotonic clock, for how often refusals are logged (default: the event loop's).
-    `tls`: peer_tls.listener_context's, to take only TLS connections (None: plaintext)."""
+    `tls`: peer_tls.listener_context's (or ReloadingPeerTLS.listener_context's), to take only TLS
+    connections (None: plaintext); `revocations`: --peer-crl-file's, whose certificates are refused."""
 
     def __init__(self, node_id: str, cluster_id: str, client: ClientAddresses,
                  deliver: Callable[[list[Message]], None], receive_snapshot: ReceiveSnapshot,
                  learnt: Callable[[str, ClientAddresses], None], disk_state: Callable[[], tuple[int, int, int]],
-                 clock: Callable[[], float] | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 clock: Callable[[], float] | None = None, tls: ssl.SSLContext | None = None,
+                 revocations: Revocations | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         # Members this node saw removed: their hellos are refused (RemovedMember).
@@ -107,6 +110,7 @@ class PeerListener:
         self.client = client
         self.disk_state = disk_state
         self.tls = tls
+        self.revocations = revocations
         self.connections: set[_Accepted] = set()
         # With TLS: the connections whose handshake is under way.
         self.handshakes: set[asyncio.Task[None]] = set()
@@ -319,6 +323,7 @@ class _Accepted(asyncio.Protocol):
         peercert = self._transport.get_extra_info("peercert") if listener.tls is not None else None
         if peercert is not None:  # None with TLS: no certificate, allowed without --peer-client-cert-auth
             try:
+                check_not_revoked(peercert, listener.revocations)
                 check_names_member(peercert, hello.from_id, "the certificate of this connection")
             except PeerRefused as e:
                 self._refuse_hello(str(e))  # counted by the dialer's address: its claim is what is false

@@ -16,14 +16,21 @@ members may share one name (all of `raftkv certs`' member certificates name ever
 The address says where the bytes go; the member id is who answers, and it is what each Raft
 message claims. So the dialer checks the member id (after the chain, against the trusted CA) and
 not the address: a certificate need not name the IP it is reached at, and a certificate that names
-the IP but another member is refused."""
+the IP but another member is refused.
+
+The files are read again when they change (raft/transport/tls_reload.py): the listener's context per
+accepted connection, the dialer's per dial; links already up keep the files they were made with.
+With --peer-crl-file the listener refuses a dialer whose certificate the list revokes, as etcd's
+peer listener does (the dialing side checks no CRL, in etcd neither)."""
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from raft.node.config import TLSFiles
 from raft.transport.peer_protocol import PeerRefused
+from raft.transport.tls_reload import Reloading, Revocations, serving_context
 
 MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
 
@@ -51,6 +58,35 @@ def dial_context(files: TLSFiles) -> ssl.SSLContext:
     context.verify_mode = ssl.CERT_REQUIRED
     _load(context, files)
     return context
+
+
+@dataclass(frozen=True, slots=True)
+class PeerContexts:
+    listening: ssl.SSLContext
+    dialing: ssl.SSLContext
+
+
+class ReloadingPeerTLS:
+    """Both sides' contexts, built again from the files once they change (one check of the files
+    and one warning for both when they do not load)."""
+
+    def __init__(self, files: TLSFiles) -> None:
+        paths = [path for path in (files.cert_file, files.key_file, files.trusted_ca_file) if path is not None]
+        self._contexts = Reloading(paths, lambda: PeerContexts(listener_context(files), dial_context(files)),
+                                   "peer certificate files")
+
+    def listener_context(self) -> ssl.SSLContext:
+        """The context to start the listener with: each connection gets the files as they are then."""
+        return serving_context(lambda: self._contexts.current().listening)
+
+    def dial_context(self) -> ssl.SSLContext:
+        """The context for a dial now."""
+        return self._contexts.current().dialing
+
+
+def peer_revocations(files: TLSFiles) -> Revocations | None:
+    """The revocations of --peer-crl-file, None without one."""
+    return None if files.crl_file is None else Revocations(files.crl_file, "--peer-crl-file")
 
 
 def _load(context: ssl.SSLContext, files: TLSFiles) -> None:
@@ -89,6 +125,13 @@ def shown(peercert: PeerCert | None) -> str:
     if not found:
         return "nothing"
     return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+
+
+def check_not_revoked(peercert: PeerCert | None, revocations: Revocations | None) -> None:
+    """PeerRefused when the verified certificate's serial is in the revocation list."""
+    why = None if revocations is None else revocations.refusal_of(peercert)
+    if why is not None:
+        raise PeerRefused(f"the certificate of this connection: {why}")
 
 
 def check_names_member(peercert: PeerCert | None, member: str, whose: str, hint: str = "") -> None:

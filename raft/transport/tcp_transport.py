@@ -22,7 +22,7 @@ from raft.node.stats import Histogram
 from raft.transport.address import LONE_PEER_PORT_OFFSET, split_address
 from raft.transport.peer_links import PeerLinks
 from raft.transport.peer_listener import PeerListener
-from raft.transport.peer_tls import dial_context, listener_context
+from raft.transport.peer_tls import ReloadingPeerTLS, peer_revocations
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,13 @@ class TcpTransport:
         own = ClientAddresses(config.advertised_client_address, config.advertised_client_http_address or "")
         self._client_addresses = {config.node_id: own}
         tls = config.security.peer
-        self._listener_tls = listener_context(tls) if tls.enabled else None
+        reloading = ReloadingPeerTLS(tls) if tls.enabled else None
+        self._listener_tls = reloading.listener_context() if reloading is not None else None
+        self._revocations = peer_revocations(tls)
         self.links = PeerLinks(config.node_id, cluster_id, own, config.peers,
                                config.tuning.peer_connect_timeout_ms, learnt=self._learn,
                                ack_timeout_ms=2 * config.core.election_timeout_ms,
-                               tls=dial_context(tls) if tls.enabled else None,
+                               tls=reloading.dial_context if reloading is not None else None,
                                peer_address=config.peer_listen_address or "")
         self.listener: PeerListener | None = None
         self._growing: asyncio.Task[None] | None = None  # listen_grown, from reconfigure
@@ -119,7 +121,7 @@ class TcpTransport:
         config = self._config
         listener = PeerListener(config.node_id, self._cluster_id, self._client_addresses[config.node_id],
                                 self._deliver, self._receive_snapshot, self._learn, self._disk_state,
-                                tls=self._listener_tls)
+                                tls=self._listener_tls, revocations=self._revocations)
         listener.removed = self._removed
         listener.learnt_peer = self._learn_peer
         await listener.start(*split_address(address))
@@ -130,6 +132,8 @@ class TcpTransport:
                      address, tls.cert_file, tls.trusted_ca_file,
                      "" if tls.client_cert_auth else " when they present one (no --peer-client-cert-auth: "
                                                      "a member that presents none is taken at its word)")
+            if tls.crl_file is not None:
+                log.info("peer port %s: a member whose certificate %s revokes is refused", address, tls.crl_file)
 
     async def _listen_grown_logged(self, address: str) -> None:
         try:

@@ -1,10 +1,14 @@
 """Members that speak mutual TLS to each other (--peer-cert-file ..., docs/security.md), and to
 their clients (--cert-file ...), for the integration and fault tests: certificates made in the
-test by kv.tools.certs."""
+test by kv.tools.certs, and revocation lists (--client-crl-file, --peer-crl-file)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 
 from kv.client.tls import TLS
 from kv.tools.certs import ensure_ca, issue
@@ -44,3 +48,28 @@ def use_tls(cluster: Cluster, certs: Path) -> Cluster:
     tester = issue(certs, "tester", server=False)
     cluster.client_tls = TLS(ca, tester.cert, tester.key)
     return cluster
+
+
+def write_crl(ca_directory: Path, revoked: list[Path], path: Path) -> Path:
+    """A CRL signed by the CA in `ca_directory` (ca.pem, ca-key.pem) that revokes the certificates
+    in `revoked` (PEM files), written to `path` at once (a rename: a member never reads it half
+    written)."""
+    ca_key = serialization.load_pem_private_key((ca_directory / "ca-key.pem").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((ca_directory / "ca.pem").read_bytes())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+               .last_update(now - datetime.timedelta(minutes=5)).next_update(now + datetime.timedelta(days=1)))
+    for cert_file in revoked:
+        serial = x509.load_pem_x509_certificate(cert_file.read_bytes()).serial_number
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now).build())
+    crl = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    replace_file(path, crl.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """`path` holds `data` from one moment to the next, as an operator's `mv` of a finished file."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_bytes(data)
+    staged.replace(path)

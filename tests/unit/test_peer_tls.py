@@ -7,6 +7,7 @@ the handshake run on both asyncio's loop and uvloop (the node's default)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 import uvloop
+from cryptography import x509
 
 from raftkv_proto import raft_pb2
 from raft.node.config import Security, TLSFiles
@@ -24,6 +26,7 @@ from raft.transport.peer_listener import PeerListener
 from raft.transport.peer_tls import check_names_member, listener_context, names, shown
 from raft.transport.peer_protocol import PeerRefused
 from kv.tools.certs import ensure_ca, issue
+from tests.integration.peer_tls import write_crl
 from tests.unit.test_transport import (
     META,
     WAIT_S,
@@ -327,5 +330,29 @@ def test_a_tls_listener_takes_one_port_on_every_address_it_binds(run: Any, certs
                     await taken.transport.start(taken.inbound)
             finally:
                 await listener.close()
+
+    run(main)
+
+
+def test_a_revocation_list_written_while_the_listener_runs_refuses_the_member_it_revokes(
+        run: Any, certs: Path, tmp_path: Path) -> None:
+    """--peer-crl-file, as etcd's peer listener: a dialer whose certificate the list names is
+    refused at its hello (the list read again when it changes); another member is served."""
+    crl = write_crl(certs, [], tmp_path / "crl.pem")
+    security = Security(peer=dataclasses.replace(peer_tls(certs, "n1").peer, crl_file=crl))
+    revoked = x509.load_pem_x509_certificate((certs / "n2.pem").read_bytes()).serial_number
+
+    async def main() -> None:
+        async with Node("n1", {"n2": "127.0.0.1:1", "n3": "127.0.0.1:1"}, security=security) as n1:
+            probe = hello_frame("n2", "n1", purpose=raft_pb2.PROBE)
+            frames, _ = await tls_exchange(n1.port, client_context(certs, "n2"), probe)
+            assert raft_pb2.PeerHelloReply.FromString(frames[0]).node_id == "n1"
+            write_crl(certs, [certs / "n2.pem"], crl)
+            frames, closed = await tls_exchange(n1.port, client_context(certs, "n2"), probe)
+            assert closed and raft_pb2.PeerHelloReply.FromString(frames[0]).refusal == (
+                f"the certificate of this connection: certificate serial {revoked:x} is revoked (--peer-crl-file)")
+            frames, _ = await tls_exchange(n1.port, client_context(certs, "n3"),
+                                           hello_frame("n3", "n1", purpose=raft_pb2.PROBE))
+            assert raft_pb2.PeerHelloReply.FromString(frames[0]).node_id == "n1"
 
     run(main)
