@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,15 +52,16 @@ def _validity(builder: x509.CertificateBuilder, days: int) -> x509.CertificateBu
     return builder.not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
 
 
-def ensure_ca(directory: Path, days: int = DEFAULT_DAYS, name: str = "raftkv CA") -> CertFiles:
-    """The CA in `directory` (ca.pem, ca-key.pem), made when absent, named `name` (two CAs trusted
-    side by side, as while moving to a new one, need names of their own)."""
+def ensure_ca(directory: Path, days: int = DEFAULT_DAYS, name: str | None = None) -> CertFiles:
+    """The CA in `directory` (ca.pem, ca-key.pem), made when absent, named `name`, by default
+    "raftkv CA" and 8 random hex digits: two CAs trusted side by side, as while moving to a new
+    one, need names of their own (OpenSSL finds a certificate's issuer by name)."""
     directory.mkdir(parents=True, exist_ok=True)
     files = CertFiles(directory / f"{CA_NAME}.pem", directory / f"{CA_NAME}-key.pem")
     if files.cert.exists() and files.key.exists():
         return files
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = _name(name)
+    subject = _name(name if name is not None else f"raftkv CA {secrets.token_hex(4)}")
     cert = (_validity(x509.CertificateBuilder(), days).subject_name(subject).issuer_name(subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)

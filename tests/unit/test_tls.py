@@ -297,3 +297,16 @@ def test_every_server_on_a_tls_nodes_port_speaks_tls_only(certs: Certs, tmp_path
         finally:
             for client in secure + plain:
                 client.close()
+
+
+def test_two_cas_made_apart_have_names_of_their_own_so_both_can_be_trusted_at_once(tmp_path: Path) -> None:
+    """While a cluster moves to a new CA its members trust a bundle of both, and a verifier finds a
+    certificate's issuer in it by name: with both CAs named alike, the new CA's certificates would
+    be checked against the old CA's key."""
+    cas = {directory: ensure_ca(tmp_path / directory) for directory in ("old", "new")}
+    loaded = [x509.load_pem_x509_certificate(ca.cert.read_bytes()) for ca in cas.values()]
+    assert loaded[0].subject != loaded[1].subject
+    for directory in cas:
+        member = x509.load_pem_x509_certificate(issue(tmp_path / directory, "n1", DEFAULT_HOSTS).cert.read_bytes())
+        (issuer,) = [ca for ca in loaded if ca.subject == member.issuer]  # the one the bundle's lookup finds
+        member.verify_directly_issued_by(issuer)
