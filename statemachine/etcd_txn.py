@@ -76,8 +76,10 @@ def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReques
         check_revision(txn, tables, request.revision)
     except LookupError as exc:
         raise refusal_of(exc) from None
-    listed = listed_range(txn, tables, request.key, range_end(request.key, request.range_end), request.revision)
-    return plan_range(listed, request, store_revision(txn, tables) if revision is None else revision, max_bytes)
+    bounds = request.key, range_end(request.key, request.range_end)
+    listed = listed_range(txn, tables, *bounds, request.revision)
+    return plan_range(listed, request, store_revision(txn, tables) if revision is None else revision, bounds,
+                      max_bytes)
 
 
 def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,

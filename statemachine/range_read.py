@@ -12,6 +12,7 @@ value is the exception: its plan keeps the filtered keys unsorted, sizes the rep
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,8 +70,12 @@ class Listed:
 @dataclass(slots=True)
 class RangePlan:
     request: pb.RangeRequest
+    bounds: tuple[bytes, bytes | None]  # [start, end) of the keys read
     count: int  # keys in range, before the revision filters (etcd's count)
-    chosen: list[Listed]  # the reply's keys in reply order (by value: unsorted, all candidates)
+    # The reply's keys in reply order (by value: unsorted, every candidate); None: the first
+    # `taken` keys in key order that pass the filters.
+    chosen: list[Listed] | None
+    taken: int  # keys in the reply
     more: bool
     wire_bytes: int  # the reply's size on the wire, at most (exact unless sorted by value)
     revision: int  # the header's revision
@@ -125,51 +130,57 @@ _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
 
 
 def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int,
-               max_bytes: int | None = None) -> RangePlan:
-    """etcd's choice of keys for `request` over the versions a read found (in key order), as its
-    Range applies them: count before the revision filters, then filters, sort, limit, keys_only.
-    Once a reply that is not sorted with a limit is sure to exceed `max_bytes`, its keys are no
-    longer held: only counted and measured (the plan then chooses none)."""
+               bounds: tuple[bytes, bytes | None], max_bytes: int | None = None) -> RangePlan:
+    """etcd's choice of keys for `request` over the versions a read found in [bounds) (in key
+    order), as its Range applies them: count before the revision filters, then filters, sort,
+    limit, keys_only. A reply in key order holds no key: `fill_range` reads the range again and
+    takes the first `taken` that pass the filters. A sorted one holds its keys, unless it has no
+    limit and is sure to exceed `max_bytes` (then it is only counted and measured)."""
     filtered = bool(request.max_mod_revision or request.min_mod_revision or request.max_create_revision
                     or request.min_create_revision)
     order = request.sort_order
     if request.sort_target != pb.RangeRequest.KEY and order == pb.RangeRequest.NONE:
         order = pb.RangeRequest.ASCEND  # etcd: a sort target other than the key sorts ascending
     by_value = order != pb.RangeRequest.NONE and request.sort_target == pb.RangeRequest.VALUE
-    plan = RangePlan(request, 0, [], False, REPLY_FRAME_BYTES, revision, by_value)
-    # What the reply takes without sorting: every key that passes the filters, up to the limit
-    # (etcd reads limit + 1 keys in key order, then sorts those by a target other than the key).
+    plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, by_value)
     limit = request.limit if request.limit > 0 else None
-    whole = limit is None or order == pb.RangeRequest.NONE  # the reply is the first `limit` that pass
+    in_key_order = order == pb.RangeRequest.NONE
+    # etcd reads limit + 1 keys in key order, then sorts those by a target other than the key.
     keep = limit + 1 if limit is not None and request.sort_order == pb.RangeRequest.NONE and not filtered else None
     kvs: list[Listed] = []
     passed = size = 0
     for kv in listed:
         plan.count += 1
-        if request.count_only or (keep is not None and len(kvs) >= keep) or (filtered and not _passes(kv, request)):
+        if request.count_only or (keep is not None and passed >= keep) or (filtered and not _passes(kv, request)):
             continue
         passed += 1
-        if whole:
+        if in_key_order or limit is None:  # this key is in the reply: measured as it comes
             if limit is not None and passed > limit:
-                continue  # counted for `more`, not in the reply
+                continue  # counted for `more` only
             size += _wire_bytes(kv, request.keys_only)
+            if in_key_order:
+                continue  # nothing to hold: fill_range reads the range again
             if max_bytes is not None and size > max_bytes:
                 kvs.clear()  # too large whatever follows: measure on, hold nothing
                 continue
         kvs.append(kv)
     if request.count_only:
         return plan
-    if limit is not None and passed > limit:
-        plan.more = True
-    if whole and max_bytes is not None and size > max_bytes:
+    plan.more = limit is not None and passed > limit
+    if in_key_order:
+        plan.taken = min(passed, limit or passed)
         plan.wire_bytes += size
         return plan
-    if order != pb.RangeRequest.NONE and not by_value:
+    if limit is None and max_bytes is not None and size > max_bytes:
+        plan.chosen = []  # for the allowance to refuse (its max_bytes): no key was kept to fill
+        plan.wire_bytes += size
+        return plan
+    if not by_value:
         # Stable, as etcd's Go sort is on the few keys a test compares; ties keep key order.
         kvs.sort(key=_SORT_KEYS[request.sort_target], reverse=order == pb.RangeRequest.DESCEND)
-    if limit is not None and not by_value:
         kvs = kvs[:limit]
     plan.chosen = kvs
+    plan.taken = min(len(kvs), limit or len(kvs))
     sizes = [_wire_bytes(kv, request.keys_only) for kv in kvs]
     if by_value and limit is not None:
         sizes = heapq.nlargest(limit, sizes)  # whichever keys the values choose, at most these
@@ -177,7 +188,7 @@ def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int
     return plan
 
 
-def _passes(kv: Listed, request: pb.RangeRequest) -> bool:
+def _passes(kv: _Versioned, request: pb.RangeRequest) -> bool:
     return ((not request.max_mod_revision or kv.mod_revision <= request.max_mod_revision)
             and (not request.min_mod_revision or kv.mod_revision >= request.min_mod_revision)
             and (not request.max_create_revision or kv.create_revision <= request.max_create_revision)
@@ -190,15 +201,25 @@ def _wire_bytes(kv: Listed, keys_only: bool) -> int:
 
 
 def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, response: pb.RangeResponse) -> None:
-    """`plan`'s reply into `response`, reading the chosen keys' values from `txn` (the transaction
-    the plan was made in: the same versions)."""
+    """`plan`'s reply into `response`, reading its keys' values from `txn` (the transaction the
+    plan was made in: the same versions)."""
     request = plan.request
     response.count = plan.count
     response.more = plan.more
     response.header.revision = plan.revision
-    versions: Iterable[KeyVersion] = (_version(txn, tables, kv.key, request.revision) for kv in plan.chosen)
-    if plan.by_value:
-        versions = _by_value(versions, request)
+    if request.count_only or not plan.taken:
+        return
+    versions: Iterable[KeyVersion]
+    if plan.chosen is None:  # in key order: the first that pass the filters, read again
+        versions = range_at(txn, tables, plan.bounds[0], plan.bounds[1], request.revision)
+        if request.max_mod_revision or request.min_mod_revision or request.max_create_revision \
+                or request.min_create_revision:
+            versions = (kv for kv in versions if _passes(kv, request))
+        versions = itertools.islice(versions, plan.taken)
+    else:
+        versions = (_version(txn, tables, kv.key, request.revision) for kv in plan.chosen)
+        if plan.by_value:
+            versions = _by_value(versions, request)
     add = response.kvs.add
     keys_only = request.keys_only
     for kv in versions:
