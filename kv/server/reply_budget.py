@@ -25,10 +25,10 @@ from kv.server.server_group import MAX_SEND_BYTES
 
 # The largest reply a member sends: gRPC's limit on what it sends.
 MAX_REPLY_BYTES = MAX_SEND_BYTES
-# Bytes of measured replies a member holds at once: two of the largest, or eight lists of
-# 16 MiB (about 16,000 keys of 1 KiB). A reply costs the process about three times its size while it
-# is built and serialized (values read, the message, its bytes).
-REPLY_BUDGET_BYTES = 2 * MAX_REPLY_BYTES
+# Bytes of measured replies a member holds at once: four of the largest, or eight lists of 32 MiB
+# (about 30,000 keys of 1 KiB). A reply costs the process about twice its size until it is sent
+# (the message, then its bytes); the values are read into the message one at a time.
+REPLY_BUDGET_BYTES = 4 * MAX_REPLY_BYTES
 
 
 def too_large_message(size: int, limit: int) -> str:
