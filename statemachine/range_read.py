@@ -2,13 +2,15 @@
 it is built: `plan_range` walks the range reading only each version's revisions and the length of
 its value (no value is copied out), chooses the keys etcd would answer with (count before the
 revision filters, then filters, sort, limit), and adds up the bytes their KeyValues take on the
-wire; `fill_range` then reads the values of the chosen keys alone, straight into the response.
+wire; `fill_range` then reads the values of the reply's keys alone, straight into the response.
 Between the two the caller may refuse the reply (too large, no room on the member: `Allow`), before
 any memory is spent on values.
 
-The plan holds each chosen key with its revisions (what a sort needs), never a value; a sort by
-value is the exception: its plan keeps the filtered keys unsorted, sizes the reply as the largest
-`limit` of them could be, and `fill_range` keeps only the `limit` first values as it reads them."""
+A reply in key order (no sort: the usual list) holds no key between the passes: `fill_range` reads
+the range again and takes the first keys that pass the filters. A sorted one holds each candidate
+key with its revisions (what the sort needs), never a value; sorted by value, it keeps them
+unsorted, sizes the reply as the largest `limit` of them could be, and `fill_range` keeps only the
+`limit` first values as it reads them."""
 from __future__ import annotations
 
 import heapq

@@ -12,8 +12,8 @@ reads, between measuring and building:
   (`NoRoom`) and the caller waits for room (`wait_room`) and reads again.
 
 So however many clients ask for large lists at once, a member holds at most `limit_bytes` of them
-(plus one reply that alone exceeds what is left: the budget never refuses the only reply in flight),
-and the lists wait their turn instead of growing the process."""
+(a reply is always taken when nothing else is in flight), and the lists wait their turn instead of
+growing the process."""
 from __future__ import annotations
 
 import asyncio
@@ -54,7 +54,7 @@ class ReplyBudget:
 
     def grant(self) -> Grant:
         """One read's claim on the budget: call it with the reply's size from the reading thread."""
-        return Grant(self, asyncio.get_running_loop())
+        return Grant(self)
 
     def _take(self, size: int) -> None:
         if size > self.max_reply_bytes:
@@ -91,9 +91,8 @@ class Grant:
     (`release`, on the loop). A grant released before its thread took anything takes nothing:
     the thread of a call that was given up stops before it builds its reply."""
 
-    def __init__(self, budget: ReplyBudget, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, budget: ReplyBudget) -> None:
         self._budget = budget
-        self._loop = loop
         self.max_bytes: int | None = budget.max_reply_bytes  # a plan holds no keys past it
         self._lock = threading.Lock()
         self._taken = 0
