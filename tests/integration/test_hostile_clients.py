@@ -150,14 +150,19 @@ def test_a_list_over_the_send_limit_is_refused_before_it_is_built(cluster: Clust
 
 # The issue's fan-out, at its own size: it runs in about 10 s on two cores.
 STREAMS, WATCHES, PUTS = 500, 10, 200
-# Generous against what was seen before the fix (Status 4.2 s, put+get over 2 s): about 0.3 s now.
+# The member's own Status: 4.2-4.7 s before the fix, at most 0.33 s after (0.3 s with two other
+# test runs on the machine's two cores).
 ANSWER_WITHIN_S = 2.0
+# A put and a get through it cross to the leader twice and commit through the log, so they wait on
+# the whole machine too: 7.4 s before the fix, at most 0.8 s after, 2.7 s with two other test runs
+# on the machine.
+PUT_GET_WITHIN_S = 5.0
 
 
 def test_a_member_fanning_out_watch_events_keeps_answering_its_own_calls(cluster: Cluster) -> None:
     """500 streams x 10 watches of one prefix on a follower, then 200 puts on it (a million events
-    to send): while it sends them, its Status, and a put and a get through it, are each answered
-    within ANSWER_WITHIN_S, and every watch gets every event."""
+    to send): while it sends them, its Status is answered within ANSWER_WITHIN_S and a put and a
+    get through it within PUT_GET_WITHIN_S, and every watch gets every event."""
     leader = cluster.wait_for_leader()
     term = cluster.status(leader)["term"]
     follower = next(n for n in cluster.nodes if n != leader)
@@ -185,8 +190,10 @@ def test_a_member_fanning_out_watch_events_keeps_answering_its_own_calls(cluster
         watchers.kill()
         watchers.wait()
     assert probe.error is None, probe.error
-    assert probe.rounds >= 3, probe.rounds  # the probe ran while the events went out
-    assert probe.slowest["status"] < ANSWER_WITHIN_S and probe.slowest["put+get"] < ANSWER_WITHIN_S, probe.slowest
+    # The probe ran from before the first put until the last event was received: every call it
+    # made meanwhile is in `slowest` (a round that was under way at the end counts too).
+    assert probe.rounds >= 1, probe.rounds
+    assert probe.slowest["status"] < ANSWER_WITHIN_S and probe.slowest["put+get"] < PUT_GET_WITHIN_S, probe.slowest
     unchanged(cluster, leader, term)
     # The encoded events are shared by every watch (EventEncoder): a queued response holds
     # references to them, 8 bytes an event, 8 MB for all million; the responses built from them
@@ -210,7 +217,7 @@ class _Probe:
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                self._timed("status", lambda: self._maintenance.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S * 5))
+                self._timed("status", lambda: self._maintenance.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S))
                 self._timed("put+get", self._put_and_get)
                 self.rounds += 1
                 self.stop.wait(0.02)
@@ -218,8 +225,8 @@ class _Probe:
             self.error = e
 
     def _put_and_get(self) -> None:
-        self._kv.Put(pb.PutRequest(key=b"probe", value=b"%d" % self.rounds), timeout=ANSWER_WITHIN_S * 5)
-        got = self._kv.Range(pb.RangeRequest(key=b"probe"), timeout=ANSWER_WITHIN_S * 5)
+        self._kv.Put(pb.PutRequest(key=b"probe", value=b"%d" % self.rounds), timeout=PUT_GET_WITHIN_S)
+        got = self._kv.Range(pb.RangeRequest(key=b"probe"), timeout=PUT_GET_WITHIN_S)
         assert got.kvs[0].value == b"%d" % self.rounds
 
     def _timed(self, what: str, call: Callable[[], object]) -> None:
