@@ -83,6 +83,14 @@ class QueueFullError(RaftKVError):
     retryable = True
 
 
+class ReplyTooLargeError(RaftKVError):
+    """The answer would be larger than the node sends in one message (a Range over too many or
+    too large values): refused before it was built. Ask for less: a limit, keys_only, a page."""
+
+    kind = "REPLY_TOO_LARGE"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class DiskFullError(RaftKVError):
     """The node's disk (or LMDB map) is full: writes are refused, reads still work."""
 
@@ -153,7 +161,7 @@ class CorruptClusterError(RaftKVError):
 _BY_KIND: dict[str, type[RaftKVError]] = {
     cls.kind: cls
     for cls in (RaftKVError, NotLeaderError, UnavailableError, TimeoutError, InvalidArgumentError,
-                WrongClusterError, QueueFullError, DiskFullError, UnknownSessionError,
+                WrongClusterError, QueueFullError, ReplyTooLargeError, DiskFullError, UnknownSessionError,
                 PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, RevisionError,
                 NotFoundError, CorruptClusterError)
 }

@@ -2,14 +2,14 @@
 a transaction's compares (its nested transactions' too) are judged against the store as it was
 before the transaction, then the chosen branch's ops run in order, each seeing the ones before it.
 A Put or DeleteRange through the etcd face travels as a transaction of one op, so one function
-applies every etcd write; reads outside a transaction (Range) use `range_response` directly.
+applies every etcd write; reads outside a transaction (Range) use `read_range` directly (statemachine/range_read.py).
 
 Every replica reaches the same answer from the same entry: nothing here depends on a clock or on
 configuration. A request that etcd refuses before changing anything (a put with ignore_value on a
 missing key, a range at a compacted revision) raises EtcdRefusal, and nothing of it is applied."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import lmdb
 
@@ -28,6 +28,7 @@ from statemachine.mvcc import (
     range_at,
     store_revision,
 )
+from statemachine.range_read import Allow, RangePlan, allow_any, fill_range, listed_range, plan_range
 
 # etcd's messages (api/v3rpc/rpctypes/error.go), which clients match on, with kv.errors' kinds.
 COMPACTED = "etcdserver: mvcc: required revision has been compacted"
@@ -66,59 +67,31 @@ def to_proto(kv: KeyVersion, keys_only: bool = False) -> mvccpb.KeyValue:
                            version=kv.version, value=b"" if keys_only else kv.value, lease=kv.lease)
 
 
-_SORT_KEYS = {
-    pb.RangeRequest.KEY: lambda kv: kv.key,
-    pb.RangeRequest.VERSION: lambda kv: kv.version,
-    pb.RangeRequest.CREATE: lambda kv: kv.create_revision,
-    pb.RangeRequest.MOD: lambda kv: kv.mod_revision,
-    pb.RangeRequest.VALUE: lambda kv: kv.value,
-}
-
-
-def range_response(versions: Iterable[KeyVersion], request: pb.RangeRequest, revision: int) -> pb.RangeResponse:
-    """etcd's Range over the key versions a read found (in key order), for a store at `revision`:
-    count before the revision filters, then filters, sort, limit and keys_only as etcd applies them."""
-    kvs = list(versions)
-    response = pb.RangeResponse(count=len(kvs))
-    response.header.revision = revision
-    if request.count_only:
-        return response
-    if request.limit > 0 and request.sort_order == pb.RangeRequest.NONE and not (
-            request.min_mod_revision or request.max_mod_revision or request.min_create_revision
-            or request.max_create_revision):
-        # etcd reads limit + 1 keys in key order, then sorts those by a target other than the key
-        kvs = kvs[:request.limit + 1]
-    if request.max_mod_revision:
-        kvs = [kv for kv in kvs if kv.mod_revision <= request.max_mod_revision]
-    if request.min_mod_revision:
-        kvs = [kv for kv in kvs if kv.mod_revision >= request.min_mod_revision]
-    if request.max_create_revision:
-        kvs = [kv for kv in kvs if kv.create_revision <= request.max_create_revision]
-    if request.min_create_revision:
-        kvs = [kv for kv in kvs if kv.create_revision >= request.min_create_revision]
-    order = request.sort_order
-    if request.sort_target != pb.RangeRequest.KEY and order == pb.RangeRequest.NONE:
-        order = pb.RangeRequest.ASCEND  # etcd: a sort target other than the key sorts ascending
-    if order != pb.RangeRequest.NONE:
-        # Stable, as etcd's Go sort is on the few keys a test compares; ties keep key order.
-        kvs.sort(key=_SORT_KEYS[request.sort_target], reverse=order == pb.RangeRequest.DESCEND)
-    if 0 < request.limit < len(kvs):
-        kvs = kvs[:request.limit]
-        response.more = True
-    response.kvs.extend(to_proto(kv, request.keys_only) for kv in kvs)
-    return response
-
-
-def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,
-               revision: int | None = None) -> pb.RangeResponse:
-    """A Range served from `txn` (a read, or the write transaction of an apply, which sees its own
-    changes); `revision` is the header's (default: the store's)."""
+def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,
+              revision: int | None = None, max_bytes: int | None = None) -> RangePlan:
+    """The plan of a Range served from `txn` (a read, or the write transaction of an apply, which
+    sees its own changes; statemachine/range_read.py); `revision` is the header's (default: the
+    store's). Raises EtcdRefusal for a compacted or future revision."""
     try:
         check_revision(txn, tables, request.revision)
     except LookupError as exc:
         raise refusal_of(exc) from None
-    versions = range_at(txn, tables, request.key, range_end(request.key, request.range_end), request.revision)
-    return range_response(versions, request, store_revision(txn, tables) if revision is None else revision)
+    bounds = request.key, range_end(request.key, request.range_end)
+    listed = listed_range(txn, tables, *bounds, request.revision)
+    return plan_range(listed, request, store_revision(txn, tables) if revision is None else revision, bounds,
+                      max_bytes)
+
+
+def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,
+               revision: int | None = None, allow: Allow = allow_any,
+               response: pb.RangeResponse | None = None) -> pb.RangeResponse:
+    """A Range served from `txn` (plan_read), measured, passed to `allow` (which raises to refuse
+    it), then read into `response` (a new one by default)."""
+    plan = plan_read(txn, tables, request, revision, allow.max_bytes)
+    allow(plan.wire_bytes)
+    out = pb.RangeResponse() if response is None else response
+    fill_range(txn, tables, plan, out)
+    return out
 
 
 def apply_txn(txn: lmdb.Transaction, tables: MvccTables, writer: RevisionWriter,
@@ -154,31 +127,53 @@ def serializable(request: pb.TxnRequest) -> bool:
     return True
 
 
-def read_txn(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest) -> pb.TxnResponse:
+def read_txn(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest,
+             allow: Allow = allow_any) -> pb.TxnResponse:
     """A read-only transaction (read_only) judged and read from one read transaction, as etcd's
-    applier runs it outside the log: the compares, then the chosen branch's ranges. Raises
-    EtcdRefusal for a range at a compacted or future revision, before anything is read."""
+    applier runs it outside the log: the compares, then the chosen branch's ranges, every one
+    measured before any is read, their sizes together passed to `allow` (which raises to refuse
+    the reply). Raises EtcdRefusal for a range at a compacted or future revision, before anything
+    is read."""
     path = _path(txn, tables, request)
     _check(txn, tables, request, path)
     revision = store_revision(txn, tables)
+    plans = [plan_read(txn, tables, ranged, revision, allow.max_bytes) for ranged in _ranges_read(request, path)]
+    allow(sum(plan.wire_bytes for plan in plans))
     response = pb.TxnResponse()
-    _read(txn, tables, request, path, response, revision)
+    _read(txn, tables, request, path, response, revision, iter(plans))
     response.header.revision = revision
     return response
 
 
+def _ranges_read(request: pb.TxnRequest, path: list[bool]) -> list[pb.RangeRequest]:
+    """The ranges a read-only transaction runs, in the order `_read` runs them."""
+    ranges: list[pb.RangeRequest] = []
+
+    def walk(txn: pb.TxnRequest, path: list[bool]) -> int:
+        used = 1
+        for op in _branch(txn, path[0]):
+            if op.WhichOneof("request") == "request_range":
+                ranges.append(op.request_range)
+            else:
+                used += walk(op.request_txn, path[used:])
+        return used
+    walk(request, path)
+    return ranges
+
+
 def _read(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, path: list[bool],
-          response: pb.TxnResponse, revision: int) -> int:
-    """`_run` for a read-only transaction; how many entries of `path` it used."""
+          response: pb.TxnResponse, revision: int, plans: Iterator[RangePlan]) -> int:
+    """`_run` for a read-only transaction, filling its ranges' `plans`; how many entries of
+    `path` it used."""
     used = 1
     response.succeeded = path[0]
     for op in _branch(request, path[0]):
         out = response.responses.add()
         if op.WhichOneof("request") == "request_range":
-            out.response_range.CopyFrom(read_range(txn, tables, op.request_range, revision))
+            fill_range(txn, tables, next(plans), out.response_range)
         else:
             nested = out.response_txn
-            used += _read(txn, tables, op.request_txn, path[used:], nested, revision)
+            used += _read(txn, tables, op.request_txn, path[used:], nested, revision, plans)
             nested.header.revision = revision
     return used
 
@@ -198,12 +193,16 @@ def _compare(txn: lmdb.Transaction, tables: MvccTables, compare: pb.Compare) -> 
         end = None if compare.range_end == b"\x00" else compare.range_end
     else:
         end = compare.key + b"\x00"
-    kvs = list(range_at(txn, tables, compare.key, end, 0))
-    if not kvs:
+    found = False
+    for kv in range_at(txn, tables, compare.key, end, 0):  # one version at a time: a range may be the keyspace
+        if not _holds(compare, kv):
+            return False
+        found = True
+    if not found:
         if compare.target == pb.Compare.VALUE:
             return False  # etcd: a value compare on a missing key always fails
         return _holds(compare, KeyVersion(compare.key, b"", 0, 0, 0))
-    return all(_holds(compare, kv) for kv in kvs)
+    return True
 
 
 def _holds(compare: pb.Compare, kv: KeyVersion) -> bool:
@@ -269,7 +268,7 @@ def _run(txn: lmdb.Transaction, tables: MvccTables, writer: RevisionWriter, requ
         kind = op.WhichOneof("request")
         out = response.responses.add()
         if kind == "request_range":
-            out.response_range.CopyFrom(read_range(txn, tables, op.request_range, _read_revision(writer)))
+            read_range(txn, tables, op.request_range, _read_revision(writer), response=out.response_range)
         elif kind == "request_put":
             _put(writer, op.request_put, out.response_put)
         elif kind == "request_delete_range":

@@ -85,6 +85,7 @@ from statemachine.etcd_export import EtcdBucketItems
 from statemachine.etcd_export import etcd_buckets
 from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
 from statemachine.etcd_txn import read_range, read_txn, refusal_of
+from statemachine.range_read import Allow, allow_any
 from statemachine.key_record import stored_value
 from statemachine.leases import LEASE_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
 from statemachine.mvcc import (
@@ -310,17 +311,19 @@ class KVStateMachine:
             record = txn.get(key)
         return None if record is None else stored_value(key, record)
 
-    def etcd_range(self, request: etcd_rpc_pb2.RangeRequest) -> etcd_rpc_pb2.RangeResponse:
+    def etcd_range(self, request: etcd_rpc_pb2.RangeRequest, allow: Allow = allow_any) -> etcd_rpc_pb2.RangeResponse:
         """etcd's Range from one read transaction (statemachine/etcd_txn.py): the header carries
-        only the revision. Raises EtcdRefusal for a compacted or future revision."""
+        only the revision. The reply is measured first and its size passed to `allow`, which
+        raises to refuse it before any value is read. Raises EtcdRefusal for a compacted or future
+        revision."""
         with self._env.begin() as txn:
-            return read_range(txn, self._mvcc, request)
+            return read_range(txn, self._mvcc, request, allow=allow)
 
-    def etcd_read_txn(self, request: etcd_rpc_pb2.TxnRequest) -> etcd_rpc_pb2.TxnResponse:
+    def etcd_read_txn(self, request: etcd_rpc_pb2.TxnRequest, allow: Allow = allow_any) -> etcd_rpc_pb2.TxnResponse:
         """A read-only etcd transaction (etcd_txn.read_only) from one read transaction, outside the
-        log; the header carries only the revision. Raises EtcdRefusal as etcd_range does."""
+        log; the header carries only the revision. Measured and refused as etcd_range is."""
         with self._env.begin() as txn:
-            return read_txn(txn, self._mvcc, request)
+            return read_txn(txn, self._mvcc, request, allow)
 
     def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
         """etcd's HashKV: (CRC-32 of every key version and tombstone at or below `revision`, the

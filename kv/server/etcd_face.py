@@ -145,6 +145,12 @@ class EtcdFace:
             await context.abort(error.code, str(error))
             raise  # unreachable: abort raises
 
+    @staticmethod
+    def when_sent(context: grpc.aio.ServicerContext) -> Callable[[Callable[[], None]], None]:
+        """How KVHandler learns that this call has ended (its reply sent, or the call gone): a
+        large reply's bytes are counted against the member's budget until then."""
+        return lambda release: context.add_done_callback(lambda _: release())
+
     # ---- leadership and forwarding -----------------------------------------------------------
 
     def leads(self) -> bool:

@@ -46,7 +46,8 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
             face.checks.key(request.key)
             if not request.serializable and not face.leads():
                 return await face.forward(context, "KV", "Range", request)
-            response = await face.handler.range(request, context.time_remaining(), face.gate.caller(context))
+            response = await face.handler.range(request, context.time_remaining(), face.gate.caller(context),
+                                               face.when_sent(context))
             face.header(response.header, response.header.revision)
             return response
         return await face.serve(context, work)
@@ -96,7 +97,8 @@ class EtcdKVServicer(etcd_rpc_pb2_grpc.KVServicer):
         face = self._face
         if not serializable(request) and not face.leads():
             return await face.forward(context, "KV", "Txn", request)
-        response = await face.handler.read_txn(request, context.time_remaining(), face.gate.caller(context))
+        response = await face.handler.read_txn(request, context.time_remaining(), face.gate.caller(context),
+                                             face.when_sent(context))
         face.header(response.header, response.header.revision)
         return response
 

@@ -10,6 +10,7 @@ cancelled. Any member serves watches from its own applied state."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -28,9 +29,13 @@ from statemachine.mvcc import Change
 
 # etcd's default progress notification interval (--experimental-watch-progress-notify-interval).
 PROGRESS_INTERVAL_S = 600.0
-# Responses a stream may hold unsent before its watchers stop taking changes from the hub and
-# catch up from the store at the stream's pace instead.
+# Responses a stream may hold unsent (or bytes of their events) before its watchers stop taking
+# changes from the hub and catch up from the store at the stream's pace instead.
 MAX_QUEUED_RESPONSES = 64
+MAX_QUEUED_EVENT_BYTES = 4 << 20
+# A watch response's header and watch id, at most: events join a queued response only while it
+# stays under the stream's response limit (it is never fragmented afterwards).
+_RESPONSE_FRAME_BYTES = 64
 INVALID_WATCH_ID = -1
 DUPLICATE_WATCH_ID = "mvcc: duplicate watch ID provided on the WatchStream"
 # Encoded events kept for the watches that deliver the same change (about one revision's worth
@@ -86,6 +91,8 @@ class EventEncoder:
         self._events: dict[tuple[int, int, bool], bytes] = {}
         self._events_bytes = 0
         self._header: tuple[int, int, bytes] = (-1, -1, b"")
+        self._last_events: tuple[list[Change] | None, bool, frozenset[int], list[bytes]] = \
+            (None, False, frozenset(), [])
 
     def response(self, watch_id: int, revision: int, events: list[bytes]) -> bytes:
         """A WatchResponse: the header at `revision`, `watch_id`, then the encoded `events`
@@ -93,6 +100,19 @@ class EventEncoder:
         SerializeToString writes them)."""
         watch_field = _WATCH_ID_TAG + _varint(watch_id) if watch_id else b""
         return b"".join((self._header_field(revision), watch_field, *events))
+
+    def events(self, changes: list[Change], with_prev: bool, filters: frozenset[int]) -> list[bytes]:
+        """The encoded events of `changes` a watch with `filters` gets. The hub hands the watches
+        of one range the same list, one watch after another: their events are built once."""
+        last_changes, last_prev, last_filters, encoded = self._last_events
+        if changes is last_changes and with_prev == last_prev and filters == last_filters:
+            return encoded
+        no_delete = pb.WatchCreateRequest.NODELETE in filters
+        no_put = pb.WatchCreateRequest.NOPUT in filters
+        encoded = [self.event(change, with_prev) for change in changes
+                   if not (no_delete if change.kv.tombstone else no_put)]
+        self._last_events = (changes, with_prev, filters, encoded)
+        return encoded
 
     def event(self, change: Change, with_prev: bool) -> bytes:
         """The event field (tag and length included) of `change`, with its previous version
@@ -154,6 +174,20 @@ def _length_prefixed(data: bytes) -> bytes:
     return _varint(len(data)) + data
 
 
+@dataclass(eq=False)
+class _Events:
+    """A watch's events not yet sent, of one or more revisions: while the stream waits to send,
+    later revisions' events join the same response (etcd, too, sends a watcher that fell behind
+    many revisions in one response). One response then carries what would have been many, and a
+    member fanning out a busy prefix sends, and waits on, as many messages as its streams can take
+    rather than one per watch per revision."""
+
+    watch_id: int
+    revision: int  # the response's header: the last revision whose events it holds
+    events: list[bytes]  # encoded, shared with every watch that has the same event (EventEncoder)
+    size: int
+
+
 class _WatchStream:
     def __init__(self, face: EtcdFace, hub: WatchHub, context: grpc.aio.ServicerContext,
                  max_response_bytes: int, encoder: EventEncoder) -> None:
@@ -162,7 +196,13 @@ class _WatchStream:
         self._context = context
         self._max_bytes = max_response_bytes
         self._encoder = encoder
-        self._queue: asyncio.Queue[pb.WatchResponse | bytes] = asyncio.Queue()
+        # Responses in the order they go out; a watch's _Events stays open to more events (in
+        # `_open`) until it is sent or another response is queued after it, so no event ever
+        # overtakes a response queued before it (created, cancelled, progress).
+        self._queue: deque[_Events | pb.WatchResponse] = deque()
+        self._open: dict[int, _Events] = {}
+        self._queued_bytes = 0
+        self._queued = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
         self._watches: dict[int, _Watch] = {}
@@ -171,14 +211,44 @@ class _WatchStream:
     # ---- the stream's responses --------------------------------------------------------------
 
     async def next_response(self) -> pb.WatchResponse | bytes:
-        response = await self._queue.get()
-        if self._queue.qsize() < MAX_QUEUED_RESPONSES // 2:
+        while not self._queue:
+            self._queued.clear()
+            await self._queued.wait()
+        item = self._queue.popleft()
+        if isinstance(item, _Events):
+            if self._open.get(item.watch_id) is item:
+                del self._open[item.watch_id]
+            self._queued_bytes -= item.size
+            response: pb.WatchResponse | bytes = self._encoder.response(item.watch_id, item.revision, item.events)
+        else:
+            response = item
+        if len(self._queue) < MAX_QUEUED_RESPONSES // 2 and self._queued_bytes < MAX_QUEUED_EVENT_BYTES // 2:
             self._room.set()
         return response
 
-    def _send(self, response: pb.WatchResponse | bytes) -> None:
-        self._queue.put_nowait(response)
-        if self._queue.qsize() >= MAX_QUEUED_RESPONSES:
+    def _send(self, response: pb.WatchResponse) -> None:
+        self._open.clear()  # what is queued from now on goes after it
+        self._enqueue(response)
+
+    def _send_events(self, watch_id: int, revision: int, events: list[bytes]) -> None:
+        size = sum(map(len, events))
+        pending = self._open.get(watch_id)
+        if pending is not None and pending.size + size + _RESPONSE_FRAME_BYTES < self._max_bytes:
+            pending.events.extend(events)
+            pending.revision = revision
+            pending.size += size
+            self._queued_bytes += size
+        else:
+            pending = self._open[watch_id] = _Events(watch_id, revision, list(events), size)
+            self._queued_bytes += size
+            self._enqueue(pending)
+        if self._queued_bytes >= MAX_QUEUED_EVENT_BYTES:
+            self._room.clear()
+
+    def _enqueue(self, item: _Events | pb.WatchResponse) -> None:
+        self._queue.append(item)
+        self._queued.set()
+        if len(self._queue) >= MAX_QUEUED_RESPONSES:
             self._room.clear()
 
     def _response(self, revision: int, watch_id: int, **fields: object) -> pb.WatchResponse:
@@ -271,19 +341,17 @@ class _WatchStream:
     # ---- what the hub delivers ---------------------------------------------------------------
 
     def _deliver(self, watch: _Watch, changes: list[Change], revision: int) -> None:
-        no_delete = pb.WatchCreateRequest.NODELETE in watch.filters
-        no_put = pb.WatchCreateRequest.NOPUT in watch.filters
-        events = [self._encoder.event(change, watch.prev_kv) for change in changes
-                  if not (no_delete if change.kv.tombstone else no_put)]
+        events = self._encoder.events(changes, watch.prev_kv, watch.filters)
         if not events:
             return
         watch.quiet = False
-        response = self._encoder.response(watch.watch_id, revision, events)
-        if watch.fragment and len(response) >= self._max_bytes and len(events) > 1:
-            for part in _fragments(pb.WatchResponse.FromString(response), self._max_bytes):
-                self._send(part)
-        else:
-            self._send(response)
+        if watch.fragment and len(events) > 1:
+            response = self._encoder.response(watch.watch_id, revision, events)
+            if len(response) >= self._max_bytes:
+                for part in _fragments(pb.WatchResponse.FromString(response), self._max_bytes):
+                    self._send(part)
+                return
+        self._send_events(watch.watch_id, revision, events)
 
     def _compacted(self, watch: _Watch, compacted: int) -> None:
         self._watches.pop(watch.watch_id, None)

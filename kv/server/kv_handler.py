@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -35,6 +36,7 @@ from kv.server.auth_gate import AuthGate
 from kv.server.health import member_health
 from kv.server.watch_hub import WatchHub
 from kv.server.node_calls import TIMEOUT_MESSAGE, node_call, propose_command, read_barrier
+from kv.server.reply_budget import NoRoom, ReplyBudget
 from kv.server.request_checks import RequestChecks
 from kv.server.state_check import CorruptionAlarm
 from raft.node.ports import SnapshotInfo
@@ -42,10 +44,14 @@ from statemachine.apply_batch import ApplyOutcome
 from statemachine.kv_state import KVStateMachine
 from statemachine.etcd_txn import COMPACTED as COMPACTED_MESSAGE
 from statemachine.mvcc import Change, CompactedError
+from statemachine.range_read import Allow
 from statemachine.alarms import CORRUPT_CLUSTER, NO_SPACE, encode_alarm
 
 T = TypeVar("T")
 R = TypeVar("R")
+# How a face says when a reply's call has ended: it calls its argument then (gRPC's
+# context.add_done_callback), so the reply's bytes stay counted until they are sent.
+Sent = Callable[[Callable[[], None]], None]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,7 @@ class KVHandler:
         # The change feed (started and stopped with the node's servers): etcd's Watch follows it,
         # and KV.Changes waits on it for the revisions it pages through.
         self.watches = WatchHub(node, fsm)
+        self.replies = ReplyBudget()  # the bytes of large replies held at once
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -166,33 +173,58 @@ class KVHandler:
         return etcd_pb.TxnResponse.FromString(outcome.result.etcd_txn_response)
 
     async def range(self, request: etcd_pb.RangeRequest, timeout: float | None = None,
-                    user: str | None = None) -> etcd_pb.RangeResponse:
+                    user: str | None = None, sent: Sent | None = None) -> etcd_pb.RangeResponse:
         """etcd's Range on this member: after a ReadIndex round unless serializable (the face sends
-        a linearizable one to the leader); its header carries only the revision."""
+        a linearizable one to the leader); its header carries only the revision. A range of keys
+        is measured before its values are read and held against the member's reply budget until
+        `sent` says its call has ended (kv/server/reply_budget.py; None: as this returns)."""
         if user is not None:
             self.gate.check_read(user, permission_range(request.key, request.range_end))
         level = "stale" if request.serializable else "linearizable"
         await read_barrier(self.node, level, timeout)
         try:
             if request.range_end:
-                return await asyncio.to_thread(self.fsm.etcd_range, request)
+                return await self._budgeted(lambda allow: self.fsm.etcd_range(request, allow), timeout, sent)
             return self.fsm.etcd_range(request)  # one key: a lookup or two, cheaper than a thread's hand-off
         except EtcdRefusal as refusal:
             raise errors.of_kind(refusal.kind, str(refusal)) from None
 
     async def read_txn(self, request: etcd_pb.TxnRequest, timeout: float | None = None,
-                       user: str | None = None) -> etcd_pb.TxnResponse:
+                       user: str | None = None, sent: Sent | None = None) -> etcd_pb.TxnResponse:
         """A read-only etcd transaction (etcd_txn.read_only) served as a read by this member, as
         etcd serves it: after a ReadIndex round unless every range is serializable, never through
-        the log (where every member would run it)."""
+        the log (where every member would run it). Its ranges together are one reply against the
+        budget, as `range`'s."""
         if user is not None:
             _refuse(self.auth.view.spans_refusal(user, *txn_spans(request)))
         level = "stale" if serializable(request) else "linearizable"
         await read_barrier(self.node, level, timeout)
         try:
-            return await asyncio.to_thread(self.fsm.etcd_read_txn, request)
+            return await self._budgeted(lambda allow: self.fsm.etcd_read_txn(request, allow), timeout, sent)
         except EtcdRefusal as refusal:
             raise errors.of_kind(refusal.kind, str(refusal)) from None
+
+    async def _budgeted(self, read: Callable[[Allow], R], timeout: float | None, sent: Sent | None) -> R:
+        """`read(allow)` in a worker thread, its reply measured and taken from the member's budget
+        (or refused as too large) before it is built; with no room, wait for some and read again
+        (a new read: what it measures is what it builds). The bytes come back when `sent` calls."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            grant = self.replies.grant()
+            try:
+                reply = await asyncio.to_thread(read, grant)
+            except NoRoom as no_room:
+                grant.release()
+                await self.replies.wait_room(no_room.size, None if deadline is None else deadline - time.monotonic())
+                continue
+            except BaseException:
+                grant.release()
+                raise
+            if sent is None:
+                grant.release()
+            else:
+                sent(grant.release)
+            return reply
 
     async def compact(self, revision: int, timeout: float | None = None, user: str | None = None) -> int:
         """etcd's Compact through the log (root only while auth is on: checked at apply); the

@@ -20,6 +20,7 @@ from statemachine.auth_state import AuthHolder
 from statemachine.leases import LeaseHolder
 from statemachine.client_sessions import SessionStats
 from statemachine.kv_state import KVStateMachine
+from statemachine.range_read import Allow, allow_any
 
 
 class SharedExclusiveLock:
@@ -149,11 +150,11 @@ class ReplaceableStateMachine:
         with self._lock.shared():
             return self._machine.compacted_revision
 
-    def etcd_range(self, request: Any) -> Any:
-        return self._call("etcd_range", request)
+    def etcd_range(self, request: Any, allow: Allow = allow_any) -> Any:
+        return self._call("etcd_range", request, allow)
 
-    def etcd_read_txn(self, request: Any) -> Any:
-        return self._call("etcd_read_txn", request)
+    def etcd_read_txn(self, request: Any, allow: Allow = allow_any) -> Any:
+        return self._call("etcd_read_txn", request, allow)
 
     def hash_kv(self, revision: int = 0) -> tuple[int, int, int]:
         return self._call("hash_kv", revision)

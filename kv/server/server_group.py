@@ -37,7 +37,8 @@ Service = tuple[Callable[[Any, Any], None], Any]
 
 # Largest message a node sends a client: a scan page and a pipeline's batch of replies stay well
 # within it (kv/server/kv_service.py, kv/server/pipeline_call.py), as do export batches and
-# snapshot chunks.
+# snapshot chunks; an etcd Range or read-only Txn over more is refused before it is built
+# (kv/server/reply_budget.py). etcd's server sends up to 2 GiB (math.MaxInt32).
 MAX_SEND_BYTES = 64 << 20
 
 # Options for the node's grpc.aio servers: accept the clients' keepalive pings (without these a

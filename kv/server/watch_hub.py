@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # Revisions one read of a catching-up watcher covers (etcd's watchBatchMaxRevs).
 CATCH_UP_REVISIONS = 1000
+# Synced watchers handed their changes in one turn of the event loop (about a millisecond's work).
+WATCHERS_PER_TURN = 256
 
 
 @dataclass(eq=False)
@@ -49,9 +51,16 @@ class Watcher:
 
     def take(self, changes: list[Change], revision: int) -> None:
         """Hand over the changes in range from next_revision through `revision`."""
-        mine = [c for c in changes if c.kv.mod_revision >= self.next_revision and self.covers(c.kv.key)]
+        self.take_in_range([c for c in changes if self.covers(c.kv.key)], revision)
+
+    def take_in_range(self, in_range: list[Change], revision: int) -> None:
+        """`take` of changes already cut to this watcher's range (in revision order): handed over
+        as the same list when the watcher wants all of them, so watches of one range share it."""
+        first = self.next_revision
+        mine = in_range if not in_range or in_range[0].kv.mod_revision >= first else \
+            [c for c in in_range if c.kv.mod_revision >= first]
         # Never backwards: a watch resumed on a member behind it may be handed revisions it has.
-        self.next_revision = max(self.next_revision, revision + 1)
+        self.next_revision = max(first, revision + 1)
         self.deliver(mine, revision)
 
 
@@ -126,16 +135,35 @@ class WatchHub:
                     self._fsm.changes, self.revision + 1, revision, b"", None, with_prev)
             except CompactedError:
                 changes = None  # a snapshot install jumped past compacted changes: each catch-up says so
-            # A watcher may have joined during the read: one that wants previous versions the read
-            # left out catches up from the store (with them), as one that fell behind does.
-            for watcher in list(self._synced):
-                if changes is None or watcher.behind() or (watcher.with_prev and not with_prev):
-                    self._demote(watcher)
-                else:
-                    watcher.take(changes, revision)
+            await self._hand_out(changes, revision, with_prev)
         self.revision = revision
         advanced, self._advanced = self._advanced, asyncio.Event()
         advanced.set()
+
+    async def _hand_out(self, changes: list[Change] | None, revision: int, with_prev: bool) -> None:
+        """Each synced watcher's share of `changes` (through `revision`), WATCHERS_PER_TURN at a
+        time, giving the loop back between them: thousands of watches must not hold the member's
+        own work (heartbeats, status, writes) for the whole fan-out. A watcher that joins the synced
+        ones meanwhile (a new watch, a catch-up that reached the hub's revision, which is not moved
+        yet) is served in the same round: nothing it needs is skipped. A watcher may have joined
+        during the read, too: one that wants previous versions the read left out catches up from
+        the store (with them), as one that fell behind does."""
+        served: set[Watcher] = set()
+        in_range: dict[tuple[bytes, bytes | None], list[Change]] = {}  # cut once per range watched
+        while pending := [w for w in self._synced if w not in served]:
+            for count, watcher in enumerate(pending, 1):
+                if watcher in self._synced:  # not removed or demoted while the loop had the turn
+                    served.add(watcher)
+                    if changes is None or watcher.behind() or (watcher.with_prev and not with_prev):
+                        self._demote(watcher)
+                    else:
+                        span = (watcher.start, watcher.end)
+                        cut = in_range.get(span)
+                        if cut is None:
+                            cut = in_range[span] = [c for c in changes if watcher.covers(c.kv.key)]
+                        watcher.take_in_range(cut, revision)
+                if count % WATCHERS_PER_TURN == 0:
+                    await asyncio.sleep(0)
 
     def _demote(self, watcher: Watcher) -> None:
         self._synced.discard(watcher)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kv.server.watch_hub import Watcher, WatchHub
+from kv.server.watch_hub import WATCHERS_PER_TURN, Watcher, WatchHub
 from statemachine.key_record import KeyVersion
 from statemachine.mvcc import Change
 from tests.integration.cluster import eventually
@@ -111,3 +111,40 @@ def test_a_watcher_wanting_previous_versions_added_while_the_hub_reads_without_t
         await hub.stop()
         return got, prevs
     assert asyncio.run(run()) == ([2, 3], [True, True])
+
+
+def test_the_fan_out_gives_the_loop_back_and_serves_a_watcher_that_joins_meanwhile() -> None:
+    """Thousands of synced watchers are handed a revision a batch at a time: work queued on the
+    member's loop once the fan-out has started (a heartbeat, a status call) runs before it ends,
+    and a watcher that joins meanwhile still gets the revision."""
+    async def run() -> tuple[int, list[int]]:
+        node, store = FakeNode(), FakeStore()
+        hub = WatchHub(node, store)  # type: ignore[arg-type]
+        hub.start()
+        loop = asyncio.get_running_loop()
+        got: list[list[int]] = [[] for _ in range(4 * WATCHERS_PER_TURN)]
+        joined: list[int] = []
+        seen: list[int] = []
+
+        def member_work() -> None:
+            seen.append(sum(1 for revisions in got if revisions))
+            hub.add(watcher(2, joined))
+
+        for revisions in got:
+            w = watcher(2, revisions)
+            handed = w.deliver
+
+            def deliver(changes: list[Change], revision: int, handed=handed) -> None:  # type: ignore[no-untyped-def]
+                if not seen and not any(got):  # the fan-out's first hand-over: the member has work
+                    loop.call_soon(member_work)
+                handed(changes, revision)
+            w.deliver = deliver
+            hub.add(w)
+        store.revision = 2
+        node.apply()
+        await eventually("every watcher's revision 2", lambda: all(r == [2] for r in got) and joined == [2])
+        await hub.stop()
+        return seen[0], joined
+    served_first, joined = asyncio.run(run())
+    assert served_first < 4 * WATCHERS_PER_TURN  # the member's work did not wait for the whole fan-out
+    assert joined == [2]

@@ -1,0 +1,245 @@
+"""etcd's Range read in two passes over one read transaction, so that a reply is measured before
+it is built: `plan_range` walks the range reading only each version's revisions and the length of
+its value (no value is copied out), chooses the keys etcd would answer with (count before the
+revision filters, then filters, sort, limit), and adds up the bytes their KeyValues take on the
+wire; `fill_range` then reads the values of the reply's keys alone, straight into the response.
+Between the two the caller may refuse the reply (too large, no room on the member: `Allow`), before
+any memory is spent on values.
+
+A reply in key order (no sort: the usual list) holds no key between the passes: `fill_range` reads
+the range again and takes the first keys that pass the filters. A sorted one holds each candidate
+key with its revisions (what the sort needs), never a value; sorted by value, it keeps them
+unsorted, sizes the reply as the largest `limit` of them could be, and `fill_range` keeps only the
+`limit` first values as it reads them."""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import lmdb
+
+from raftkv_proto import etcd_rpc_pb2 as pb
+from statemachine.key_record import HEADER_BYTES, KeyVersion, revisions_of
+from statemachine.mvcc import MvccTables, range_at, store_revision, version_at
+from statemachine.value_checksum import CHECKSUM_BYTES
+
+# A Range reply's bytes beside its KeyValues: the header (filled by the face: cluster and member
+# ids, revision, term), count and more. An upper bound, so that a measured size never falls short.
+REPLY_FRAME_BYTES = 64
+
+class Allow(Protocol):
+    """Called with a reply's measured size before its values are read; raises to refuse it.
+    `max_bytes` (None: no bound) lets a plan stop holding keys once the reply is sure to be over."""
+
+    max_bytes: int | None
+
+    def __call__(self, size: int) -> None: ...
+
+
+class _AllowAny:
+    max_bytes = None
+
+    def __call__(self, size: int) -> None:
+        pass
+
+
+allow_any: Allow = _AllowAny()  # a read no one bounds (a Range inside a transaction applied from the log)
+
+
+class _Versioned(Protocol):
+    key: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A key version as a plan sees it: its revisions and the length of its value, not the value."""
+
+    key: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+    value_bytes: int
+
+
+@dataclass(slots=True)
+class RangePlan:
+    request: pb.RangeRequest
+    bounds: tuple[bytes, bytes | None]  # [start, end) of the keys read
+    count: int  # keys in range, before the revision filters (etcd's count)
+    # The reply's keys in reply order (by value: unsorted, every candidate); None: the first
+    # `taken` keys in key order that pass the filters.
+    chosen: list[Listed] | None
+    taken: int  # keys in the reply
+    more: bool
+    wire_bytes: int  # the reply's size on the wire, at most (exact unless sorted by value)
+    revision: int  # the header's revision
+    by_value: bool  # sorted by value: `chosen` holds every candidate, unsorted
+
+
+def kv_wire_bytes(key: int, value: int, create: int, mod: int, version: int, lease: int) -> int:
+    """Bytes of one mvccpb.KeyValue as an entry of a repeated field (tag, length, fields):
+    protobuf's own arithmetic, so a reply's measure matches what SerializeToString writes."""
+    body = (_field(key) if key else 0) + (_field(value) if value else 0)
+    for number in (create, mod, version, lease):
+        if number:
+            body += 1 + _varint_bytes(number)
+    return 1 + _varint_bytes(body) + body
+
+
+def _field(length: int) -> int:
+    return 1 + _varint_bytes(length) + length
+
+
+def _varint_bytes(n: int) -> int:
+    return 10 if n < 0 else max(1, (n.bit_length() + 6) // 7)
+
+
+def listed_range(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None,
+                 revision: int) -> Iterator[Listed]:
+    """The versions in [start, end) at `revision` (0: the newest), in key order, without values:
+    at the newest revision straight from each record's header and length."""
+    if revision > 0 and revision < store_revision(txn, tables):
+        for kv in range_at(txn, tables, start, end, revision):
+            yield Listed(kv.key, kv.create_revision, kv.mod_revision, kv.version, kv.lease, len(kv.value))
+        return
+    cursor = txn.cursor(db=tables.data)
+    found = cursor.set_range(start) if start else cursor.first()
+    overhead = CHECKSUM_BYTES + HEADER_BYTES
+    while found:
+        key = cursor.key()
+        if end is not None and key >= end:
+            return
+        record = cursor.value()
+        create, mod, _, version, lease = revisions_of(record)
+        yield Listed(key, create, mod, version, lease, len(record) - overhead)
+        found = cursor.next()
+
+
+_SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
+    pb.RangeRequest.KEY: lambda kv: kv.key,
+    pb.RangeRequest.VERSION: lambda kv: kv.version,
+    pb.RangeRequest.CREATE: lambda kv: kv.create_revision,
+    pb.RangeRequest.MOD: lambda kv: kv.mod_revision,
+}
+
+
+def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int,
+               bounds: tuple[bytes, bytes | None], max_bytes: int | None = None) -> RangePlan:
+    """etcd's choice of keys for `request` over the versions a read found in [bounds) (in key
+    order), as its Range applies them: count before the revision filters, then filters, sort,
+    limit, keys_only. A reply in key order holds no key: `fill_range` reads the range again and
+    takes the first `taken` that pass the filters. A sorted one holds its keys, unless it has no
+    limit and is sure to exceed `max_bytes` (then it is only counted and measured)."""
+    filtered = bool(request.max_mod_revision or request.min_mod_revision or request.max_create_revision
+                    or request.min_create_revision)
+    order = request.sort_order
+    if request.sort_target != pb.RangeRequest.KEY and order == pb.RangeRequest.NONE:
+        order = pb.RangeRequest.ASCEND  # etcd: a sort target other than the key sorts ascending
+    by_value = order != pb.RangeRequest.NONE and request.sort_target == pb.RangeRequest.VALUE
+    plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, by_value)
+    limit = request.limit if request.limit > 0 else None
+    in_key_order = order == pb.RangeRequest.NONE
+    # etcd reads limit + 1 keys in key order, then sorts those by a target other than the key.
+    keep = limit + 1 if limit is not None and request.sort_order == pb.RangeRequest.NONE and not filtered else None
+    kvs: list[Listed] = []
+    passed = size = 0
+    for kv in listed:
+        plan.count += 1
+        if request.count_only or (keep is not None and passed >= keep) or (filtered and not _passes(kv, request)):
+            continue
+        passed += 1
+        if in_key_order or limit is None:  # this key is in the reply: measured as it comes
+            if limit is not None and passed > limit:
+                continue  # counted for `more` only
+            size += _wire_bytes(kv, request.keys_only)
+            if in_key_order:
+                continue  # nothing to hold: fill_range reads the range again
+            if max_bytes is not None and size > max_bytes:
+                kvs.clear()  # too large whatever follows: measure on, hold nothing
+                continue
+        kvs.append(kv)
+    if request.count_only:
+        return plan
+    plan.more = limit is not None and passed > limit
+    if in_key_order:
+        plan.taken = min(passed, limit or passed)
+        plan.wire_bytes += size
+        return plan
+    if limit is None and max_bytes is not None and size > max_bytes:
+        plan.chosen = []  # for the allowance to refuse (its max_bytes): no key was kept to fill
+        plan.wire_bytes += size
+        return plan
+    if not by_value:
+        # Stable, as etcd's Go sort is on the few keys a test compares; ties keep key order.
+        kvs.sort(key=_SORT_KEYS[request.sort_target], reverse=order == pb.RangeRequest.DESCEND)
+        kvs = kvs[:limit]
+    plan.chosen = kvs
+    plan.taken = min(len(kvs), limit or len(kvs))
+    sizes = [_wire_bytes(kv, request.keys_only) for kv in kvs]
+    if by_value and limit is not None:
+        sizes = heapq.nlargest(limit, sizes)  # whichever keys the values choose, at most these
+    plan.wire_bytes += sum(sizes)
+    return plan
+
+
+def _passes(kv: _Versioned, request: pb.RangeRequest) -> bool:
+    return ((not request.max_mod_revision or kv.mod_revision <= request.max_mod_revision)
+            and (not request.min_mod_revision or kv.mod_revision >= request.min_mod_revision)
+            and (not request.max_create_revision or kv.create_revision <= request.max_create_revision)
+            and (not request.min_create_revision or kv.create_revision >= request.min_create_revision))
+
+
+def _wire_bytes(kv: Listed, keys_only: bool) -> int:
+    return kv_wire_bytes(len(kv.key), 0 if keys_only else kv.value_bytes, kv.create_revision, kv.mod_revision,
+                         kv.version, kv.lease)
+
+
+def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, response: pb.RangeResponse) -> None:
+    """`plan`'s reply into `response`, reading its keys' values from `txn` (the transaction the
+    plan was made in: the same versions)."""
+    request = plan.request
+    response.count = plan.count
+    response.more = plan.more
+    response.header.revision = plan.revision
+    if request.count_only or not plan.taken:
+        return
+    versions: Iterable[KeyVersion]
+    if plan.chosen is None:  # in key order: the first that pass the filters, read again
+        versions = range_at(txn, tables, plan.bounds[0], plan.bounds[1], request.revision)
+        if request.max_mod_revision or request.min_mod_revision or request.max_create_revision \
+                or request.min_create_revision:
+            versions = (kv for kv in versions if _passes(kv, request))
+        versions = itertools.islice(versions, plan.taken)
+    else:
+        versions = (_version(txn, tables, kv.key, request.revision) for kv in plan.chosen)
+        if plan.by_value:
+            versions = _by_value(versions, request)
+    add = response.kvs.add
+    keys_only = request.keys_only
+    for kv in versions:
+        add(key=kv.key, create_revision=kv.create_revision, mod_revision=kv.mod_revision, version=kv.version,
+            value=b"" if keys_only else kv.value, lease=kv.lease)
+
+
+def _by_value(versions: Iterable[KeyVersion], request: pb.RangeRequest) -> list[KeyVersion]:
+    """The versions sorted by value as etcd's Range does (ascending unless DESCEND), cut to the
+    limit while they are read (heapq's nsmallest and nlargest equal a stable sort's first n)."""
+    descend = request.sort_order == pb.RangeRequest.DESCEND
+    if request.limit > 0:
+        pick = heapq.nlargest if descend else heapq.nsmallest
+        return pick(request.limit, versions, key=lambda kv: kv.value)
+    return sorted(versions, key=lambda kv: kv.value, reverse=descend)
+
+
+def _version(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion:
+    kv = version_at(txn, tables, key, revision)
+    assert kv is not None, "a planned key is read in the transaction that listed it"
+    return kv

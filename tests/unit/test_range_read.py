@@ -1,0 +1,147 @@
+"""A Range measured before it is built (statemachine/range_read.py): the plan chooses the keys
+etcd's Range answers with (checked against the one-pass model it replaced, over every sort, filter
+and limit), its measure is what the reply takes on the wire, and a refused reply reads no value."""
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftkv_proto import etcd_rpc_pb2 as pb
+from statemachine.commands import delete_op, encode_command, put_op
+from statemachine.kv_state import KVStateMachine
+from statemachine.range_read import REPLY_FRAME_BYTES
+from tests.unit.test_mvcc import Applier
+
+KEYS = 40
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Iterator[KVStateMachine]:
+    with KVStateMachine(tmp_path / "state", map_size=64 << 20) as sm:
+        rng = random.Random(7)
+        apply = Applier(sm)
+        for _ in range(3):  # versions, create and mod revisions that differ, values of every size
+            puts = [put_op(b"k/%02d" % i, bytes([rng.randrange(256)]) * rng.randrange(0, 300))
+                    for i in rng.sample(range(KEYS), KEYS // 2)]
+            apply.payload(encode_command(puts))
+        apply.payload(encode_command([delete_op(b"k/03")]))
+        yield sm
+
+
+def model(sm: KVStateMachine, request: pb.RangeRequest) -> pb.RangeResponse:
+    """etcd's Range as one pass over every version with its value (the code the plan replaced)."""
+    every = pb.RangeRequest(key=request.key, range_end=request.range_end, revision=request.revision)
+    kvs = list(sm.etcd_range(every).kvs)
+    response = pb.RangeResponse(count=len(kvs))
+    if request.count_only:
+        return response
+    if request.limit > 0 and request.sort_order == pb.RangeRequest.NONE and not (
+            request.min_mod_revision or request.max_mod_revision or request.min_create_revision
+            or request.max_create_revision):
+        kvs = kvs[:request.limit + 1]
+    if request.max_mod_revision:
+        kvs = [kv for kv in kvs if kv.mod_revision <= request.max_mod_revision]
+    if request.min_mod_revision:
+        kvs = [kv for kv in kvs if kv.mod_revision >= request.min_mod_revision]
+    if request.max_create_revision:
+        kvs = [kv for kv in kvs if kv.create_revision <= request.max_create_revision]
+    if request.min_create_revision:
+        kvs = [kv for kv in kvs if kv.create_revision >= request.min_create_revision]
+    order = request.sort_order
+    if request.sort_target != pb.RangeRequest.KEY and order == pb.RangeRequest.NONE:
+        order = pb.RangeRequest.ASCEND
+    if order != pb.RangeRequest.NONE:
+        field = {pb.RangeRequest.KEY: "key", pb.RangeRequest.VERSION: "version", pb.RangeRequest.CREATE:
+                 "create_revision", pb.RangeRequest.MOD: "mod_revision", pb.RangeRequest.VALUE: "value"}
+        kvs.sort(key=lambda kv: getattr(kv, field[request.sort_target]), reverse=order == pb.RangeRequest.DESCEND)
+    if 0 < request.limit < len(kvs):
+        kvs = kvs[:request.limit]
+        response.more = True
+    for kv in kvs:
+        response.kvs.add().CopyFrom(kv)
+        if request.keys_only:
+            response.kvs[-1].value = b""
+    return response
+
+
+def requests() -> Iterator[pb.RangeRequest]:
+    targets = [pb.RangeRequest.KEY, pb.RangeRequest.VERSION, pb.RangeRequest.CREATE, pb.RangeRequest.MOD,
+               pb.RangeRequest.VALUE]
+    orders = [pb.RangeRequest.NONE, pb.RangeRequest.ASCEND, pb.RangeRequest.DESCEND]
+    filters = [{}, {"min_mod_revision": 3}, {"max_create_revision": 2}, {"min_create_revision": 3, "max_mod_revision": 4}]
+    for target, order, limit, extra, keys_only in itertools.product(targets, orders, (0, 1, 7, 100), filters,
+                                                                      (False, True)):
+        yield pb.RangeRequest(key=b"k/", range_end=b"k0", sort_target=target, sort_order=order, limit=limit,
+                              keys_only=keys_only, **extra)
+    yield pb.RangeRequest(key=b"k/", range_end=b"k0", count_only=True, limit=3)
+    yield pb.RangeRequest(key=b"k/", range_end=b"k0", revision=2, sort_order=pb.RangeRequest.DESCEND, limit=5)
+
+
+class Measured:
+    """An allowance that records the size it was shown."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.sizes: list[int] = []
+
+    def __call__(self, size: int) -> None:
+        self.sizes.append(size)
+
+
+def test_the_plan_answers_as_etcds_range_and_measures_the_reply(machine: KVStateMachine) -> None:
+    for request in requests():
+        allow = Measured()
+        response = machine.etcd_range(request, allow)
+        expected = model(machine, request)
+        response.ClearField("header")
+        assert response == expected, request
+        (size,) = allow.sizes
+        kvs_bytes = pb.RangeResponse(kvs=response.kvs).ByteSize()
+        if request.sort_target == pb.RangeRequest.VALUE and 0 < request.limit:
+            assert kvs_bytes <= size - REPLY_FRAME_BYTES, request  # an upper bound: the values choose
+        else:
+            assert kvs_bytes == size - REPLY_FRAME_BYTES, request  # protobuf's own size, exactly
+        # The frame holds the largest header a member fills, with count and more.
+        full = pb.RangeResponse(count=1 << 62, more=True, header=pb.ResponseHeader(
+            cluster_id=(1 << 64) - 1, member_id=(1 << 64) - 1, revision=1 << 62, raft_term=1 << 62))
+        assert full.ByteSize() <= REPLY_FRAME_BYTES
+
+
+class Refused(Exception):
+    pass
+
+
+def test_a_reply_refused_on_its_measure_reads_no_value(machine: KVStateMachine,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import statemachine.range_read as range_read
+    read: list[bytes] = []
+    version_at = range_read.version_at
+    monkeypatch.setattr(range_read, "version_at", lambda txn, tables, key, revision: read.append(key) or
+                        version_at(txn, tables, key, revision))
+
+    def refuse(size: int) -> None:
+        raise Refused(size)
+    refuse.max_bytes = 1000  # type: ignore[attr-defined]
+    with pytest.raises(Refused) as refused:
+        machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0"), refuse)  # type: ignore[arg-type]
+    assert not read
+    # The size it was refused at is the whole reply's, measured past max_bytes without holding keys.
+    allow = Measured()
+    machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0"), allow)
+    assert refused.value.args[0] == allow.sizes[0] > 1000
+
+
+def test_a_read_only_txn_is_measured_as_one_reply(machine: KVStateMachine) -> None:
+    everything = pb.RequestOp(request_range=pb.RangeRequest(key=b"\0", range_end=b"\0"))
+    one = Measured()
+    machine.etcd_range(everything.request_range, one)
+    nested = pb.RequestOp(request_txn=pb.TxnRequest(success=[everything, everything]))
+    together = Measured()
+    response = machine.etcd_read_txn(pb.TxnRequest(success=[everything, nested]), together)
+    assert together.sizes == [3 * one.sizes[0]]
+    assert [len(r.response_range.kvs) for r in response.responses[1].response_txn.responses] == \
+        [len(response.responses[0].response_range.kvs)] * 2
