@@ -88,7 +88,7 @@ from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
 from statemachine.etcd_txn import read_range, read_txn, refusal_of
 from statemachine.key_record import stored_value
 from statemachine.leases import LEASE_KEYS_DB_NAME, LEASE_LONG_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
-from statemachine.long_keys import LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
+from statemachine.long_keys import DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
 from statemachine.mvcc import (
     CHANGES_DB_NAME,
     Change,
@@ -113,7 +113,7 @@ FORMAT_VERSION = 3
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
 _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, HISTORY_DB_NAME,
              HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME, LONG_KEYS_DB_NAME,
-             b"data_long", HISTORY_INDEX_DB_NAME + b"_long", LEASE_LONG_KEYS_DB_NAME)
+             DATA_LONG_DB_NAME, HISTORY_INDEX_DB_NAME + b"_long", LEASE_LONG_KEYS_DB_NAME)
 _DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME, HISTORY_INDEX_DB_NAME + b"_long",
                                LEASE_LONG_KEYS_DB_NAME})
 _APPLIED_KEY = b"applied"

@@ -36,6 +36,7 @@ LMDB_MAX_KEY_BYTES = 511  # mdb_env_get_maxkeysize: keys up to this are stored a
 DIGEST_BYTES = 16
 PREFIX_BYTES = LMDB_MAX_KEY_BYTES - DIGEST_BYTES
 LONG_KEYS_DB_NAME = b"long_keys"
+DATA_LONG_DB_NAME = b"data_long"  # the live versions of long keys (statemachine/mvcc.py's data)
 
 
 class LongKeyCollision(ValueError):

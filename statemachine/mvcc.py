@@ -4,6 +4,9 @@ The store has one revision: 1 when empty, up by exactly one for each command tha
 something (a put, a delete that found a key, a batch, an etcd transaction: all changes of one
 command share its revision, each with a sub of its own). Reads name a revision or take the newest.
 
+Each table keyed by a user key is a KeyedTable (statemachine/long_keys.py): keys over LMDB's
+511-byte key limit are in a table of their own under a stored key, and reads merge both by key.
+
 - ``data``           key -> its live version (statemachine/key_record.py): what a read at the
                      newest revision sees, in one lookup, as before revisions existed.
 - ``history``        (mod_revision, mod_sub) -> a superseded version or a tombstone (version 0).
@@ -17,8 +20,8 @@ command share its revision, each with a sub of its own). Reads name a revision o
                      is in ``history`` under the same (revision, sub) once a later change replaced
                      it, and in ``data`` until then.
 
-Why this shape: keys may be 511 bytes, LMDB's key limit, so no table can be keyed by key plus
-revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
+Why this shape: a stored key may be 511 bytes, LMDB's key limit, so no table can be keyed by key
+plus revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
 index on disk, so a member starts without rebuilding anything.
 
 Compaction at C (`compact`) drops every history entry no read at a revision >= C can see: one whose

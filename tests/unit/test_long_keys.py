@@ -5,7 +5,6 @@ prefixes, watch replay, leases, compaction, copies and etcd snapshots; and the h
 of short keys alone, as they were before long keys existed."""
 from __future__ import annotations
 
-import hashlib
 import random
 import tempfile
 from dataclasses import dataclass, field
@@ -14,19 +13,18 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kv.server.etcd_backup import restore_etcd_state, write_etcd_database
-from raft.core import Entry, EntryType
 from raftkv_proto import etcd_rpc_pb2 as pb
-from raftkv_proto import kv_pb2
 from raftkv_proto.key_ranges import prefix_end
 from statemachine import KVStateMachine
 from statemachine.commands import (
     encode_compaction,
-    encode_etcd_txn,
     encode_lease_grant,
     encode_lease_revoke,
 )
+from kv.tools.spark.snapshot_source import SnapshotSource
+from snapshot.store import SnapshotStore
 from statemachine.long_keys import PREFIX_BYTES, stored_key
+from tests.unit.test_bbolt_etcd_state import Applier, through_an_etcd_file
 
 # Heads that make keys short, exactly at the limit, just over it, and long with a shared prefix
 # longer than the stored prefix (so their order rests on the bytes the digest replaced).
@@ -68,22 +66,11 @@ class Model:
         return self.revisions[max(r for r in self.revisions if r <= revision)]
 
 
-class Applier:
-    def __init__(self, sm: KVStateMachine) -> None:
-        self.sm, self.index = sm, 0
-
-    def __call__(self, payload: bytes) -> kv_pb2.CommandResult:
-        self.index += 1
-        (outcome,) = self.sm.apply([Entry(self.index, 1, EntryType.NORMAL, payload)])
-        assert outcome is not None and not outcome.result.refusal and not outcome.error, outcome
-        return outcome.result
-
-    def txn(self, ops: list[tuple[str, bytes, bytes, int]]) -> None:
-        request = pb.TxnRequest(success=[
-            pb.RequestOp(request_put=pb.PutRequest(key=key, value=arg, lease=lease)) if kind == "put" else
-            pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key, range_end=arg))
-            for kind, key, arg, lease in ops])
-        self(encode_etcd_txn(request.SerializeToString()))
+def txn(apply: Applier, ops: list[tuple[str, bytes, bytes, int]]) -> None:
+    """One etcd transaction of ("put", key, value, lease) and ("delete", start, end, 0) ops."""
+    apply.txn(*(pb.RequestOp(request_put=pb.PutRequest(key=key, value=arg, lease=lease)) if kind == "put" else
+                pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key, range_end=arg))
+                for kind, key, arg, lease in ops))
 
 
 def read(sm: KVStateMachine, start: bytes, end: bytes, revision: int = 0) -> list[tuple]:
@@ -115,7 +102,7 @@ def test_the_store_with_long_keys_answers_as_a_model_dict(ops: list[tuple], seed
             else:  # one transaction, two puts and a range delete: one revision, subs in order
                 low, high = sorted((key, other))
                 batch = [("put", other, b"w%d" % step, 0), ("delete", low, high, 0), ("put", key, b"x", 0)]
-            apply.txn(batch)
+            txn(apply, batch)
             model.apply(batch)
             if rng.random() < 0.15 and model.revision > model.compacted + 1:
                 model.compacted = rng.randint(model.compacted + 1, model.revision)
@@ -149,7 +136,7 @@ def test_keys_past_the_stored_prefix_keep_their_order_among_short_keys(tmp_path:
     with KVStateMachine(tmp_path / "s", map_size=64 << 20) as sm:
         apply = Applier(sm)
         for key in reversed(keys):
-            apply.txn([("put", key, b"v", 0)])
+            txn(apply, [("put", key, b"v", 0)])
         assert [k for k, _ in read(sm, b"\0", b"\0")] == sorted(keys)
         assert [k for k, _ in read(sm, shared + b"a", shared + b"b")] == sorted(k for k in keys
                                                                              if shared + b"a" <= k < shared + b"b")
@@ -163,6 +150,19 @@ GOLDEN_HASH_KV = (1287070502, 180, 115)
 GOLDEN_STATE_HASH = "c047cebe3a7529229d3dae99c5888dffd2b6ade9fdfc10b1cfdc4d16139e8fb7"
 
 
+def test_a_snapshot_file_counts_and_exports_long_keys_in_order(tmp_path: Path) -> None:
+    keys = [b"a", b"p" * 511, b"p" * 2000 + b"b", b"p" * 2000 + b"a", b"p" * 512, b"z"]
+    with KVStateMachine(tmp_path / "s", map_size=64 << 20) as sm:
+        apply = Applier(sm)
+        txn(apply, [("put", key, key[-1:], 0) for key in keys])
+        store = SnapshotStore(tmp_path / "snaps")
+        manifest = store.create(sm, ["n1"], "c-test")
+    assert manifest.key_count == len(keys)
+    with SnapshotSource(store.path_for(manifest), workdir=tmp_path) as snap:
+        exported = [item for start, end in snap.ranges(3) for batch in snap.read(start, end) for item in batch]
+    assert exported == sorted((key, key[-1:]) for key in keys)
+
+
 def _short_history(sm: KVStateMachine) -> None:
     """A fixed history of short keys only: puts, deletes, leases, a compaction."""
     rng = random.Random(5)
@@ -171,9 +171,9 @@ def _short_history(sm: KVStateMachine) -> None:
     for step in range(200):
         key = b"k%02d" % rng.randrange(20)
         if rng.random() < 0.7:
-            apply.txn([("put", key, rng.randbytes(rng.choice((3, 300))), 9 if rng.random() < 0.1 else 0)])
+            txn(apply, [("put", key, rng.randbytes(rng.choice((3, 300))), 9 if rng.random() < 0.1 else 0)])
         else:
-            apply.txn([("delete", key, key + b"\0", 0)])
+            txn(apply, [("delete", key, key + b"\0", 0)])
         if step == 150:
             apply(encode_compaction(sm.revision - 20))
 
@@ -196,20 +196,16 @@ def test_a_state_with_long_keys_round_trips_through_an_etcd_snapshot(tmp_path: P
         for step in range(80):
             key = rng.choice(keys)
             if rng.random() < 0.7:
-                apply.txn([("put", key, b"%d" % step, 7 if rng.random() < 0.3 else 0)])
+                txn(apply, [("put", key, b"%d" % step, 7 if rng.random() < 0.3 else 0)])
             else:
-                apply.txn([("delete", key, key + b"\0", 0)])
+                txn(apply, [("delete", key, key + b"\0", 0)])
             if step == 40:
                 apply(encode_compaction(sm.revision - 5))
-        apply.txn([("put", keys[3], b"leased", 7), ("put", keys[1], b"leased", 7)])
+        txn(apply, [("put", keys[3], b"leased", 7), ("put", keys[1], b"leased", 7)])
         reads = {r: read(sm, b"\0", b"\0", r) for r in range(sm.compacted_revision, sm.revision + 1)}
         watched = sm.changes(sm.compacted_revision + 1, sm.revision, with_prev=True)
         leased = sm.lease_keys(7)
-    exported = tmp_path / "etcd.db"
-    write_etcd_database(tmp_path / "state", exported)
-    snap = tmp_path / "etcd.snap"
-    snap.write_bytes(exported.read_bytes() + hashlib.sha256(exported.read_bytes()).digest())
-    restore_etcd_state(snap, tmp_path / "restored", "c-test")
+    through_an_etcd_file(tmp_path)
     with KVStateMachine(tmp_path / "restored", map_size=64 << 20) as restored:
         assert {r: read(restored, b"\0", b"\0", r) for r in reads} == reads
         assert restored.changes(min(reads) + 1, max(reads), with_prev=True) == watched

@@ -20,10 +20,10 @@ from kv.tools.spark.export_client import STAGING_PREFIX
 from snapshot.file_format import copy_payload
 from snapshot.state_payload import STATE_FILE, revision_in
 from statemachine.key_record import stored_value
-from statemachine.long_keys import LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
+from statemachine.long_keys import DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
 
 # The state machine's user data (statemachine/kv_state.py): short keys, long keys, their names.
-_DATA_DBS = (b"data", b"data_long", LONG_KEYS_DB_NAME)
+_DATA_DBS = (b"data", DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME)
 DEFAULT_BATCH_SIZE = 5000
 
 
