@@ -1,6 +1,7 @@
 """Reading a snapshot's state payload (an LMDB environment as KVStateMachine lays it out)
 without the state machine: the snapshot code may be imported by raft/node, which must not import
-statemachine, so it relies only on the layout - user data in the named database ``data``."""
+statemachine, so it relies only on the layout - user data in the named databases ``data`` and
+``data_long``."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import os
 import lmdb
 
 STATE_FILE = "data.mdb"
-_DATA_DB = b"data"
+_DATA_DBS = (b"data", b"data_long")  # short keys, and keys over 511 bytes
 _META_DB = b"meta"
 _REVISION_KEY = b"revision"  # the store's revision (statemachine/mvcc.py), an int64
 
@@ -19,10 +20,10 @@ def count_keys(state_dir: str | os.PathLike[str]) -> int:
     env = lmdb.open(str(state_dir), readonly=True, lock=False, max_dbs=8, subdir=True)
     try:
         with env.begin() as txn:
-            if txn.get(_DATA_DB) is None:  # named databases are keys of the main database
-                return 0
-            data = env.open_db(_DATA_DB, txn=txn, create=False)
-            return int(txn.stat(data)["entries"])
+            # Named databases are keys of the main database; keys over 511 bytes are in a table
+            # of their own (statemachine/long_keys.py), absent from a state written before.
+            tables = [env.open_db(name, txn=txn, create=False) for name in _DATA_DBS if txn.get(name) is not None]
+            return sum(int(txn.stat(data)["entries"]) for data in tables)
     finally:
         env.close()
 

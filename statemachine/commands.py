@@ -9,7 +9,7 @@ Two kinds of checks live here:
 - `validate_*` with configurable limits (value size, op count, total size): the client service runs
   them BEFORE proposing, so a bad request is refused with a message and never reaches the log.
 - `decode_command` runs on committed entries on every replica. It only enforces rules that do not
-  depend on configuration (well-formed protobuf, at least one op, each op set, keys LMDB accepts),
+  depend on configuration (well-formed protobuf, at least one op, each op set, keys the store takes),
   because replicas with different limits must still apply the same log to the same state.
 """
 from __future__ import annotations
@@ -22,8 +22,9 @@ from google.protobuf.message import DecodeError
 from raftkv_proto import kv_pb2
 from statemachine.errors import InvalidCommandError
 
-# LMDB's compiled-in maximum key size (mdb_env_get_maxkeysize); keys are stored as-is.
-LMDB_MAX_KEY_BYTES = 511
+# The longest key the store takes (statemachine/long_keys.py: keys over LMDB's 511 bytes are
+# stored by a digest; docs/decisions/0072-long-keys.md for why this bound).
+MAX_KEY_BYTES = 32 << 10
 # A client id is "<registration index>.<secret in hex>"; far shorter than this.
 MAX_CLIENT_ID_BYTES = 256
 # The secret the leader chooses for each client session: 128 random bits.
@@ -35,7 +36,7 @@ class CommandLimits:
     """What the client service accepts in one write. The defaults keep a command well under gRPC's
     default 4 MiB message limit."""
 
-    max_key_bytes: int = LMDB_MAX_KEY_BYTES
+    max_key_bytes: int = MAX_KEY_BYTES
     max_value_bytes: int = 1 << 20
     max_ops: int = 1000
     max_total_bytes: int = 3 << 20
@@ -122,7 +123,7 @@ def parse_session_id(client_id: str) -> tuple[int, bytes] | None:
 
 def decode_command(payload: bytes) -> kv_pb2.Command:
     """Parse a committed entry's payload. Raises InvalidCommandError for bytes that are not a
-    Command or a Command no replica could apply (no ops, an empty op, a key LMDB refuses)."""
+    Command or a Command no replica could apply (no ops, an empty op, a key over the store's limit)."""
     command = kv_pb2.Command()
     try:
         command.ParseFromString(payload)
@@ -184,8 +185,8 @@ _PREFIX_OPS = ("delete_prefix", "move_prefix")
 
 def validate_prefix_op(op: kv_pb2.Op) -> None:
     """Rules for delete_prefix / move_prefix that make their apply deterministic and total: a
-    non-empty source (an empty one would mean "every key"), prefixes LMDB can hold, and a target
-    no longer than the source, so every renamed key still fits LMDB's key limit."""
+    non-empty source (an empty one would mean "every key"), prefixes within the key limit, and a target
+    no longer than the source, so every renamed key still fits the key limit."""
     if op.WhichOneof("op") == "delete_prefix":
         _validate_prefix(op.delete_prefix, "delete_prefix")
         return
@@ -200,20 +201,18 @@ def validate_prefix_op(op: kv_pb2.Op) -> None:
 def _validate_prefix(prefix: bytes, what: str) -> None:
     if not prefix:
         raise InvalidCommandError(f"{what} is empty: it would match every key")
-    if len(prefix) > LMDB_MAX_KEY_BYTES:
-        raise InvalidCommandError(f"{what} is {len(prefix)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
+    if len(prefix) > MAX_KEY_BYTES:
+        raise InvalidCommandError(f"{what} is {len(prefix)} bytes; keys are at most {MAX_KEY_BYTES} bytes")
 
 
-def validate_key(key: bytes, max_key_bytes: int = LMDB_MAX_KEY_BYTES) -> None:
-    # A configured limit above LMDB's cannot be honoured: LMDB refuses such keys at apply time.
-    max_key_bytes = min(max_key_bytes, LMDB_MAX_KEY_BYTES)
+def validate_key(key: bytes, max_key_bytes: int = MAX_KEY_BYTES) -> None:
+    # A configured limit above the store's cannot be honoured: the apply refuses such keys.
+    max_key_bytes = min(max_key_bytes, MAX_KEY_BYTES)
     if not key:
         raise InvalidCommandError("key is empty: every key needs at least one byte")
     if len(key) > max_key_bytes:
-        limit = (f"LMDB's {LMDB_MAX_KEY_BYTES}-byte key limit" if max_key_bytes == LMDB_MAX_KEY_BYTES
-                 else f"the {max_key_bytes}-byte key limit")
         raise InvalidCommandError(
-            f"key is {len(key)} bytes, over {limit} (key starts {key[:32]!r}); "
+            f"key is {len(key)} bytes, over the {max_key_bytes}-byte key limit (key starts {key[:32]!r}); "
             "use a shorter key, e.g. hash the long part")
 
 

@@ -53,7 +53,7 @@ def _key_bucket(txn: lmdb.Transaction, tables: MvccTables, compacted: int) -> It
     for change, key in _changes(txn, tables, compacted):
         record = txn.get(change, db=tables.history)
         if record is None:  # not replaced: the live version, if it is this change's
-            record = txn.get(key, db=tables.data)
+            record = tables.data.get(txn, key)
             if record is None or _CHANGE.pack(*change_of(record)) != change:
                 continue  # a version a compaction took (a store compacted before it kept them)
         kv = decode(key, record)  # checked against its checksum
@@ -71,10 +71,10 @@ def _changes(txn: lmdb.Transaction, tables: MvccTables, compacted: int) -> Itera
     """(change, key) of every version kept, in revision order (module docstring)."""
     if compacted:
         below: list[bytes] = []
-        for key, change in txn.cursor(db=tables.history_index).iternext(keys=True, values=True):
+        for key, change in tables.history_index.ordered(txn, each_dup=True):
             if _CHANGE.unpack(change)[0] < compacted:
                 below.append(change + key)
-        for key, record in txn.cursor(db=tables.data).iternext(keys=True, values=True):
+        for key, record in tables.data.ordered(txn):
             revision, sub = change_of(record)
             if revision < compacted:
                 below.append(_CHANGE.pack(revision, sub) + key)

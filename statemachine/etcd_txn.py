@@ -244,10 +244,10 @@ def _check(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, pa
         elif kind == "request_put":
             put = op.request_put
             try:
-                validate_key(put.key)  # LMDB's limits: a face checks first, a replica never relies on it
+                validate_key(put.key)  # the store's key limit: a face checks first, a replica never relies on it
             except InvalidCommandError as exc:
                 raise EtcdRefusal("INVALID_ARGUMENT", str(exc)) from None
-            if (put.ignore_value or put.ignore_lease) and txn.get(put.key, db=tables.data) is None:
+            if (put.ignore_value or put.ignore_lease) and tables.data.get(txn, put.key) is None:
                 raise EtcdRefusal("INVALID_ARGUMENT", KEY_NOT_FOUND)
             if put.lease and not tables.leases.exists(txn, put.lease):
                 raise EtcdRefusal("NOT_FOUND", LEASE_NOT_FOUND)

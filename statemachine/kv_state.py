@@ -4,6 +4,8 @@ One LMDB environment (a directory) holds these named databases:
 
 - ``data``            user key -> its live version: revisions and value, with a checksum
                       (statemachine/key_record.py, statemachine/value_checksum.py)
+- ``data_long``, ``history_index_long``, ``lease_keys_long``, ``long_keys``: the tables keyed by a
+                      user key, for keys over LMDB's 511-byte key limit (statemachine/long_keys.py)
 - ``history``, ``history_index``: the versions that later changes replaced or deleted, so a read
                       at a past revision sees that revision's store (statemachine/mvcc.py)
 - ``sessions``, ``session_results``, ``session_expiry``: the client sessions that apply each
@@ -78,16 +80,16 @@ from statemachine.client_sessions import (
     SessionStats,
     SessionTables,
 )
-from statemachine.commands import LMDB_MAX_KEY_BYTES
 from statemachine.disk_space import out_of_space
-from statemachine.errors import ApplyOrderError, InvalidCommandError, StateFullError
+from statemachine.errors import ApplyOrderError, StateFullError
 from statemachine.etcd_export import EtcdBucketItems
 from statemachine.etcd_export import etcd_buckets
 from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
 from statemachine.etcd_txn import read_range, read_txn, refusal_of
 from statemachine.range_read import Allow, allow_any
 from statemachine.key_record import stored_value
-from statemachine.leases import LEASE_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
+from statemachine.leases import LEASE_KEYS_DB_NAME, LEASE_LONG_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
+from statemachine.long_keys import DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
 from statemachine.mvcc import (
     CHANGES_DB_NAME,
     Change,
@@ -111,8 +113,10 @@ FORMAT_VERSION = 3
 
 # The named databases (module docstring), in the order __init__ unpacks them and copy_to makes them.
 _DB_NAMES = (b"data", *SESSION_DB_NAMES, b"meta", AUTH_DB_NAME, ALARMS_DB_NAME, HISTORY_DB_NAME,
-             HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME)
-_DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME})
+             HISTORY_INDEX_DB_NAME, CHANGES_DB_NAME, LEASES_DB_NAME, LEASE_KEYS_DB_NAME, LONG_KEYS_DB_NAME,
+             DATA_LONG_DB_NAME, HISTORY_INDEX_DB_NAME + b"_long", LEASE_LONG_KEYS_DB_NAME)
+_DUPSORT_DB_NAMES = frozenset({HISTORY_INDEX_DB_NAME, LEASE_KEYS_DB_NAME, HISTORY_INDEX_DB_NAME + b"_long",
+                               LEASE_LONG_KEYS_DB_NAME})
 _APPLIED_KEY = b"applied"
 _FORMAT_KEY = b"format"
 _U64 = struct.Struct(">Q")
@@ -146,10 +150,13 @@ class KVStateMachine:
             sync=sync, metasync=False, writemap=False, map_async=False,
         )
         self._dbs = {name: self._env.open_db(name, dupsort=name in _DUPSORT_DB_NAMES) for name in _DB_NAMES}
-        (self._data, sessions, results, expiry, self._meta, auth_db, alarms_db, history,
-         history_index, changes, leases_db, lease_keys_db) = self._dbs.values()
-        leases_tables = LeaseTables(leases_db, lease_keys_db)
-        self._mvcc = MvccTables(self._data, history, history_index, self._meta, changes, leases_tables)
+        (data, sessions, results, expiry, self._meta, auth_db, alarms_db, history, history_index, changes,
+         leases_db, lease_keys_db, names_db, data_long, history_index_long, lease_long_keys_db) = self._dbs.values()
+        names = LongKeyNames(names_db)
+        leases_tables = LeaseTables(leases_db, lease_keys_db, lease_long_keys_db, names)
+        self._data = KeyedTable(data, data_long, names)
+        self._mvcc = MvccTables(self._data, history, KeyedTable(history_index, history_index_long, names),
+                                self._meta, changes, leases_tables)
         self._tables = StateTables(self._meta, self._mvcc, SessionTables(sessions, results, expiry), session_limits,
                                    auth_db, alarms_db, leases_tables)
         self._applied = self._load_applied()
@@ -305,10 +312,10 @@ class KVStateMachine:
     # ---- reads -----------------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        if not key or len(key) > LMDB_MAX_KEY_BYTES:
+        if not key:
             return None  # no such key can exist; the client service reports why before reading
-        with self._env.begin(db=self._data) as txn:
-            record = txn.get(key)
+        with self._env.begin() as txn:
+            record = self._data.get(txn, key)
         return None if record is None else stored_value(key, record)
 
     def etcd_range(self, request: etcd_rpc_pb2.RangeRequest, allow: Allow = allow_any) -> etcd_rpc_pb2.RangeResponse:
@@ -369,22 +376,18 @@ class KVStateMachine:
         result (continue with start = last key + b"\\x00")."""
         if limit < 1:
             raise ValueError(f"scan limit must be at least 1, got {limit}")
-        if len(start) > LMDB_MAX_KEY_BYTES:
-            raise InvalidCommandError(f"scan start is {len(start)} bytes; keys are at most {LMDB_MAX_KEY_BYTES} bytes")
-        with self._env.begin(db=self._data) as txn:
-            return take_page(unsealed_range(txn.cursor(), start, end or None), limit, max_bytes)
+        with self._env.begin() as txn:
+            return take_page(unsealed_range(self._data, txn, start, end or None), limit, max_bytes)
 
     def scan_prefix(self, prefix: bytes, limit: int = 1000,
                     max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Keys starting with `prefix`, like `scan`. An empty prefix means every key."""
-        if len(prefix) > LMDB_MAX_KEY_BYTES:
-            return [], False
         return self.scan(prefix, prefix_end(prefix), limit, max_bytes)  # b"": to the last key
 
     def count(self) -> int:
         """Number of user keys."""
         with self._env.begin() as txn:
-            return int(txn.stat(self._data)["entries"])
+            return self._data.count(txn)
 
     def session_stats(self) -> SessionStats:
         """How many client sessions and recorded results are kept (for status and tests)."""

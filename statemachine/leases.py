@@ -7,9 +7,10 @@ Two tables beside the user's keys:
 - ``leases``      lease id (8 bytes, big-endian) -> its granted TTL in seconds (8 bytes), then the
                   remaining TTL the leader last checkpointed for it (8 bytes; absent: none), which
                   a new leader counts the lease from instead of its whole TTL (etcd's checkpoints)
-- ``lease_keys``  lease id -> each key attached to it (an LMDB dupsort table; keys are at most 511
-                  bytes, what dupsort values may be). A key's lease is also in its version's
-                  header (statemachine/key_record.py), so a put or delete detaches it here."""
+- ``lease_keys``  lease id -> each key attached to it (an LMDB dupsort table, whose values are at
+                  most 511 bytes: a longer key is in ``lease_keys_long`` by its stored key,
+                  statemachine/long_keys.py). A key's lease is also in its version's header
+                  (statemachine/key_record.py), so a put or delete detaches it here."""
 from __future__ import annotations
 
 import struct
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 
 import lmdb
 
+from statemachine.long_keys import LongKeyNames, is_long, stored_key
+
 LEASES_DB_NAME = b"leases"
 LEASE_KEYS_DB_NAME = b"lease_keys"
+LEASE_LONG_KEYS_DB_NAME = b"lease_keys_long"
 _ID = struct.Struct(">q")
 _TTL = struct.Struct(">q")
 
@@ -48,6 +52,8 @@ class LeaseHolder:
 class LeaseTables:
     leases: lmdb._Database
     keys: lmdb._Database
+    long_keys: lmdb._Database  # lease id -> stored key of each long key attached
+    names: LongKeyNames
 
     def exists(self, txn: lmdb.Transaction, lease: int) -> bool:
         return txn.get(_ID.pack(lease), db=self.leases) is not None
@@ -69,20 +75,29 @@ class LeaseTables:
         raw = _ID.pack(lease)
         keys = self.attached(txn, lease)
         txn.delete(raw, db=self.keys)  # every attachment (all duplicates of the id)
+        txn.delete(raw, db=self.long_keys)
         txn.delete(raw, db=self.leases)
         return keys
 
     def attach(self, txn: lmdb.Transaction, lease: int, key: bytes) -> None:
-        txn.put(_ID.pack(lease), key, db=self.keys, dupdata=True)
+        if is_long(key):
+            txn.put(_ID.pack(lease), stored_key(key), db=self.long_keys, dupdata=True)
+        else:
+            txn.put(_ID.pack(lease), key, db=self.keys, dupdata=True)
 
     def detach(self, txn: lmdb.Transaction, lease: int, key: bytes) -> None:
-        txn.delete(_ID.pack(lease), key, db=self.keys)
+        if is_long(key):
+            txn.delete(_ID.pack(lease), stored_key(key), db=self.long_keys)
+        else:
+            txn.delete(_ID.pack(lease), key, db=self.keys)
 
     def attached(self, txn: lmdb.Transaction, lease: int) -> list[bytes]:
-        cursor = txn.cursor(db=self.keys)
-        if not cursor.set_key(_ID.pack(lease)):
-            return []
-        return list(cursor.iternext_dup())
+        """The keys attached to `lease`, in key order."""
+        keys = _values(txn.cursor(db=self.keys), _ID.pack(lease))
+        long = _values(txn.cursor(db=self.long_keys), _ID.pack(lease))
+        if not long:
+            return keys
+        return sorted(keys + [self.names.full(txn, stored) for stored in long])
 
     def load(self, txn: lmdb.Transaction) -> tuple[dict[int, int], dict[int, int]]:
         """(lease -> granted TTL, lease -> checkpointed remaining TTL)."""
@@ -94,3 +109,8 @@ class LeaseTables:
             if len(value) > _TTL.size:
                 remaining[lease] = _TTL.unpack_from(value, _TTL.size)[0]
         return ttls, remaining
+
+
+def _values(cursor: lmdb.Cursor, key: bytes) -> list[bytes]:
+    """Every value of `key` in a dupsort table."""
+    return list(cursor.iternext_dup()) if cursor.set_key(key) else []

@@ -4,6 +4,9 @@ The store has one revision: 1 when empty, up by exactly one for each command tha
 something (a put, a delete that found a key, a batch, an etcd transaction: all changes of one
 command share its revision, each with a sub of its own). Reads name a revision or take the newest.
 
+Each table keyed by a user key is a KeyedTable (statemachine/long_keys.py): keys over LMDB's
+511-byte key limit are in a table of their own under a stored key, and reads merge both by key.
+
 - ``data``           key -> its live version (statemachine/key_record.py): what a read at the
                      newest revision sees, in one lookup, as before revisions existed.
 - ``history``        (mod_revision, mod_sub) -> a superseded version or a tombstone (version 0).
@@ -17,8 +20,8 @@ command share its revision, each with a sub of its own). Reads name a revision o
                      is in ``history`` under the same (revision, sub) once a later change replaced
                      it, and in ``data`` until then.
 
-Why this shape: keys may be 511 bytes, LMDB's key limit, so no table can be keyed by key plus
-revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
+Why this shape: a stored key may be 511 bytes, LMDB's key limit, so no table can be keyed by key
+plus revision; etcd's own layout (a revision-keyed backend and an in-memory index) is kept with the
 index on disk, so a member starts without rebuilding anything.
 
 Compaction at C (`compact`) drops every history entry below C that no read at a revision >= C can
@@ -30,13 +33,14 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import lmdb
 
 from statemachine.key_record import KeyVersion, change_of, decode, encode, revisions_of
 from statemachine.leases import LeaseTables
+from statemachine.long_keys import KeyedTable
 
 HISTORY_DB_NAME = b"history"
 HISTORY_INDEX_DB_NAME = b"history_index"
@@ -59,9 +63,9 @@ class FutureRevisionError(LookupError):
 
 @dataclass(frozen=True, slots=True)
 class MvccTables:
-    data: lmdb._Database
+    data: KeyedTable
     history: lmdb._Database
-    history_index: lmdb._Database
+    history_index: KeyedTable
     meta: lmdb._Database
     changes: lmdb._Database
     leases: LeaseTables  # which keys each lease holds: a put or delete moves a key between leases
@@ -113,12 +117,13 @@ class RevisionWriter:
         return self.revision + 1, sub
 
     def current(self, key: bytes) -> KeyVersion | None:
-        record = self._txn.get(key, db=self.tables.data)
+        record = self.tables.data.get(self._txn, key)
         return None if record is None else decode(key, record)
 
     def put(self, key: bytes, value: bytes, lease: int = 0) -> bool:
         """Write `value` as `key`'s next version; whether the key existed."""
-        record = self._txn.get(key, db=self.tables.data)
+        self.tables.data.names.name(self._txn, key)  # a colliding long key is refused before any change
+        record = self.tables.data.get(self._txn, key)
         revision, sub = self._next_change(key)
         old_lease = 0
         if record is None:
@@ -127,7 +132,7 @@ class RevisionWriter:
             create, _, _, version, old_lease = revisions_of(record)
             new = KeyVersion(key, value, create, revision, version + 1, lease, sub)
             self._file(key, record)
-        self._txn.put(key, encode(new), db=self.tables.data)
+        self.tables.data.put(self._txn, key, encode(new))
         if lease != old_lease:
             if old_lease:
                 self.tables.leases.detach(self._txn, old_lease, key)
@@ -137,7 +142,7 @@ class RevisionWriter:
 
     def delete(self, key: bytes) -> KeyVersion | None:
         """Delete `key`; the version it had, or None (then nothing changed)."""
-        record = self._txn.pop(key, db=self.tables.data)
+        record = self.tables.data.pop(self._txn, key)
         if record is None:
             return None
         old = decode(key, record)
@@ -159,19 +164,20 @@ class RevisionWriter:
         `delete` write theirs. Versions come in revision order. `logged`: whether a watch may
         replay the change (it is not below the compacted revision)."""
         txn, tables = self._txn, self.tables
+        tables.data.names.name(txn, kv.key)  # a colliding long key is refused before any change
         if logged:
             txn.put(_CHANGE.pack(kv.mod_revision, kv.mod_sub), kv.key, db=tables.changes, append=True)
-        record = txn.get(kv.key, db=tables.data)
+        record = tables.data.get(txn, kv.key)
         old_lease = 0
         if record is not None:
             old_lease = revisions_of(record)[4]
             self._file(kv.key, record)
         if kv.tombstone:
             if record is not None:
-                txn.delete(kv.key, db=tables.data)
+                tables.data.delete(txn, kv.key)
             self._file(kv.key, encode(kv))
         else:
-            txn.put(kv.key, encode(kv), db=tables.data)
+            tables.data.put(txn, kv.key, encode(kv))
         lease = 0 if kv.tombstone else kv.lease
         if lease != old_lease:
             if old_lease:
@@ -190,7 +196,7 @@ class RevisionWriter:
     def _file(self, key: bytes, record: bytes) -> None:
         change = _CHANGE.pack(*change_of(record))
         self._txn.put(change, record, db=self.tables.history)
-        self._txn.put(key, change, db=self.tables.history_index, dupdata=True)
+        self.tables.history_index.put(self._txn, key, change, dupdata=True)
 
     def compact(self, revision: int) -> None:
         """Drop the history no read at `revision` or later can see (module docstring). Raises
@@ -203,27 +209,40 @@ class RevisionWriter:
             raise CompactedError(revision)
         if revision > self.revision:
             raise FutureRevisionError(revision)
-        index = txn.cursor(db=tables.history_index)
-        found = index.first()
-        while found:
-            key = index.key()
-            changes = [_CHANGE.unpack(raw) for raw in index.iternext_dup()]
-            live = txn.get(key, db=tables.data)
-            successors = [change[0] for change in changes[1:]] + [change_of(live)[0] if live else None]
-            for change, successor in zip(changes, successors):
-                raw = _CHANGE.pack(*change)
-                tombstone = decode(key, txn.get(raw, db=tables.history)).tombstone
-                # A change at the compacted revision itself is kept with its version (a watch from
-                # there replays it), a tombstone included; the next compaction takes it.
-                if change[0] < revision and ((successor is not None and successor <= revision) or tombstone):
-                    txn.delete(raw, db=tables.history)
-                    txn.delete(key, raw, db=tables.history_index)
-            found = index.set_range(key + b"\x00")
+        names = tables.history_index.names
+        for db, long in ((tables.history_index.short, False), (tables.history_index.long, True)):
+            index = txn.cursor(db=db)
+            found = index.first()
+            while found:  # each half in the order of its stored keys: any order does
+                stored = index.key()
+                key = names.full(txn, stored) if long else stored
+                changes = [_CHANGE.unpack(raw) for raw in index.iternext_dup()]
+                live = tables.data.get(txn, key)
+                if not self._compact_key(key, stored, db, changes, live, revision) and long and live is None:
+                    names.forget(txn, key)  # nothing of the key is left
+                found = index.set_range(stored + b"\x00")
         changes = txn.cursor(db=tables.changes)
         found = changes.first()
         while found and _CHANGE.unpack(changes.key())[0] < revision:
             found = changes.delete()
         txn.put(COMPACTED_KEY, _I64.pack(revision), db=tables.meta)
+
+    def _compact_key(self, key: bytes, stored: bytes, index: lmdb._Database, changes: list[tuple[int, int]],
+                     live: bytes | None, revision: int) -> int:
+        """Drop `key`'s history entries that compaction at `revision` drops; how many are left."""
+        txn, tables = self._txn, self.tables
+        successors = [change[0] for change in changes[1:]] + [change_of(live)[0] if live else None]
+        left = len(changes)
+        for change, successor in zip(changes, successors):
+            raw = _CHANGE.pack(*change)
+            tombstone = decode(key, txn.get(raw, db=tables.history)).tombstone
+            # A change at the compacted revision itself is kept with its version (a watch from
+            # there replays it), a tombstone included; the next compaction takes it.
+            if change[0] < revision and ((successor is not None and successor <= revision) or tombstone):
+                txn.delete(raw, db=tables.history)
+                txn.delete(stored, raw, db=index)
+                left -= 1
+        return left
 
 
 def check_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int, current: int | None = None) -> None:
@@ -238,24 +257,12 @@ def check_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int, cur
 
 
 def live_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
-    cursor = txn.cursor(db=tables.data)
-    return _keys_of(cursor, start, end, cursor.next)
-
-
-def _keys_of(cursor: lmdb.Cursor, start: bytes, end: bytes | None, step: Callable[[], bool]) -> Iterator[bytes]:
-    """The keys from `start` below `end` (None: to the last), moving the cursor by `step`."""
-    found = cursor.set_range(start) if start else cursor.first()
-    while found:
-        key = cursor.key()
-        if end is not None and key >= end:
-            return
-        yield key
-        found = step()
+    return tables.data.keys(txn, start, end)
 
 
 def version_at(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion | None:
     """`key` as a read at `revision` sees it (None: absent then). The caller checked the revision."""
-    record = txn.get(key, db=tables.data)
+    record = tables.data.get(txn, key)
     if record is not None:
         current = decode(key, record)
         if revision <= 0 or current.mod_revision <= revision:
@@ -266,13 +273,17 @@ def version_at(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: 
 
 
 def _from_history(txn: lmdb.Transaction, tables: MvccTables, key: bytes, revision: int) -> KeyVersion | None:
-    index = txn.cursor(db=tables.history_index)
-    if not index.set_key(key):
+    slot = tables.history_index.slot(txn, key)
+    if slot is None:
         return None
-    if index.set_range_dup(key, _CHANGE.pack(revision + 1, 0)):
+    stored, db = slot
+    index = txn.cursor(db=db)
+    if not index.set_key(stored):
+        return None
+    if index.set_range_dup(stored, _CHANGE.pack(revision + 1, 0)):
         found = index.prev_dup()  # the last change at or below `revision`, if any
     else:
-        found = index.set_key(key) and index.last_dup()  # every change is at or below it
+        found = index.set_key(stored) and index.last_dup()  # every change is at or below it
     if not found:
         return None
     raw = index.value()
@@ -286,9 +297,8 @@ def range_at(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes
              revision: int) -> Iterator[KeyVersion]:
     """The keys in [start, end) that exist at `revision` (0: the newest), in key order."""
     if revision <= 0 or revision >= store_revision(txn, tables):
-        cursor = txn.cursor(db=tables.data)
-        for key in _keys_of(cursor, start, end, cursor.next):
-            yield decode(key, cursor.value())
+        for key, record in tables.data.ordered(txn, start, end):
+            yield decode(key, record)
         return
     for key in _keys_ever(txn, tables, start, end):
         kept = version_at(txn, tables, key, revision)
@@ -314,8 +324,7 @@ def _keys_ever(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: byt
 
 
 def _history_keys(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: bytes | None) -> Iterator[bytes]:
-    cursor = txn.cursor(db=tables.history_index)
-    return _keys_of(cursor, start, end, cursor.next_nodup)  # each key once, however many changes it has
+    return tables.history_index.keys(txn, start, end)  # each key once, however many changes it has
 
 
 def history_hash(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> int:
@@ -327,10 +336,11 @@ def history_hash(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> in
     history = txn.cursor(db=tables.history)
     for key in _keys_ever(txn, tables, b"", None):
         changes = []
-        index = txn.cursor(db=tables.history_index)
-        if index.set_key(key):
+        stored, db = tables.history_index.slot(txn, key) or (b"", tables.history_index.short)
+        index = txn.cursor(db=db)
+        if stored and index.set_key(stored):
             changes = [(raw, history.get(raw)) for raw in index.iternext_dup()]
-        live = txn.get(key, db=tables.data)
+        live = tables.data.get(txn, key)
         if live is not None:
             changes.append((_CHANGE.pack(*change_of(live)), live))
         for change, record in changes:
@@ -379,7 +389,7 @@ def _version_of_change(txn: lmdb.Transaction, tables: MvccTables, key: bytes,
     watch, which reads its compacted backend, does not replay it either)."""
     record = txn.get(change, db=tables.history)
     if record is None:  # not replaced yet: the live version, if it is the one this change wrote
-        record = txn.get(key, db=tables.data)
+        record = tables.data.get(txn, key)
         if record is None or _CHANGE.pack(*change_of(record)) != change:
             return None
     return decode(key, record)
@@ -387,11 +397,15 @@ def _version_of_change(txn: lmdb.Transaction, tables: MvccTables, key: bytes,
 
 def _previous(txn: lmdb.Transaction, tables: MvccTables, key: bytes, change: bytes) -> KeyVersion | None:
     """The version `key` had just before `change` (None: absent then)."""
-    index = txn.cursor(db=tables.history_index)
-    if index.set_key_dup(key, change):
+    slot = tables.history_index.slot(txn, key)
+    if slot is None:
+        return None
+    stored, db = slot
+    index = txn.cursor(db=db)
+    if index.set_key_dup(stored, change):
         found = index.prev_dup()
     else:  # the change is still live: the version it replaced was filed last
-        found = index.set_key(key) and index.last_dup()
+        found = index.set_key(stored) and index.last_dup()
     if not found:
         return None
     kept = decode(key, txn.get(index.value(), db=tables.history))

@@ -110,17 +110,10 @@ def listed_range(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: b
         for kv in range_at(txn, tables, start, end, revision):
             yield Listed(kv.key, kv.create_revision, kv.mod_revision, kv.version, kv.lease, len(kv.value))
         return
-    cursor = txn.cursor(db=tables.data)
-    found = cursor.set_range(start) if start else cursor.first()
     overhead = CHECKSUM_BYTES + HEADER_BYTES
-    while found:
-        key = cursor.key()
-        if end is not None and key >= end:
-            return
-        record = cursor.value()
+    for key, record in tables.data.ordered(txn, start, end):  # long keys merged in, by full key
         create, mod, _, version, lease = revisions_of(record)
         yield Listed(key, create, mod, version, lease, len(record) - overhead)
-        found = cursor.next()
 
 
 _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import lmdb
 
 from statemachine.key_record import stored_value
+from statemachine.long_keys import KeyedTable
 from statemachine.mvcc import COMPACTED_KEY, REVISION_KEY, MvccTables, store_revision
 from statemachine.value_checksum import unseal
 
@@ -37,20 +38,14 @@ class ReadView:
     def scan(self, start: bytes, end: bytes | None, limit: int,
              max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Like KVStateMachine.scan, at this view's index."""
-        return take_page(unsealed_range(self._txn.cursor(db=self._data), start, end or None), limit, max_bytes)
+        return take_page(unsealed_range(self._data, self._txn, start, end or None), limit, max_bytes)
 
     def keys(self, start: bytes, end: bytes | None) -> Iterator[bytes]:
         """Keys in [start, end) in order, without copying values (for split points)."""
-        cursor = self._txn.cursor(db=self._data)
-        if not (cursor.set_range(start) if start else cursor.first()):
-            return
-        for key in cursor.iternext(keys=True, values=False):
-            if end and key >= end:
-                return
-            yield key
+        return self._data.keys(self._txn, start, end or None)
 
     def count(self) -> int:
-        return int(self._txn.stat(self._data)["entries"])
+        return self._data.count(self._txn)
 
     def state_hash(self) -> str:
         """Hex sha256 over every live key version (revisions and value) in key order, the history
@@ -58,14 +53,14 @@ class ReadView:
         equal on members that applied the same entries. Raises CorruptStateError for a record
         that fails its checksum."""
         digest = hashlib.sha256()
-        for key, record in self._txn.cursor(db=self._data).iternext():
+        for key, record in self._data.ordered(self._txn):
             body = unseal(key, record)
             digest.update(_U16.pack(len(key)) + key + _U64.pack(len(body)))
             digest.update(body)
         # The history, marked off like the auth tables below: its index names each record's key.
         digest.update(b"\xffhistory")
         history = self._txn.cursor(db=self._mvcc.history)
-        for key, change in self._txn.cursor(db=self._mvcc.history_index).iternext():
+        for key, change in self._mvcc.history_index.ordered(self._txn, each_dup=True):
             body = unseal(key, history.get(change) or b"")
             digest.update(_U16.pack(len(key)) + key + change + _U64.pack(len(body)))
             digest.update(body)
@@ -87,15 +82,11 @@ class ReadView:
             self._txn.abort()
 
 
-def unsealed_range(cursor: lmdb.Cursor, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+def unsealed_range(data: KeyedTable, txn: lmdb.Transaction, start: bytes,
+                   end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) in [start, end), values checked against their checksums."""
-    found = cursor.set_range(start) if start else cursor.first()
-    while found:
-        key = cursor.key()
-        if end is not None and key >= end:
-            return
-        yield key, stored_value(key, cursor.value())
-        found = cursor.next()
+    for key, record in data.ordered(txn, start, end):
+        yield key, stored_value(key, record)
 
 
 def take_page(items: Iterator[tuple[bytes, bytes]], limit: int,

@@ -31,7 +31,7 @@ from kv.server.kv_service import serve_call
 from raftkv_proto import export_pb2, export_pb2_grpc, kv_pb2
 from raft.node.node import RaftNode
 from raftkv_proto.key_ranges import prefix_end
-from statemachine.commands import LMDB_MAX_KEY_BYTES
+from statemachine.commands import MAX_KEY_BYTES
 from statemachine.kv_state import KVStateMachine
 from statemachine.read_view import ReadView
 
@@ -193,8 +193,8 @@ def _resolve_range(request: export_pb2.BeginExportRequest) -> tuple[bytes, bytes
     if request.prefix and (request.start or request.end):
         raise errors.InvalidArgumentError("give either prefix or start/end, not both")
     if request.prefix:
-        if len(request.prefix) > LMDB_MAX_KEY_BYTES:
-            raise errors.InvalidArgumentError(f"prefix is {len(request.prefix)} bytes; keys are at most {LMDB_MAX_KEY_BYTES}")
+        if len(request.prefix) > MAX_KEY_BYTES:
+            raise errors.InvalidArgumentError(f"prefix is {len(request.prefix)} bytes; keys are at most {MAX_KEY_BYTES}")
         return request.prefix, prefix_end(request.prefix)
     if request.end and request.end <= request.start:
         raise errors.InvalidArgumentError(f"empty range: end {request.end!r} is not after start {request.start!r}")

@@ -1,11 +1,12 @@
 """The request checks every face shares: raftkv's own limits on what a write may carry, made before
 anything is proposed, for the native API, etcd's API and the embedded node alike.
 
-The limits are the node's (`Limits`: --max-value-bytes, the key limit) and LMDB's (511-byte keys),
-and a write's keys and values together stay under `CommandLimits.max_total_bytes`. A refusal is
-kv.errors' InvalidArgumentError with a message that names the limit; each face renders it in its
-own codes (etcd's: INVALID_ARGUMENT with the same message). What etcd's own gRPC layer checks
-first, with etcd's messages, is kv/server/etcd_checks.py.
+The limits are the node's (`Limits`: --max-value-bytes, the key limit) and the store's (32 KiB
+keys, statemachine/commands.py MAX_KEY_BYTES), and a write's keys and values together stay under
+`CommandLimits.max_total_bytes`. A refusal is kv.errors' InvalidArgumentError with a message that
+names the limit; each face renders it in its own codes (etcd's: INVALID_ARGUMENT with the same
+message). What etcd's own gRPC layer checks first, with etcd's messages, is
+kv/server/etcd_checks.py.
 
 The same rules that do not depend on configuration are checked again when a committed entry is
 applied (statemachine/apply_batch.py), so a request that got past a face (a member of an older

@@ -44,7 +44,7 @@ def _add_put(commands: Any, client_options: argparse.ArgumentParser) -> None:
         epilog="examples:\n  raftkv put user/1 alice\n  gzip -c report.txt | raftkv put reports/1 -\n"
                "  raftkv put config/app --value-file app.yaml\n"
                "  raftkv put service/a 10.0.0.1:80 --lease 694d7a1e0f4a2c05")
-    put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 511 bytes)")
+    put.add_argument("key", metavar="KEY", help="the key (UTF-8, at most 32768 bytes)")
     put.add_argument("value", metavar="VALUE", nargs="?", default=None,
                      help="the value (UTF-8); '-' reads it from stdin")
     put.add_argument("--value-file", type=Path, default=None, metavar="PATH",

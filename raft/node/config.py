@@ -93,9 +93,10 @@ class StorageConfig:
 class Limits:
     """What a node accepts from clients."""
 
-    # Largest value a client may write; LMDB's own limit on keys is 511 bytes.
+    # Largest value and key a client may write. The store's own key limit
+    # (statemachine/commands.py MAX_KEY_BYTES, 32 KiB) caps a larger max_key_bytes.
     max_value_bytes: int = 1 << 20
-    max_key_bytes: int = 511
+    max_key_bytes: int = 32 << 10
     # Client requests waiting for commit or a read round, beyond which new ones get RESOURCE_EXHAUSTED.
     max_pending_requests: int = 10_000
     # Largest message a client may send (gRPC's max_receive_message_length on the client port):
@@ -103,8 +104,8 @@ class Limits:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_key_bytes <= 511:
-            raise ValueError("max_key_bytes must be from 1 to LMDB's limit of 511 bytes")
+        if self.max_key_bytes < 1:
+            raise ValueError("max_key_bytes must be at least 1")
         if self.max_value_bytes < 1 or self.max_pending_requests < 1:
             raise ValueError("max_value_bytes and max_pending_requests must be at least 1")
         if self.max_request_bytes < MIN_MAX_REQUEST_BYTES:

@@ -314,8 +314,6 @@ def test_etcdctl_reaches_the_grpc_port_through_the_gateways_url(pair: Pair) -> N
     assert (got.code, got.stdout) == (0, "yes\n")
 
 
-@pytest.mark.xfail(strict=True, reason="check datascale writes 537-byte keys, over raftkv's 511-byte key limit "
-                                       "(docs/etcd-compatibility.md, Keys and values)")
 def test_etcdctl_check_datascale_passes_through_the_gateways_url(pair: Pair) -> None:
     assert ETCDCTL is not None
     done = subprocess.run([ETCDCTL, f"--endpoints=http://{pair.gateway}", "check", "datascale", "--load=s"],

@@ -85,8 +85,9 @@ def faces(node: kv.embedded.EmbeddedNode) -> Iterator[Faces]:
     both.close()
 
 
+MAX_KEY = 32 << 10  # the key limit (statemachine/commands.py MAX_KEY_BYTES)
 # Key lengths at and around every limit (the key itself gets a per-example prefix of 8 bytes).
-KEY_LENGTHS = st.sampled_from([0, 1, 5, 502, 503, 504, 600])
+KEY_LENGTHS = st.sampled_from([0, 1, 5, 502, 503, 504, 600, 32759, 32760, 32761])
 VALUE_LENGTHS = st.sampled_from([0, 1, MAX_VALUE - 1, MAX_VALUE, MAX_VALUE + 1, 3 * MAX_VALUE])
 OPS = st.lists(st.tuples(st.sampled_from(["put", "get", "delete"]), st.sampled_from(["native", "etcd"]),
                          KEY_LENGTHS, st.integers(0, 3), VALUE_LENGTHS), min_size=1, max_size=25)
@@ -100,7 +101,7 @@ def test_both_faces_answer_as_one_model(faces: Faces, ops: list[tuple[str, str, 
     for kind, face, length, variant, value_length in ops:
         key = (prefix + bytes([97 + variant]) * length)[:length + len(prefix)] if length else b""
         value = bytes([48 + variant]) * value_length
-        valid_key = 0 < len(key) <= 511
+        valid_key = 0 < len(key) <= MAX_KEY
         if kind == "put":
             accepted = faces.put(face, key, value)
             assert accepted == (valid_key and value_length <= MAX_VALUE), (face, len(key), value_length)

@@ -22,7 +22,8 @@ from tests.integration.cluster import STEADY_TIMING, Cluster, free_ports, hashes
 pytestmark = pytest.mark.integration
 
 MAX_VALUE = 1 << 20  # --max-value-bytes' default
-KEY_LIMIT = "511-byte key limit"
+MAX_KEY = 32 << 10  # the key limit (statemachine/commands.py MAX_KEY_BYTES)
+KEY_LIMIT = f"{MAX_KEY}-byte key limit"
 VALUE_LIMIT = f"{MAX_VALUE}-byte maximum value size"
 
 
@@ -36,8 +37,10 @@ class Case:
 
 CASES = [
     Case("a key at LMDB's limit", b"k" * 511, b"v", None),
-    Case("a key one byte over", b"k" * 512, b"v", KEY_LIMIT),
-    Case("a 600-byte key", b"k" * 600, b"v", KEY_LIMIT),
+    Case("a key one byte over LMDB's limit", b"k" * 512, b"v", None),
+    Case("a key at the limit", b"k" * MAX_KEY, b"v", None),
+    Case("a key one byte over", b"k" * (MAX_KEY + 1), b"v", KEY_LIMIT),
+    Case("a 40000-byte key", b"k" * 40000, b"v", KEY_LIMIT),
     Case("an empty key", b"", b"v", "(?i)empty|not provided"),
     Case("a value at the limit", b"big", b"x" * MAX_VALUE, None),
     Case("a value one byte over", b"big", b"x" * (MAX_VALUE + 1), VALUE_LIMIT),
@@ -131,4 +134,4 @@ def test_the_embedded_node_refuses_the_same_table(embedded: kv.embedded.Embedded
         "EmbeddedNode.put": lambda k, v: native(lambda: embedded.put(k, v)),
         "EmbeddedNode.batch": lambda k, v: native(lambda: embedded.batch(puts={k: v})),
     })
-    assert embedded.get(b"k" * 511) == b"v"
+    assert embedded.get(b"k" * 511) == embedded.get(b"k" * 512) == embedded.get(b"k" * MAX_KEY) == b"v"

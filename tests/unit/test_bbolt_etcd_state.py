@@ -76,6 +76,17 @@ def history(sm: KVStateMachine, seed: int) -> None:
     apply.txn(put(b"again", b"2"))
 
 
+def through_an_etcd_file(tmp_path: Path) -> Path:
+    """The state in tmp_path/state written as an etcd snapshot file and restored into
+    tmp_path/restored; the etcd database written."""
+    exported = tmp_path / "etcd.db"
+    write_etcd_database(tmp_path / "state", exported)
+    snap = tmp_path / "etcd.snap"
+    snap.write_bytes(exported.read_bytes() + hashlib.sha256(exported.read_bytes()).digest())
+    restore_etcd_state(snap, tmp_path / "restored", "c-test")
+    return exported
+
+
 def every_read(sm: KVStateMachine) -> dict[int, list[tuple]]:
     reads = {}
     for revision in range(max(sm.compacted_revision, 1), sm.revision + 1):
@@ -97,12 +108,7 @@ def test_a_state_round_trips_through_an_etcd_snapshot(tmp_path: Path, seed: int)
         # what a watch replays (from past the compacted revision: a delete at exactly it is gone)
         watched = sm.changes(sm.compacted_revision + 1, sm.revision, with_prev=True)
     assert expected[2] > 0
-    exported = tmp_path / "etcd.db"
-    write_etcd_database(tmp_path / "state", exported)
-    snap = tmp_path / "etcd.snap"
-    snap.write_bytes(exported.read_bytes() + hashlib.sha256(exported.read_bytes()).digest())
-
-    restore_etcd_state(snap, tmp_path / "restored", "c-test")
+    exported = through_an_etcd_file(tmp_path)
     with KVStateMachine(tmp_path / "restored", map_size=256 << 20) as restored:
         assert (every_read(restored), restored.revision, restored.compacted_revision,
                 dict(restored.leases.ttls)) == expected

@@ -5,6 +5,7 @@ import pytest
 
 from raftkv_proto import kv_pb2
 from statemachine.commands import (
+    MAX_KEY_BYTES,
     CommandLimits,
     decode_command,
     delete_op,
@@ -49,9 +50,10 @@ def test_decoded_empty_op_is_refused() -> None:
         decode_command(payload)
 
 
-def test_decoded_key_over_lmdb_limit_is_refused() -> None:
-    with pytest.raises(InvalidCommandError, match="512 bytes"):
-        decode_command(encode_command([put_op(b"x" * 512, b"v")]))
+def test_decoded_key_over_the_store_limit_is_refused() -> None:
+    decode_command(encode_command([put_op(b"x" * MAX_KEY_BYTES, b"v")]))  # over LMDB's 511: taken
+    with pytest.raises(InvalidCommandError, match=f"{MAX_KEY_BYTES + 1} bytes"):
+        decode_command(encode_command([put_op(b"x" * (MAX_KEY_BYTES + 1), b"v")]))
 
 
 def test_empty_key_message() -> None:
@@ -59,16 +61,17 @@ def test_empty_key_message() -> None:
         validate_key(b"")
 
 
-def test_long_key_message_names_lmdb_limit_and_length() -> None:
-    validate_key(b"k" * 511)
+def test_long_key_message_names_the_limit_and_length() -> None:
+    assert MAX_KEY_BYTES == 32768
+    validate_key(b"k" * MAX_KEY_BYTES)
     with pytest.raises(InvalidCommandError) as info:
-        validate_key(b"k" * 600)
-    assert "600 bytes" in str(info.value) and "LMDB's 511-byte key limit" in str(info.value)
+        validate_key(b"k" * 40000)
+    assert "40000 bytes" in str(info.value) and "the 32768-byte key limit" in str(info.value)
 
 
-def test_configured_key_limit_cannot_exceed_lmdb() -> None:
-    with pytest.raises(InvalidCommandError, match="511-byte"):
-        validate_key(b"k" * 600, max_key_bytes=1000)
+def test_configured_key_limit_cannot_exceed_the_stores() -> None:
+    with pytest.raises(InvalidCommandError, match="the 32768-byte key limit"):
+        validate_key(b"k" * 40000, max_key_bytes=50000)
     with pytest.raises(InvalidCommandError, match="the 10-byte key limit"):
         validate_key(b"k" * 11, max_key_bytes=10)
 

@@ -315,8 +315,8 @@ def test_malformed_payload_is_a_logged_noop(sm: KVStateMachine, caplog: pytest.L
 
 def test_bad_key_inside_command_applies_none_of_its_ops(sm: KVStateMachine) -> None:
     log = Log()
-    result = outcome(sm.apply([log.entry([put_op(b"ok", b"v"), put_op(b"x" * 600, b"v")], "c", 1)])[0])
-    assert result.error and "600 bytes" in result.error
+    result = outcome(sm.apply([log.entry([put_op(b"ok", b"v"), put_op(b"x" * 40000, b"v")], "c", 1)])[0])
+    assert result.error and "40000 bytes" in result.error
     assert sm.get(b"ok") is None and sm.applied_index == 1
 
 
@@ -372,7 +372,7 @@ def _end(prefix: bytes) -> bytes:
 
 
 def test_get_of_impossible_keys_is_none(filled: KVStateMachine) -> None:
-    assert filled.get(b"") is None and filled.get(b"x" * 600) is None
+    assert filled.get(b"") is None and filled.get(b"x" * 40000) is None and filled.get(b"x" * 600) is None
 
 
 def test_state_hash_compares_contents_and_history(tmp_path: Path) -> None:

@@ -56,12 +56,12 @@ def refused(outcome: ApplyOutcome) -> str:
 
 
 POISON = {
-    "an etcd put of a 600-byte key": etcd_put(b"k" * 600),
+    "an etcd put of a 40000-byte key": etcd_put(b"k" * 40000),
     "an etcd put of an empty key": etcd_put(b""),
-    "an etcd txn whose nested txn puts a 600-byte key after a good put": encode_etcd_txn(pb.TxnRequest(success=[
+    "an etcd txn whose nested txn puts a 40000-byte key after a good put": encode_etcd_txn(pb.TxnRequest(success=[
         pb.RequestOp(request_put=pb.PutRequest(key=b"fine", value=b"v")),
         pb.RequestOp(request_txn=pb.TxnRequest(success=[
-            pb.RequestOp(request_put=pb.PutRequest(key=b"x" * 600, value=b"v"))]))]).SerializeToString()),
+            pb.RequestOp(request_put=pb.PutRequest(key=b"x" * 40000, value=b"v"))]))]).SerializeToString()),
     "a truncated protobuf": encode_command([put_op(b"key", b"value" * 20)])[:-7],
     "an unknown command type": b"\xa2\x06\x03abc",  # field 100, length-delimited: no kind raftkv knows
     "a truncated etcd transaction": encode_etcd_txn(b"\x0a\x05ab"),
@@ -86,10 +86,10 @@ def test_a_poison_entry_is_refused_alike_on_every_replica_and_the_others_apply(
     assert first.state_hash() == second.state_hash()
 
 
-def test_a_key_over_lmdbs_limit_is_refused_naming_the_limit(machines: tuple[KVStateMachine, KVStateMachine]) -> None:
-    outcome, = apply_all(machines[0], entries(etcd_put(b"k" * 600)))
+def test_a_key_over_the_stores_limit_is_refused_naming_the_limit(machines: tuple[KVStateMachine, KVStateMachine]) -> None:
+    outcome, = apply_all(machines[0], entries(etcd_put(b"k" * 40000)))
     assert outcome.result.refusal_kind == "INVALID_ARGUMENT"
-    assert "600 bytes" in outcome.result.refusal and "511-byte key limit" in outcome.result.refusal
+    assert "40000 bytes" in outcome.result.refusal and "32768-byte key limit" in outcome.result.refusal
 
 
 def test_an_entry_that_raises_half_applied_is_rolled_back_and_refused(
@@ -137,7 +137,7 @@ def test_a_refused_write_keeps_its_session_usable(machines: tuple[KVStateMachine
     client = session_id(1, b"s" * 16)
     log = [Entry(1, 1, EntryType.NORMAL, encode_registration(b"s" * 16)),
            Entry(2, 1, EntryType.NORMAL, encode_etcd_txn(
-               pb.TxnRequest(success=[pb.RequestOp(request_put=pb.PutRequest(key=b"k" * 600))]).SerializeToString(),
+               pb.TxnRequest(success=[pb.RequestOp(request_put=pb.PutRequest(key=b"k" * 40000))]).SerializeToString(),
                client_id=client, seq=1)),
            Entry(3, 1, EntryType.NORMAL, encode_command([put_op(b"k", b"v")], client, 2))]
     outcomes = apply_all(machine, log)

@@ -28,18 +28,18 @@ def test_a_transactions_puts_in_all_are_held_to_a_writes_total() -> None:
 
 
 @pytest.mark.parametrize("op", [
-    put(b"k" * 600),
-    pb.RequestOp(request_range=pb.RangeRequest(key=b"k" * 600)),
-    pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=b"k" * 600)),
-    pb.RequestOp(request_txn=pb.TxnRequest(failure=[put(b"k" * 600)])),
+    put(b"k" * 40000),
+    pb.RequestOp(request_range=pb.RangeRequest(key=b"k" * 40000)),
+    pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=b"k" * 40000)),
+    pb.RequestOp(request_txn=pb.TxnRequest(failure=[put(b"k" * 40000)])),
 ], ids=["put", "range", "delete", "nested put"])
 def test_every_op_of_either_branch_is_checked(op: pb.RequestOp) -> None:
     for request in (pb.TxnRequest(success=[op]), pb.TxnRequest(failure=[put(b"fine"), op])):
-        with pytest.raises(errors.InvalidArgumentError, match="511-byte key limit"):
+        with pytest.raises(errors.InvalidArgumentError, match="32768-byte key limit"):
             CHECKS.etcd_txn(request)
 
 
-def test_a_configured_key_limit_below_lmdbs_is_named() -> None:
+def test_a_configured_key_limit_below_the_stores_is_named() -> None:
     checks = RequestChecks(Limits(max_key_bytes=100))
     checks.put(b"k" * 100, b"v")
     with pytest.raises(errors.InvalidArgumentError, match="100-byte key limit"):

@@ -27,7 +27,7 @@ from kv.client.tls import TLS
 from kv.tools.spark.export_client import STAGING_PREFIX
 from raftkv_proto import kv_pb2
 from raftkv_proto.request_limits import BATCH_MESSAGE_BYTES, REQUEST_OVERHEAD_BYTES
-from statemachine.commands import LMDB_MAX_KEY_BYTES, CommandLimits
+from statemachine.commands import MAX_KEY_BYTES, CommandLimits
 
 # The server accepts at most CommandLimits.max_ops ops per write, and a request of at most its
 # --max-request-bytes, which is never below BATCH_MESSAGE_BYTES: a batch's request stays within
@@ -127,9 +127,9 @@ class BulkLoader:
     def _staged_key(self, key: bytes) -> bytes:
         if key.startswith(STAGING_PREFIX):
             raise ValueError(f"key {key[:40]!r} is under raftkv's reserved staging prefix {STAGING_PREFIX!r}")
-        if self.stage and len(self.stage) + len(key) > LMDB_MAX_KEY_BYTES:
+        if self.stage and len(self.stage) + len(key) > MAX_KEY_BYTES:
             raise ValueError(f"key of {len(key)} bytes is too long for an atomic write: staged under "
-                             f"{len(self.stage)} bytes of prefix it would pass the {LMDB_MAX_KEY_BYTES}-byte key limit")
+                             f"{len(self.stage)} bytes of prefix it would pass the {MAX_KEY_BYTES}-byte key limit")
         return self.stage + key
 
     def _send(self, batch: list[tuple[bytes, bytes]]) -> int:

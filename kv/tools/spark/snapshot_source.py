@@ -20,8 +20,10 @@ from kv.tools.spark.export_client import STAGING_PREFIX
 from snapshot.file_format import copy_payload
 from snapshot.state_payload import STATE_FILE, revision_in
 from statemachine.key_record import stored_value
+from statemachine.long_keys import DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME, KeyedTable, LongKeyNames
 
-_DATA_DB = b"data"  # the state machine's user data (statemachine/kv_state.py)
+# The state machine's user data (statemachine/kv_state.py): short keys, long keys, their names.
+_DATA_DBS = (b"data", DATA_LONG_DB_NAME, LONG_KEYS_DB_NAME)
 DEFAULT_BATCH_SIZE = 5000
 
 
@@ -32,9 +34,7 @@ class SnapshotSource:
             with open(self._dir / STATE_FILE, "wb") as out:
                 manifest = copy_payload(path, out)  # verifies size and sha256 on the way
             self._env = lmdb.open(str(self._dir), readonly=True, lock=False, max_dbs=8, subdir=True)
-            with self._env.begin() as txn:
-                present = txn.get(_DATA_DB) is not None
-            self._data = self._env.open_db(_DATA_DB, create=False) if present else None
+            self._data = _data_table(self._env)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
@@ -56,13 +56,13 @@ class SnapshotSource:
         """[start, end) ranges of about equal key count covering every key (b"" = unbounded)."""
         if self._data is None:
             return [(b"", b"")]
-        with self._env.begin(db=self._data) as txn:
-            count = int(txn.stat(self._data)["entries"])
+        with self._env.begin() as txn:
+            count = self._data.count(txn)
             if partitions <= 1 or count < partitions:
                 return [(b"", b"")]
             step = count / partitions
             wanted = {round(step * i) for i in range(1, partitions)}
-            splits = [key for position, key in enumerate(txn.cursor().iternext(values=False)) if position in wanted]
+            splits = [key for position, key in enumerate(self._data.keys(txn)) if position in wanted]
         bounds = [b"", *splits, b""]
         return list(zip(bounds[:-1], bounds[1:]))
 
@@ -70,14 +70,9 @@ class SnapshotSource:
         """Batches of (key, value) in [start, end), in key order (one read transaction each call)."""
         if self._data is None:
             return
-        with self._env.begin(db=self._data) as txn:
-            cursor = txn.cursor()
-            if not (cursor.set_range(start) if start else cursor.first()):
-                return
+        with self._env.begin() as txn:
             batch: list[tuple[bytes, bytes]] = []
-            for key, value in cursor.iternext():
-                if end and key >= end:
-                    break
+            for key, value in self._data.ordered(txn, start, end or None):
                 if key.startswith(STAGING_PREFIX):
                     continue  # rows of an atomic write that was not published when the snapshot was taken
                 batch.append((key, stored_value(key, value)))
@@ -86,3 +81,15 @@ class SnapshotSource:
                     batch = []
             if batch:
                 yield batch
+
+
+def _data_table(env: lmdb.Environment) -> KeyedTable | None:
+    """The user data of a state opened read-only (None: it has none). A state written before long
+    keys existed has no long-key tables, and no long key."""
+    with env.begin() as txn:
+        present = [txn.get(name) is not None for name in _DATA_DBS]
+    if not present[0]:
+        return None
+    short, long, names = (env.open_db(name, create=False) if there else None
+                          for name, there in zip(_DATA_DBS, present))
+    return KeyedTable(short, long, LongKeyNames(names))
