@@ -161,6 +161,17 @@ class PeerListener:
         await self._server.wait_closed()
         self._server = None
 
+    def refuse_removed(self, removed: frozenset[str]) -> None:
+        """The members seen removed, from now on: their hellos are refused (RemovedMember), and
+        their open MESSAGES connections closed with a Refusal. A hello is checked only when a
+        member dials, and on an open connection its messages would be taken in silence: a
+        removed follower that held its links already would never hear that it was removed, and
+        would run on. Closed, it dials again and is told."""
+        self.removed = removed
+        for connection in [c for c in self.connections if c.messages and c._peer in removed and not c._closing]:
+            why = f"{connection._peer} was removed from this cluster: its connection is closed"
+            connection._close_with(raft_pb2.Refusal(reason=why).SerializeToString())
+
     def note_refusal(self, source: str, peername: object, why: str) -> None:
         """Log a refused connection from `peername` (rate-limited by `source` and reason)."""
         say = self.refusals.note(source, why, self.clock())

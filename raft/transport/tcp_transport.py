@@ -90,7 +90,7 @@ class TcpTransport:
         for member in self._removed:
             self._client_addresses.pop(member, None)
         if self.listener is not None:
-            self.listener.removed = self._removed
+            self.listener.refuse_removed(self._removed)
 
     @property
     def peer_address(self) -> str:

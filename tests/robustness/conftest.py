@@ -37,6 +37,6 @@ def robustness_run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
     for run in made:
         try:
             if report is not None and report.failed:
-                print(f"{run.tag()} logs and {RECORDS_FILE} in {run.cluster.base_dir}\n{run.cluster.log_tails()}")
+                print(f"{run.tag()} logs and {RECORDS_FILE} in {run.cluster.base_dir}\n{run.log_tails()}")
         finally:
             run.cluster.close()

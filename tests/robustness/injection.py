@@ -7,7 +7,12 @@ cluster has a leader and acknowledges writes again:
 - partition: cut the leader off from both peers (tests/faults/proxy.py blackholes its links; its
   clients still reach it), until the majority has elected another and moved on, then heal;
 - wipe: SIGKILL a follower, delete its data directory, start it again as itself (the recovery
-  recipe of docs/operations.md); it rejoins and is caught up from the leader."""
+  recipe of docs/operations.md); it rejoins and is caught up from the leader;
+- replace-follower, replace-leader: a member added (a learner, started empty, promoted in sync)
+  and an old follower, or the leader, removed, in either order (member_changes.py).
+
+The kinds that `mixed` draws from are FAULTS; the replacements are the `members` scenario's alone
+(a member that joined is not behind the proxies that a partition needs)."""
 from __future__ import annotations
 
 import random
@@ -18,9 +23,11 @@ from dataclasses import dataclass
 
 from tests.faults.cluster import FaultCluster
 from tests.integration.cluster import wait_until
+from tests.robustness.member_changes import MemberChanges
 
 KILL, PAUSE, PARTITION, WIPE = "kill", "pause", "partition", "wipe"
 FAULTS = (KILL, PAUSE, PARTITION, WIPE)
+REPLACE_FOLLOWER, REPLACE_LEADER = "replace-follower", "replace-leader"
 ELECTION_TIMEOUT_S = 0.5  # FAST_TIMING's
 RECOVERY_S = 60.0
 
@@ -30,10 +37,13 @@ class Injector:
     cluster: FaultCluster
     rng: random.Random
     progress_since: Callable[[int], bool]  # has a write called after this time been acknowledged?
+    members: MemberChanges
     log: Callable[[str], None] = print
 
     def inject(self, fault: str) -> None:
-        {KILL: self.kill, PAUSE: self.pause, PARTITION: self.partition, WIPE: self.wipe}[fault]()
+        {KILL: self.kill, PAUSE: self.pause, PARTITION: self.partition, WIPE: self.wipe,
+         REPLACE_FOLLOWER: lambda: self.members.replace(leader=False),
+         REPLACE_LEADER: lambda: self.members.replace(leader=True)}[fault]()
         self.wait_progress()
 
     def _pick(self, followers_only: bool = False) -> tuple[str, str]:

@@ -1,10 +1,11 @@
 """One robustness run: three members behind the fault proxies, random traffic and watches on every
-member, faults drawn from the seed, then the ending and the checks.
+member, faults drawn from the seed (or membership changes), then the ending and the checks.
 
 The ending: the traffic stops (every lease it held is abandoned), every fault is healed and every
 member runs; the run waits until no key on a lease is left, writes one final transaction (a key
 under each watched prefix) at revision F, waits until every watch has seen F, and reads the
-history from revision 1 on each member with a watch of its own. Then the checks (checks_*.py)."""
+history from revision 1 on each member with a watch of its own (the members of the cluster then:
+those added during the run included, those removed not). Then the checks (checks_*.py)."""
 from __future__ import annotations
 
 import os
@@ -12,17 +13,17 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import grpc
-
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
 from tests.faults.cluster import FaultCluster
-from tests.integration.cluster import wait_until
+from tests.integration.cluster import NodeProcess, wait_until
 from tests.robustness.agreed_history import Findings, History, check_agreement, check_consistency, history_of
 from tests.robustness.checks_kv import FINAL_KEYS, check_kv
 from tests.robustness.checks_lease import check_leases
 from tests.robustness.checks_watch import check_watches
-from tests.robustness.injection import FAULTS, KILL, RECOVERY_S, WIPE, Injector
+from tests.robustness.endpoints import Endpoints
+from tests.robustness.injection import FAULTS, KILL, RECOVERY_S, REPLACE_FOLLOWER, REPLACE_LEADER, WIPE, Injector
+from tests.robustness.member_changes import MemberChanges
 from tests.robustness.records import Outcome, Records, WatchLog
 from tests.robustness.traffic import LEASE_PREFIX, make_traffic
 from tests.robustness.watchers import Watch, Watchers, full_history_spec, random_spec
@@ -36,6 +37,8 @@ WATCHES_CATCH_UP_S = 60.0
 RECORDS_FILE = "records.jsonl"
 MIN_WRITES = 100
 MIXED = "mixed"
+# A follower replaced and the leader replaced, in the drawn order.
+MEMBERS = "members"
 
 
 def seeds(ci_seeds: list[int]) -> list[int]:
@@ -48,9 +51,12 @@ def seeds(ci_seeds: list[int]) -> list[int]:
 
 
 def fault_plan(scenario: str, rng: random.Random) -> list[str]:
-    """A scenario's faults: its one kind twice, or (mixed) three of any kind."""
+    """A scenario's faults: its one kind twice, (mixed) three of any kind, or (members) both
+    replacements."""
     if scenario == MIXED:
         return [rng.choice(FAULTS) for _ in range(3)]
+    if scenario == MEMBERS:
+        return rng.sample([REPLACE_FOLLOWER, REPLACE_LEADER], 2)
     assert scenario in FAULTS, scenario
     return [scenario, scenario]
 
@@ -67,6 +73,13 @@ class Run:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.plan = fault_plan(self.scenario, self.rng)
+        self.departed: dict[str, NodeProcess] = {}  # the members removed during the run
+
+    def log_tails(self) -> str:
+        """The tails of every member's log: those still members and those removed."""
+        removed = "".join(f"\n==== {node.id}, removed ({node.log_path})\n{node.log_tail()}"
+                          for node in self.departed.values())
+        return self.cluster.log_tails() + removed
 
     def tag(self) -> str:
         return f"[{self.scenario} seed={self.seed} faults={self.plan}: rerun with RAFTKV_SEED={self.seed}]"
@@ -74,20 +87,24 @@ class Run:
     def execute(self) -> Findings:
         cluster = self.cluster
         cluster.wait_for_leader()
-        channels = {n: cluster.etcd_channel(n) for n in cluster.nodes}
-        traffic = make_traffic(channels, self.records, random.Random(self.rng.random())).start()
+        endpoints = Endpoints({n: cluster.etcd_channel(n) for n in cluster.nodes})
+        traffic = make_traffic(endpoints, self.records, random.Random(self.rng.random())).start()
         watchers = Watchers(rng=random.Random(self.rng.random()))
         try:
             wait_until("the first writes", lambda: self._highest_revision() >= WRITES_BEFORE_WATCHES, RECOVERY_S)
-            self._open_watches(watchers, channels)
+            for member in endpoints.members():
+                self._open_watches(watchers, endpoints, member)
             watchers.start_ticker()
-            injector = Injector(cluster, random.Random(self.rng.random()), self._acknowledged_since)
+            rng = random.Random(self.rng.random())
+            members = MemberChanges(cluster, endpoints, rng, departed=self.departed,
+                                    joined=lambda member: self._open_watches(watchers, endpoints, member))
+            injector = Injector(cluster, rng, self._acknowledged_since, members)
             for fault in self.plan:
                 time.sleep(self.rng.uniform(*QUIET_S))  # traffic between faults: the time is the point
                 injector.inject(fault)
             time.sleep(self.rng.uniform(*QUIET_S))
             traffic.stop()
-            self._end(watchers, channels)
+            self._end(watchers, endpoints)
         finally:
             traffic.stop_event.set()
             watchers.close()
@@ -102,19 +119,17 @@ class Run:
     def _acknowledged_since(self, since_ns: int) -> bool:
         return any(c.outcome is Outcome.OK and c.writes and c.call_ns >= since_ns for c in self.records.kv_calls())
 
-    def _open_watches(self, watchers: Watchers, channels: dict[str, grpc.Channel]) -> None:
-        members = list(channels)
-        for i, member in enumerate(members):
-            for j in range(WATCHES_PER_MEMBER):
-                spec = random_spec(f"watch-{member}-{j}", self.rng, self._highest_revision())
-                order = members[i:] + members[:i]  # resumed on the next member, and the next
-                watchers.start(Watch(spec, channels, order, WatchLog(spec)), self.records)
+    def _open_watches(self, watchers: Watchers, endpoints: Endpoints, member: str) -> None:
+        """The watches of `member` (at the start, or once it has joined), resumed on the members after it."""
+        for j in range(WATCHES_PER_MEMBER):
+            spec = random_spec(f"watch-{member}-{j}", self.rng, self._highest_revision())
+            watchers.start(Watch(spec, endpoints, member, WatchLog(spec)), self.records)
 
-    def _end(self, watchers: Watchers, channels: dict[str, grpc.Channel]) -> None:
+    def _end(self, watchers: Watchers, endpoints: Endpoints) -> None:
         cluster = self.cluster
         cluster.heal_all()
         leader = cluster.wait_for_leader(timeout=RECOVERY_S)
-        kv = etcd_rpc_pb2_grpc.KVStub(channels[leader])
+        kv = etcd_rpc_pb2_grpc.KVStub(endpoints.channel(leader))
 
         def lease_keys_left() -> bool:
             answer = kv.Range(pb.RangeRequest(key=LEASE_PREFIX, range_end=b"l0", count_only=True), timeout=2.0)
@@ -128,7 +143,7 @@ class Run:
         watchers.finish_at(self.final_revision)
         for member in cluster.nodes:
             spec = full_history_spec(member)
-            watch = Watch(spec, channels, [member], WatchLog(spec), until=self.final_revision)
+            watch = Watch(spec, endpoints, member, WatchLog(spec), until=self.final_revision, stays=True)
             watchers.start(watch, self.records)
         wait_until(f"every watch to see the final revision {self.final_revision} {self.tag()}",
                    lambda: not watchers.pending(), WATCHES_CATCH_UP_S)
@@ -148,7 +163,7 @@ class Run:
 
     def _exercised(self, history: History, logs: list[WatchLog]) -> None:
         """A run that did not do what it is for would pass every check: count that it did."""
-        check = "the run exercised writes, revocations and (after a kill) resumed watches"
+        check = "the run exercised writes, revocations and (after a kill or a removal) resumed watches"
         self.findings.ran(check)
         writes = sum(1 for c in self.records.kv_calls() if c.outcome is Outcome.OK and c.writes)
         if writes < MIN_WRITES:
@@ -156,5 +171,5 @@ class Run:
         if not any(e.deleted and e.kv.key.startswith(LEASE_PREFIX) for e in history.events):
             self.findings.add(check, "no lease was revoked")
         resumed = sum(len(log.starts) - 1 for log in logs)
-        if resumed == 0 and set(self.plan) & {KILL, WIPE}:
-            self.findings.add(check, "no watch was resumed although members were killed")
+        if resumed == 0 and set(self.plan) & {KILL, WIPE, REPLACE_FOLLOWER, REPLACE_LEADER}:
+            self.findings.add(check, "no watch was resumed although members were killed or removed")

@@ -22,6 +22,7 @@ import grpc
 
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
+from tests.robustness.endpoints import Endpoints
 from tests.robustness.records import KeyOp, KvCall, LeaseCall, Outcome, Records, failed_write_outcome
 
 PLAIN_PREFIX = b"k/"
@@ -43,21 +44,31 @@ def lease_key(lease: int, n: int) -> bytes:
 
 
 class Stubs:
-    """etcd's KV and Lease stubs of each member, in the order a client tries them."""
+    """etcd's KV and Lease stubs of the member a client talks to; after a failure, the next
+    member's (Endpoints.after: members added while the traffic runs included)."""
 
-    def __init__(self, channels: dict[str, grpc.Channel], first: int) -> None:
-        names = list(channels)
-        self.order = names[first % len(names):] + names[:first % len(names)]
-        self.kv = {n: etcd_rpc_pb2_grpc.KVStub(channels[n]) for n in names}
-        self.lease = {n: etcd_rpc_pb2_grpc.LeaseStub(channels[n]) for n in names}
-        self._at = 0
+    def __init__(self, endpoints: Endpoints, first: int) -> None:
+        members = endpoints.members()
+        self._endpoints = endpoints
+        self.member = members[first % len(members)]
+        self._stubs: dict[str, tuple[etcd_rpc_pb2_grpc.KVStub, etcd_rpc_pb2_grpc.LeaseStub]] = {}
 
     @property
-    def member(self) -> str:
-        return self.order[self._at]
+    def kv(self) -> etcd_rpc_pb2_grpc.KVStub:
+        return self._of_member()[0]
+
+    @property
+    def lease(self) -> etcd_rpc_pb2_grpc.LeaseStub:
+        return self._of_member()[1]
+
+    def _of_member(self) -> tuple[etcd_rpc_pb2_grpc.KVStub, etcd_rpc_pb2_grpc.LeaseStub]:
+        if self.member not in self._stubs:
+            channel = self._endpoints.channel(self.member)
+            self._stubs[self.member] = (etcd_rpc_pb2_grpc.KVStub(channel), etcd_rpc_pb2_grpc.LeaseStub(channel))
+        return self._stubs[self.member]
 
     def move_on(self) -> None:
-        self._at = (self._at + 1) % len(self.order)
+        self.member = self._endpoints.after(self.member)
 
 
 def _request_op(op: KeyOp) -> pb.RequestOp:
@@ -81,7 +92,7 @@ def _answered(op: KeyOp, response: pb.ResponseOp) -> KeyOp:
 
 def call_kv(stubs: Stubs, records: Records, client: str, ops: tuple[KeyOp, ...]) -> KvCall:
     """One call: a single op as Put / Range / DeleteRange, several as a Txn. Recorded."""
-    member, stub = stubs.member, stubs.kv[stubs.member]
+    member, stub = stubs.member, stubs.kv
     call_ns = time.monotonic_ns()
     try:
         if len(ops) > 1:
@@ -228,7 +239,7 @@ class LeaseClient(Client):
         member = self.stubs.member
         call_ns = time.monotonic_ns()
         try:
-            answer = send(self.stubs.lease[member])
+            answer = send(self.stubs.lease)
         except (grpc.RpcError, StopIteration) as error:
             outcome = failed_write_outcome(error) if isinstance(error, grpc.RpcError) else Outcome.UNKNOWN
             self.records.add_lease(LeaseCall(self.name, member, kind, lease, call_ns, None, outcome,
@@ -272,12 +283,12 @@ class Traffic:
             raise AssertionError(f"traffic client {crashed[0].name} crashed") from crashed[0].error
 
 
-def make_traffic(channels: dict[str, grpc.Channel], records: Records, rng: random.Random,
+def make_traffic(endpoints: Endpoints, records: Records, rng: random.Random,
                  kv_clients: int = 3, lease_clients: int = 2, max_calls: int = 600) -> Traffic:
     clients: list[Client] = []
     for i in range(kv_clients):
-        clients.append(KvClient(f"kv{i}", Stubs(channels, i), records, random.Random(rng.random()), max_calls))
+        clients.append(KvClient(f"kv{i}", Stubs(endpoints, i), records, random.Random(rng.random()), max_calls))
     for i in range(lease_clients):
-        clients.append(LeaseClient(f"lease{i}", Stubs(channels, i + kv_clients), records, random.Random(rng.random()),
+        clients.append(LeaseClient(f"lease{i}", Stubs(endpoints, i + kv_clients), records, random.Random(rng.random()),
                                    max_calls))
     return Traffic(clients)

@@ -314,6 +314,26 @@ def test_a_refused_hello_is_logged_once_with_its_reason(caplog: pytest.LogCaptur
     _run(main)
 
 
+def test_a_member_removed_while_connected_is_told_so_and_its_connection_closed() -> None:
+    """n1 holds an open MESSAGES connection to n2 when n2 sees it removed: a hello is never asked
+    of it again, so n2 closes that connection; n1 dials again, is refused as a removed member and
+    told so (its node stops). Otherwise its messages on the open connection would be taken in
+    silence, and a removed follower that already held its links would run on for ever."""
+    async def main() -> None:
+        async with Node("n2", {"n1": "127.0.0.1:1"}) as n2:
+            async with Node("n1", {"n2": n2.address}) as n1:
+                n1.transport.send([heartbeat(1)])
+                await n1.link_settles("n2", lambda link: link.connection is not None)
+                await until(lambda: len(n2.inbound.delivered) == 1, n2.inbound.changed)
+                n2.transport.reconfigure({}, ["n1"])
+                await until(lambda: n1.inbound.removed, n1.inbound.changed)
+                assert all("n1 was removed from this cluster" in why for why in n1.inbound.removed)
+                n1.transport.send([heartbeat(2)])
+                assert n1.link("n2").connection is None and len(n2.inbound.delivered) == 1
+
+    _run(main)
+
+
 async def raw_exchange(port: int, data: bytes) -> tuple[list[bytes], bool]:
     """Send raw bytes to a peer port; the frames the listener sends back, and whether it then
     closed the connection."""
