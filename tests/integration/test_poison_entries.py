@@ -26,7 +26,7 @@ def etcd_put(key: bytes, value: bytes = b"v") -> bytes:
 
 
 POISON = {
-    "a 600-byte key": etcd_put(b"k" * 600),
+    "a 40000-byte key (over the 32 KiB key limit)": etcd_put(b"k" * 40000),
     "an empty key": etcd_put(b""),
     "a truncated protobuf": encode_command([put_op(b"key", b"value" * 20)])[:-7],
     "an unknown command type": b"\xa2\x06\x03abc",
