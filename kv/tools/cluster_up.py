@@ -227,24 +227,20 @@ def child_env() -> dict[str, str]:
 
 def local_specs(nodes: int, base_port: int, data_dir: Path, extra_args: Sequence[str] = (),
                 base_peer_port: int | None = None) -> list[NodeSpec]:
-    """n1..nN taking clients on 127.0.0.1:base_port.. and peers on 127.0.0.1:base_peer_port..
-    (default: base_port + 100..), metrics and health on http://127.0.0.1:base_port + 200.., etcd's
-    JSON gateway on http://127.0.0.1:base_port + 300.., each with its data in data_dir/nI."""
+    """n1..nN on 127.0.0.1: clients at base_port.., peers at base_peer_port.. (base_port + 100..),
+    metrics at base_port + 200.., etcd's JSON gateway at base_port + 300..; data in data_dir/nI."""
     if base_peer_port is None:
         base_peer_port = base_port + PEER_PORT_OFFSET
     clients = range(base_port, base_port + nodes)
     peer_ports = range(base_peer_port, base_peer_port + nodes)
-    if set(clients) & set(peer_ports):
-        raise ValueError(f"client ports {base_port}..{clients[-1]} and peer ports {base_peer_port}..{peer_ports[-1]} "
-                         f"overlap: give another --base-peer-port")
     metrics_ports = range(base_port + METRICS_PORT_OFFSET, base_port + METRICS_PORT_OFFSET + nodes)
     gateway_ports = range(base_port + GATEWAY_PORT_OFFSET, base_port + GATEWAY_PORT_OFFSET + nodes)
-    if (set(metrics_ports) | set(gateway_ports)) & (set(clients) | set(peer_ports)):
-        raise ValueError(f"metrics ports {metrics_ports[0]}..{metrics_ports[-1]} or gateway ports {gateway_ports[0]}.."
-                         f"{gateway_ports[-1]} overlap the client or peer ports: give another --base-peer-port")
-    top = max(clients[-1], peer_ports[-1], gateway_ports[-1])
-    if top > 65535:
-        raise ValueError(f"{nodes} members need ports up to {top}, past 65535")
+    every = [*clients, *peer_ports, *metrics_ports, *gateway_ports]
+    if len(set(every)) < len(every):
+        raise ValueError(f"client ports {base_port}.., peer ports {base_peer_port}.., metrics and gateway ports (client "
+                         f"+ 200.., + 300..) overlap for {nodes} members: give another --base-peer-port")
+    if max(every) > 65535:
+        raise ValueError(f"{nodes} members need ports up to {max(every)}, past 65535")
     peers = {f"n{i + 1}": f"127.0.0.1:{port}" for i, port in enumerate(peer_ports)}
     return [NodeSpec(name, f"127.0.0.1:{port}", data_dir / name, peers, tuple(extra_args),
                      metrics_url=f"http://127.0.0.1:{metrics}", gateway_url=f"http://127.0.0.1:{gateway}")
