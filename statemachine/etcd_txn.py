@@ -28,7 +28,7 @@ from statemachine.mvcc import (
     range_at,
     store_revision,
 )
-from statemachine.range_read import Allow, RangePlan, allow_any, fill_range, listed_range, plan_range
+from statemachine.range_read import Allow, RangePlan, allow_any, fill_range, listed_range, plan_range, read_key
 
 # etcd's messages (api/v3rpc/rpctypes/error.go), which clients match on, with kv.errors' kinds.
 COMPACTED = "etcdserver: mvcc: required revision has been compacted"
@@ -67,15 +67,19 @@ def to_proto(kv: KeyVersion, keys_only: bool = False) -> mvccpb.KeyValue:
                            version=kv.version, value=b"" if keys_only else kv.value, lease=kv.lease)
 
 
+def _check_read_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> None:
+    try:
+        check_revision(txn, tables, revision)
+    except LookupError as exc:
+        raise refusal_of(exc) from None
+
+
 def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,
               revision: int | None = None, max_bytes: int | None = None) -> RangePlan:
     """The plan of a Range served from `txn` (a read, or the write transaction of an apply, which
     sees its own changes; statemachine/range_read.py); `revision` is the header's (default: the
     store's). Raises EtcdRefusal for a compacted or future revision."""
-    try:
-        check_revision(txn, tables, request.revision)
-    except LookupError as exc:
-        raise refusal_of(exc) from None
+    _check_read_revision(txn, tables, request.revision)
     bounds = request.key, range_end(request.key, request.range_end)
     listed = listed_range(txn, tables, *bounds, request.revision)
     return plan_range(listed, request, store_revision(txn, tables) if revision is None else revision, bounds,
@@ -86,7 +90,13 @@ def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReque
                revision: int | None = None, allow: Allow = allow_any,
                response: pb.RangeResponse | None = None) -> pb.RangeResponse:
     """A Range served from `txn` (plan_read), measured, passed to `allow` (which raises to refuse
-    it), then read into `response` (a new one by default)."""
+    it), then read into `response` (a new one by default). One key is looked up at once
+    (range_read.read_key): its reply is bounded by an entry's size."""
+    if not request.range_end:
+        out = pb.RangeResponse() if response is None else response
+        _check_read_revision(txn, tables, request.revision)
+        read_key(txn, tables, request, store_revision(txn, tables) if revision is None else revision, out)
+        return out
     plan = plan_read(txn, tables, request, revision, allow.max_bytes)
     allow(plan.wire_bytes)
     out = pb.RangeResponse() if response is None else response

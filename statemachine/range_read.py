@@ -222,6 +222,23 @@ def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, respo
             value=b"" if keys_only else kv.value, lease=kv.lease)
 
 
+def read_key(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,
+             response: pb.RangeResponse) -> None:
+    """A Range of one key (no range end) into `response`, in one lookup: plan_range and fill_range
+    would agree on it (counted before the filters; no sort, limit or `more` can change one key),
+    and its size is bounded by one entry's, so there is nothing to measure first. The caller
+    checked the request's revision; `revision` is the header's."""
+    response.header.revision = revision
+    kv = version_at(txn, tables, request.key, request.revision)
+    if kv is None:
+        return
+    response.count = 1
+    if request.count_only or not _passes(kv, request):
+        return
+    response.kvs.add(key=kv.key, create_revision=kv.create_revision, mod_revision=kv.mod_revision,
+                     version=kv.version, value=b"" if request.keys_only else kv.value, lease=kv.lease)
+
+
 def _by_value(versions: Iterable[KeyVersion], request: pb.RangeRequest) -> list[KeyVersion]:
     """The versions sorted by value as etcd's Range does (ascending unless DESCEND), cut to the
     limit while they are read (heapq's nsmallest and nlargest equal a stable sort's first n)."""

@@ -119,6 +119,21 @@ def test_the_plan_answers_as_etcds_range_and_measures_the_reply(machine: KVState
         assert full.ByteSize() <= REPLY_FRAME_BYTES
 
 
+def test_one_key_is_answered_as_the_range_of_that_key_alone(machine: KVStateMachine) -> None:
+    """A Range with no range end takes a lookup of its own (range_read.read_key): the same reply
+    as the planned range [key, key + "\\0"), for live, deleted and absent keys, at past
+    revisions, with filters, count_only, keys_only and limits."""
+    filters = [{}, {"min_mod_revision": 3}, {"max_create_revision": 2}, {"min_create_revision": 3, "max_mod_revision": 4}]
+    for i, revision, extra, flags in itertools.product(
+            range(KEYS + 2), (0, 2, 3), filters,
+            ({}, {"count_only": True}, {"keys_only": True}, {"limit": 1}, {"limit": 5, "sort_order": pb.RangeRequest.DESCEND})):
+        one = pb.RangeRequest(key=key(i), revision=revision, **extra, **flags)
+        as_range = pb.RangeRequest()
+        as_range.CopyFrom(one)
+        as_range.range_end = key(i) + b"\0"
+        assert machine.etcd_range(one) == machine.etcd_range(as_range), one
+
+
 class Refused(Exception):
     pass
 
