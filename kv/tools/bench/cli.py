@@ -50,7 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "services whatever --api says; W16 (membership change: a learner n4 added, started "
                              "with --join, caught up and promoted on a store of --membership-keys keys, then "
                              "removed; the longest stall of a sequential writer over --transfers MoveLeader "
-                             "calls) runs when named, on raftkv only: --compare etcd measures no etcd side")
+                             "calls) runs when named, on raftkv only: --compare etcd measures no etcd side; W17 "
+                             "(lists as Kubernetes makes them: --list-keys keys of 1 KiB under one prefix, listed "
+                             "whole, keys-only, and in pages of --list-page, with the members' peak memory) runs "
+                             "when named, through either API")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help=f"measured window of each load W1..W5, W12, W13 (default {DEFAULTS.duration_s})")
     parser.add_argument("--clients", type=_positive_int, default=None,
@@ -83,6 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"when the store holds fewer (default {DEFAULTS.membership_keys:,})")
     parser.add_argument("--transfers", type=_positive_int, default=None, metavar="N",
                         help=f"W16: MoveLeader calls under the writer (default {DEFAULTS.transfers})")
+    parser.add_argument("--list-keys", type=_positive_int, default=None, metavar="N",
+                        help=f"W17: keys of 1 KiB under the listed prefix (default {DEFAULTS.list_keys:,})")
+    parser.add_argument("--list-clients", type=_positive_int, default=None, metavar="N",
+                        help=f"W17: clients listing at once, each one list after another (default "
+                             f"{DEFAULTS.list_clients})")
+    parser.add_argument("--list-page", type=_positive_int, default=None, metavar="N",
+                        help=f"W17: keys per page of the paged list (default {DEFAULTS.list_page})")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the members keep their data (default: a new directory under the current "
                              "one, on the disk being measured; removed afterwards unless --keep)")
@@ -136,7 +146,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
                            watch_streams=args.watch_streams, watch_rate=args.watch_rate,
                            watch_duration_s=args.watch_duration, leases=args.leases, lease_ttl_s=args.lease_ttl,
                            lease_streams=args.lease_streams, lease_duration_s=args.lease_duration,
-                           membership_keys=args.membership_keys, transfers=args.transfers)
+                           membership_keys=args.membership_keys, transfers=args.transfers,
+                           list_keys=args.list_keys, list_clients=args.list_clients, list_page=args.list_page)
     api = getattr(args, "api", NATIVE_API)
     workloads = _workloads(args.workloads, api)
     systems: tuple[str, ...] = (RAFTKV,)

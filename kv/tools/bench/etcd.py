@@ -24,6 +24,7 @@ from kv.client.retries import BACKOFF_BASE_S, BACKOFF_MAX_S
 from kv.client.tls import TLS, open_channel
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc as pb_grpc
+from raftkv_proto.key_ranges import prefix_end
 
 ETCD_BINARY = "etcd"
 INSTALL_HINT = "etcd is not installed; for the comparison run: sudo apt-get update && sudo apt-get install -y etcd-server"
@@ -93,6 +94,17 @@ class EtcdTarget:
             return True, response.header.revision
         kvs = response.responses[0].response_range.kvs
         return False, kvs[0].mod_revision if kvs else 0
+
+    def list_prefix(self, prefix: bytes, keys_only: bool = False, page: int = 0) -> int:
+        request = pb.RangeRequest(key=prefix, range_end=prefix_end(prefix), keys_only=keys_only, limit=page)
+        listed = 0
+        while True:
+            response = self._call(lambda stub, t: stub.Range(request, timeout=t))
+            listed += len(response.kvs)
+            if not response.more:
+                return listed
+            request.key = response.kvs[-1].key + b"\0"
+            request.revision = response.header.revision  # a list's pages see one revision
 
     def close(self) -> None:
         for channel in self._channels:

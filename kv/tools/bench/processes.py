@@ -17,10 +17,30 @@ STOP_GRACE_S = 10.0
 
 def rss_bytes(pid: int) -> int | None:
     """Resident set size of a running process (Linux /proc), None once it is gone."""
+    return _status_bytes(pid, "VmRSS:")
+
+
+def peak_rss_bytes(pid: int) -> int | None:
+    """The most a process has held resident since it started or since reset_peak_rss (VmHWM)."""
+    return _status_bytes(pid, "VmHWM:")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Start a process's peak resident size again from what it holds now (Linux's clear_refs 5);
+    False when not allowed (another user's process) or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_bytes(pid: int, field: str) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
         return None

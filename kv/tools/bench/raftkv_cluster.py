@@ -15,10 +15,11 @@ from kv.tools.bench import stopping
 from kv.tools.bench.processes import Child, MemberProcesses, Registry
 from kv.tools.bench.etcd import MAX_TXN_OPS, EtcdTarget
 from kv.tools.bench.systems import ETCD_API, LEASE, LINEARIZABLE, NATIVE_API, STALE, Target
-from kv.client.client import Client
+from kv.client.client import MAX_PAGE_LIMIT, Client
 from kv.client.tls import TLS
 from kv.tools.cluster_up import CERTS_DIR, NodeSpec, child_env, free_ports, serve_command, with_tls
 from kv.txn import ModRevision, get, put
+from raftkv_proto.key_ranges import prefix_end
 from statemachine.commands import CommandLimits
 
 POLL_S = 0.05
@@ -53,6 +54,19 @@ class RaftkvTarget:
             return True, result.revision
         kvs = result.responses[0]
         return False, kvs[0].mod_revision if kvs else 0
+
+    def list_prefix(self, prefix: bytes, keys_only: bool = False, page: int = 0) -> int:
+        if keys_only:
+            raise NotImplementedError("the native API's scan has no keys-only form")
+        if not page:
+            return len(self.client.scan(prefix=prefix, limit=MAX_PAGE_LIMIT))
+        listed, start, end = 0, prefix, prefix_end(prefix)
+        while pairs := self.client.scan(start=start, end=end, limit=page):
+            listed += len(pairs)
+            if len(pairs) < page:
+                break
+            start = pairs[-1][0] + b"\0"
+        return listed
 
     def close(self) -> None:
         self.client.close()

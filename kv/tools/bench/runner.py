@@ -16,6 +16,7 @@ from kv.tools.bench import stopping
 from kv.tools.bench import workloads as w
 from kv.tools.bench.etcd import EtcdCluster
 from kv.tools.bench.lease_workload import w15_leases
+from kv.tools.bench.list_workload import w17_lists
 from kv.tools.bench.membership_workload import w16_membership
 from kv.tools.bench.processes import Registry
 from kv.tools.bench.raftkv_cluster import RaftkvCluster
@@ -27,10 +28,10 @@ from kv.tools.bench.systems import ETCD_API, NATIVE_API, Cluster
 from kv.tools.bench.watch_workload import w14_watchers
 
 # W7 kills and restarts members, so it runs before W6 loads the store whose memory W9 measures;
-# W12 and W13 run on the small store of W1..W5, before both. W15 leaves its leases to expire after
+# W12, W13 and W17 run on the small store of W1..W5, before both. W15 leaves its leases to expire after
 # it. W16 adds a fourth member and removes it, and moves the leadership: it runs last, after W15,
 # on W6's store when W6 ran (it tops the store up to membership_keys keys otherwise).
-ORDER = ("W1", "W2", "W3", "W4", "W5", "W12", "W13", "W7", "W6", "W8", "W9", "W10", "W11", "W14", "W15", "W16")
+ORDER = ("W1", "W2", "W3", "W4", "W5", "W12", "W13", "W17", "W7", "W6", "W8", "W9", "W10", "W11", "W14", "W15", "W16")
 READS = {"W3", "W4", "W5", "W12"}
 
 PLANS: dict[str, dict[str, w.Workload]] = {
@@ -39,13 +40,13 @@ PLANS: dict[str, dict[str, w.Workload]] = {
              "W8": w8_snapshot, "W9": w.w9_memory,
              "W10": w10_dataframe_bulk_load, "W11": w11_parquet_export,  # type: ignore[dict-item]
              "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns, "W14": w14_watchers, "W15": w15_leases,
-             "W16": w16_membership},
+             "W16": w16_membership, "W17": w17_lists},
     # etcd: W8 and W16 (membership change: raftkv's figures only) are not compared; W5 runs its
     # serializable reads, W6 its Txn, for W9's like-for-like.
     ETCD: {"W1": w.w1_sequential_puts, "W2": w.w2_concurrent_puts, "W3": w.w3_sequential_gets,
            "W4": w.w4_concurrent_gets, "W5": w.w5_relaxed_gets, "W6": w.w6_bulk_load, "W7": w.w7_failover,
            "W9": w.w9_memory, "W12": w.w12_past_revision_gets, "W13": w.w13_cas_txns, "W14": w14_watchers,
-           "W15": w15_leases},
+           "W15": w15_leases, "W17": w17_lists},
 }
 
 

@@ -10,7 +10,8 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
 # kept alive) run when named, through etcd's Watch and Lease services whatever `--api` says. W16
 # (membership change: a learner added and promoted, leadership moved under a writer) runs when
 # named, on raftkv only (etcd's side is not measured).
-OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13", "W14", "W15", "W16")
+# W17 (lists of a prefix: whole, keys-only, paged) runs when named, through either API.
+OPTIONAL_WORKLOADS = ("W10", "W11", "W12", "W13", "W14", "W15", "W16", "W17")
 REVISION_WORKLOADS = ("W12", "W13")
 # What only raftkv's native API can drive, with why: refused under `--api etcd`.
 NATIVE_ONLY = {
@@ -48,12 +49,17 @@ class Sizes:
     lease_duration_s: float = 20.0  # W15: the measured window, after warmup_s
     membership_keys: int = 100_000  # W16: keys in the store when the learner joins (topped up if fewer)
     transfers: int = 5              # W16: MoveLeader calls under the writer
+    list_keys: int = 10_000         # W17: keys under the listed prefix
+    list_value_bytes: int = 1_024   # W17: their values (10 MB a list)
+    list_clients: int = 4           # W17: clients listing at once
+    list_page: int = 500            # W17: keys per page of the paged list
 
 
 QUICK = Sizes(duration_s=0.3, warmup_s=0.1, clients=4, read_keys=50, bulk_keys=2_000, bulk_batch=500,
               bulk_clients=2, failover_trials=1, failover_clients=2, watchers=20, watch_streams=4,
               watch_rate=100.0, watch_duration_s=0.5, watch_drain_s=60.0, leases=100, lease_ttl_s=10,
-              lease_streams=2, lease_duration_s=2.0, membership_keys=2_000, transfers=2)
+              lease_streams=2, lease_duration_s=2.0, membership_keys=2_000, transfers=2, list_keys=200,
+              list_clients=2, list_page=50)
 
 
 def with_overrides(base: Sizes, **overrides: float | int | None) -> Sizes:
