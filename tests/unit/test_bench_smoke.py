@@ -76,11 +76,21 @@ def test_quick_run_measures_every_workload_and_cleans_up(tmp_path: Path) -> None
 
 @pytest.mark.skipif(etcd_version() is None, reason="etcd-server is not installed")
 def test_quick_comparison_with_etcd(tmp_path: Path) -> None:
-    _, report = run_bench(tmp_path, "--compare", "etcd", "--workloads", "W1,W3")
+    _, report = run_bench(tmp_path, "--compare", "etcd", "--workloads", "W1,W3,W17")
     assert sorted(r["system"] for r in report["rounds"]) == ["etcd", "raftkv"]
     assert all(r["error"] is None for r in report["rounds"])
     w1 = next(row for row in report["summary"] if (row["workload"], row["metric"]) == ("W1", "ops/s"))
     assert w1["etcd"] > 0 and w1["ratio"] == pytest.approx(w1["raftkv"] / w1["etcd"])
+    # W17 on etcd: every list of every variant listed every key (the round would have failed
+    # otherwise), its pages followed etcd's `more`; keys-only only etcd's (the native API has none).
+    rows = {(row["workload"], row["metric"]): row for row in report["summary"]}
+    for variant in ("full", "keys-only", "paged 50"):
+        for metric in ("ops/s", "p99 ms", "leader CPU ms/op", "peak MB", "leader peak MB"):
+            assert rows[("W17", f"{variant} {metric}")]["etcd"] > 0, (variant, metric)
+    assert rows[("W17", "full ops/s")]["ratio"] == pytest.approx(
+        rows[("W17", "full ops/s")]["raftkv"] / rows[("W17", "full ops/s")]["etcd"])
+    assert rows[("W17", "full ops/s")]["goal"] == ">= 1.0x etcd"  # issue 44's
+    assert rows[("W17", "keys-only ops/s")]["raftkv"] is None and rows[("W17", "keys-only ops/s")]["ratio"] is None
 
 
 def figures(report: dict, system: str = "raftkv") -> dict[tuple[str, str], float | None]:
@@ -106,6 +116,9 @@ def test_quick_run_through_either_api(tmp_path: Path, api: str) -> None:
             continue
         for metric in ("ops/s", "p99 ms", "leader CPU ms/op", "peak MB", "leader peak MB"):
             assert measured[("W17", f"{variant} {metric}")] > 0, (variant, metric)
+    # A variant the API cannot run keeps its rows in the table, between the others.
+    w17 = [metric for workload, metric in measured if workload == "W17"]
+    assert [m.split(" ")[0] for m in w17] == ["full"] * 8 + ["keys-only"] * 8 + ["paged"] * 8, w17
     # etcd's API has no lease reads; its bulk loads are Txns of at most 128 puts.
     assert (("W5", "lease ops/s") in measured) == (api == "native")
     w6 = next(row for row in report["summary"] if (row["workload"], row["metric"]) == ("W6", "keys/s"))
@@ -262,6 +275,13 @@ def test_quick_watchers_and_leases_against_etcd(tmp_path: Path) -> None:
 def test_watch_and_lease_workloads_are_named_only() -> None:
     assert "W14" not in _workloads(None, "native") and "W15" not in _workloads(None, "etcd")
     assert _workloads("w14,W15", "etcd") == ("W14", "W15")  # through etcd's API whatever --api says
+
+
+def test_list_workload_is_named_only_on_both_systems() -> None:
+    assert "W17" not in _workloads(None, "native") and "W17" not in _workloads(None, "etcd")
+    assert _workloads("w17", "etcd") == ("W17",) and _workloads("W17", "native") == ("W17",)
+    assert PLANS["raftkv"]["W17"] is PLANS["etcd"]["W17"]  # the same lists on both
+    assert (QUICK.list_keys, QUICK.list_page) == (200, 50)  # the quick runs' W17 checks name "paged 50"
 
 
 def test_watch_checks_catch_a_missing_repeated_or_reordered_event() -> None:

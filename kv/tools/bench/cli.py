@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "whole, keys-only, and in pages of --list-page, with the members' peak memory) runs "
                              "when named, through either API")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                        help=f"measured window of each load W1..W5, W12, W13 (default {DEFAULTS.duration_s})")
+                        help=f"measured window of each load W1..W5, W12, W13 and of each W17 variant (default "
+                             f"{DEFAULTS.duration_s})")
     parser.add_argument("--clients", type=_positive_int, default=None,
                         help=f"concurrent clients of W2, W4, W5, W12, W13 (default {DEFAULTS.clients})")
     parser.add_argument("--bulk-keys", type=_positive_int, default=None, metavar="N",
@@ -87,10 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfers", type=_positive_int, default=None, metavar="N",
                         help=f"W16: MoveLeader calls under the writer (default {DEFAULTS.transfers})")
     parser.add_argument("--list-keys", type=_positive_int, default=None, metavar="N",
-                        help=f"W17: keys of 1 KiB under the listed prefix (default {DEFAULTS.list_keys:,})")
+                        help=f"W17: keys of 1 KiB under the listed prefix, every one in every list (default "
+                             f"{DEFAULTS.list_keys:,}: about 10 MB a list with values)")
     parser.add_argument("--list-clients", type=_positive_int, default=None, metavar="N",
                         help=f"W17: clients listing at once, each one list after another (default "
-                             f"{DEFAULTS.list_clients})")
+                             f"{DEFAULTS.list_clients}, fewer than --clients: the clients run in the bench's one "
+                             f"Python process, and 16 lists of 10 MB in flight would measure that process)")
     parser.add_argument("--list-page", type=_positive_int, default=None, metavar="N",
                         help=f"W17: keys per page of the paged list (default {DEFAULTS.list_page})")
     parser.add_argument("--work-dir", type=Path, default=None,

@@ -1,11 +1,13 @@
-"""W17: lists as Kubernetes makes them. `--list-keys` keys of 1 KiB (`--list-value-bytes`) under a
-prefix of their own are written in bulk (untimed); then `--list-clients` clients each list the
-whole prefix, one list after another, in three variants measured one after the other:
+"""W17: lists as Kubernetes makes them. `--list-keys` keys of 1 KiB under a prefix of their own
+are written in bulk (untimed); then `--list-clients` clients each list the whole prefix, one list
+after another, in three variants measured one after the other:
 
-- "full": one linearizable range of every key with its value;
+- "full": every key with its value, linearizable (etcd's API: one Range; the native API: one
+  scan, which the client continues where the member cuts a reply at its page budget);
 - "keys-only": the same without values (etcd's keys_only; the native API has none: not measured);
 - "paged 500": ranges of at most `--list-page` keys, each from the key after the last one, as a
-  paginated LIST (etcd's pages at the first page's revision).
+  paginated LIST; one list is all its pages (etcd's API: the later pages at the first page's
+  revision, as Kubernetes reads them; the native API: each page a linearizable scan of its own).
 
 Every list must return every key (the round fails otherwise). Reported per variant: lists/s, p50,
 p99, the CPU per list, and the members' peak resident memory over the variant (Linux's VmHWM,
@@ -18,8 +20,11 @@ from kv.tools.bench.systems import Cluster, Target
 from kv.tools.bench.workloads import MB, Context, Metric, _load_metrics, _measured_load, key, value_of
 
 LIST_PREFIX = "ls"
-# (label, keys_only, page): page 0 is one range of everything.
+# (label, keys_only, page): page 0 is one range of everything; None is --list-page.
 VARIANTS = (("full", False, 0), ("keys-only", True, 0), ("paged", False, None))
+# The figures of a variant the API cannot run, shown as "-" in the rows a measured one fills.
+FIGURES = ("ops/s", "p50 ms", "p99 ms", "leader CPU ms/op", "follower CPU ms/op", "client CPU ms/op",
+           "peak MB", "leader peak MB")
 
 
 def load_list_set(cluster: Cluster, ctx: Context) -> bytes:
@@ -46,20 +51,20 @@ def w17_lists(cluster: Cluster, ctx: Context) -> list[Metric]:
 def _variant(cluster: Cluster, ctx: Context, prefix: bytes, label: str, keys_only: bool,
              page: int) -> list[Metric]:
     wanted = ctx.sizes.list_keys
-    probe = ctx.target(cluster)
+
+    def list_all(target: Target) -> None:
+        listed = target.list_prefix(prefix, keys_only, page)
+        if listed != wanted:
+            raise AssertionError(f"{cluster.system} listed {listed} of the {wanted} keys under {prefix!r} ({label})")
+
     try:
-        probe.list_prefix(prefix, keys_only, page)
+        list_all(ctx.target(cluster))  # untimed: whether the API can, and that it lists every key
     except NotImplementedError as why:
-        return [Metric("W17", f"{label} ops/s", None, True, str(why))]
+        return [Metric("W17", f"{label} {figure}", None, figure == "ops/s", str(why)) for figure in FIGURES]
 
     def operation(worker: int) -> Operation:
-        target: Target = ctx.target(cluster)
-
-        def list_all(i: int) -> None:
-            listed = target.list_prefix(prefix, keys_only, page)
-            if listed != wanted:
-                raise AssertionError(f"{cluster.system} listed {listed} of the {wanted} keys under {prefix!r}")
-        return list_all
+        target = ctx.target(cluster)
+        return lambda i: list_all(target)
 
     pids = {m: pid for m in cluster.members if (pid := cluster.pid(m)) is not None}
     reset = all([reset_peak_rss(pid) for pid in pids.values()])
@@ -71,7 +76,6 @@ def _variant(cluster: Cluster, ctx: Context, prefix: bytes, label: str, keys_onl
         note = ", ".join(f"{m} {v / MB:.0f}" for m, v in peaks.items())
         metrics.append(Metric("W17", f"{label} peak MB", max(peaks.values()) / MB, False,
                               f"peak RSS MB {since}: {note}"))
-        leader = cluster.leader()
-        if leader in peaks:
-            metrics.append(Metric("W17", f"{label} leader peak MB", peaks[leader] / MB, False))
+        if roles.leader in peaks:  # the member that led as the load began, as for the CPU figures
+            metrics.append(Metric("W17", f"{label} leader peak MB", peaks[roles.leader] / MB, False))
     return metrics

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kv.tools.bench.measure import median
-from kv.tools.bench.settings import OPTIONAL_WORKLOADS, WORKLOADS
+from kv.tools.bench.settings import OPTIONAL_WORKLOADS, WORKLOADS, Sizes
 from kv.tools.bench.systems import ETCD_API, NATIVE_API
 from kv.tools.bench.workloads import Metric
 
@@ -56,6 +56,9 @@ GOALS: dict[tuple[str, str], Goal] = {
     ("W10", "rows/s"): Goal(">= 50,000", min_value=50_000),
     ("W11", "seconds"): Goal("< 10 s", max_value=10.0),
     ("W14", "p99 ms"): Goal("<= etcd", max_ratio=1.0),  # issue 31: delivery p99 no worse than etcd's
+    # issue 44: lists at least as fast as etcd's (the paged one at the default page size).
+    **{("W17", f"{variant} ops/s"): Goal(">= 1.0x etcd", min_ratio=1.0)
+       for variant in ("full", "keys-only", f"paged {Sizes().list_page}")},
 }
 # Through etcd's API (`--api etcd`), issue 27's: at least 1.0x etcd on W1..W4, through the same client.
 ETCD_API_GOALS: dict[tuple[str, str], Goal] = {**GOALS, ("W2", "ops/s"): Goal(">= 1.0x etcd", min_ratio=1.0)}

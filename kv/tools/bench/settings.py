@@ -23,7 +23,7 @@ NATIVE_ONLY = {
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    duration_s: float = 5.0         # measured window of each load (W1..W5, W12, W13)
+    duration_s: float = 5.0         # measured window of each load (W1..W5, W12, W13, each W17 variant)
     warmup_s: float = 1.0           # unmeasured lead-in of each load
     clients: int = 16               # W2, W4, W5, W12, W13
     key_bytes: int = 16
