@@ -28,7 +28,9 @@ from statemachine.mvcc import (
     range_at,
     store_revision,
 )
-from statemachine.range_read import Allow, RangePlan, allow_any, fill_range, listed_range, plan_range, read_key
+from statemachine.range_read import (
+    Allow, RangePlan, allow_any, fill_range, listed_range, plan_counted, plan_range, read_key,
+)
 
 # etcd's messages (api/v3rpc/rpctypes/error.go), which clients match on, with kv.errors' kinds.
 COMPACTED = "etcdserver: mvcc: required revision has been compacted"
@@ -81,9 +83,12 @@ def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReques
     store's). Raises EtcdRefusal for a compacted or future revision."""
     _check_read_revision(txn, tables, request.revision)
     bounds = request.key, range_end(request.key, request.range_end)
+    header_revision = store_revision(txn, tables) if revision is None else revision
+    counted = plan_counted(txn, tables, request, header_revision, bounds, max_bytes)
+    if counted is not None:
+        return counted
     listed = listed_range(txn, tables, *bounds, request.revision)
-    return plan_range(listed, request, store_revision(txn, tables) if revision is None else revision, bounds,
-                      max_bytes)
+    return plan_range(listed, request, header_revision, bounds, max_bytes)
 
 
 def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest,

@@ -118,6 +118,20 @@ class KeyedTable:
     def count(self, txn: lmdb.Transaction) -> int:
         return int(txn.stat(self.short)["entries"]) + (0 if self.long is None else int(txn.stat(self.long)["entries"]))
 
+    def count_range(self, txn: lmdb.Transaction, start: bytes = b"", end: bytes | None = None) -> int:
+        """How many keys [start, end) holds (each once in a dupsort table): a walk of keys alone,
+        no value read and no order merged."""
+        cursor = txn.cursor(db=self.short)
+        counted = 0
+        if cursor.set_range(start) if start else cursor.first():
+            for key in cursor.iternext_nodup(keys=True, values=False):
+                if end is not None and key >= end:
+                    break
+                counted += 1
+        if self.long is not None and txn.stat(self.long)["entries"]:
+            counted += sum(1 for _ in _long_items(txn, txn.cursor(db=self.long), self.names, start, end, False))
+        return counted
+
     def ordered(self, txn: lmdb.Transaction, start: bytes = b"", end: bytes | None = None,
                 each_dup: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """(full key, value) of the keys in [start, end) (end None: to the last), in full-key

@@ -86,16 +86,22 @@ class RangePlan:
 
 def kv_wire_bytes(key: int, value: int, create: int, mod: int, version: int, lease: int) -> int:
     """Bytes of one mvccpb.KeyValue as an entry of a repeated field (tag, length, fields):
-    protobuf's own arithmetic, so a reply's measure matches what SerializeToString writes."""
-    body = (_field(key) if key else 0) + (_field(value) if value else 0)
-    for number in (create, mod, version, lease):
-        if number:
-            body += 1 + _varint_bytes(number)
-    return 1 + _varint_bytes(body) + body
-
-
-def _field(length: int) -> int:
-    return 1 + _varint_bytes(length) + length
+    protobuf's own arithmetic, so a reply's measure matches what SerializeToString writes. Run
+    once per key of every list: the varints of the positive numbers are sized inline."""
+    body = 0
+    if key:
+        body += 1 + (key.bit_length() + 6) // 7 + key
+    if value:
+        body += 1 + (value.bit_length() + 6) // 7 + value
+    if create:
+        body += 1 + (create.bit_length() + 6) // 7
+    if mod:
+        body += 1 + (mod.bit_length() + 6) // 7
+    if version:
+        body += 1 + (version.bit_length() + 6) // 7
+    if lease:
+        body += 1 + _varint_bytes(lease)  # an int64: a negative one takes ten bytes
+    return 1 + (body.bit_length() + 6) // 7 + body
 
 
 def _varint_bytes(n: int) -> int:
@@ -122,6 +128,25 @@ _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
     pb.RangeRequest.CREATE: lambda kv: kv.create_revision,
     pb.RangeRequest.MOD: lambda kv: kv.mod_revision,
 }
+
+
+def plan_counted(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,
+                 bounds: tuple[bytes, bytes | None], max_bytes: int | None = None) -> RangePlan | None:
+    """plan_range's plan for a range at the newest revision, in key order, with no filter and a
+    limit (a page of a list) or count_only: its first limit + 1 keys listed, the rest only counted
+    by their keys (etcd's count covers the whole range; etcd counts from its in-memory index). A
+    page of 500 of 10,000 keys no longer decodes all 10,000. None when the request is not such a
+    range."""
+    if (request.sort_order != pb.RangeRequest.NONE or request.sort_target != pb.RangeRequest.KEY
+            or request.max_mod_revision or request.min_mod_revision or request.max_create_revision
+            or request.min_create_revision or not (request.count_only or request.limit > 0)
+            or 0 < request.revision < store_revision(txn, tables)):
+        return None
+    head: Iterable[Listed] = () if request.count_only else itertools.islice(
+        listed_range(txn, tables, *bounds, request.revision), request.limit + 1)
+    plan = plan_range(head, request, revision, bounds, max_bytes)
+    plan.count = tables.data.count_range(txn, *bounds)
+    return plan
 
 
 def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int,
