@@ -91,6 +91,7 @@ class RunningServer:
         if self.gateway is not None:
             await self.gateway.stop()
         await self.servers.stop(grace)
+        await self.handler.close()
         await self.watches.stop()
         await self.lessor.stop()
         await self.compactor.stop()
@@ -119,6 +120,7 @@ async def start_server(config: NodeConfig) -> RunningServer:
     fsm: ReplaceableStateMachine | None = None
     node: RaftNode | None = None
     servers: ServerGroup | None = None
+    handler: KVHandler | None = None
     watches: WatchHub | None = None
     lessor: Lessor | None = None
     compactor: AutoCompactor | None = None
@@ -198,6 +200,8 @@ async def start_server(config: NodeConfig) -> RunningServer:
                 await gateway.stop()
             if servers is not None:
                 await servers.stop(None)
+            if handler is not None:
+                await handler.close()
             if watches is not None:
                 await watches.stop()
             if lessor is not None:
