@@ -10,7 +10,11 @@ A reply in key order (no sort: the usual list) holds no key between the passes: 
 the range again and takes the first keys that pass the filters. A sorted one holds each candidate
 key with its revisions (what the sort needs), never a value; sorted by value, it keeps them
 unsorted, sizes the reply as the largest `limit` of them could be, and `fill_range` keeps only the
-`limit` first values as it reads them."""
+`limit` first values as it reads them.
+
+Two shortcuts: a Range of one key is one lookup (`read_key`: its reply is bounded by one entry);
+a page of a list (a limit, in key order, no filter, at the newest revision) or a count lists only
+its first limit + 1 keys and counts the rest by key alone (`plan_counted`)."""
 from __future__ import annotations
 
 import heapq
