@@ -69,7 +69,8 @@ def to_proto(kv: KeyVersion, keys_only: bool = False) -> mvccpb.KeyValue:
                            version=kv.version, value=b"" if keys_only else kv.value, lease=kv.lease)
 
 
-def _check_read_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> None:
+def check_read_revision(txn: lmdb.Transaction, tables: MvccTables, revision: int) -> None:
+    """check_revision with etcd's refusal (EtcdRefusal) for a compacted or future revision."""
     try:
         check_revision(txn, tables, revision)
     except LookupError as exc:
@@ -81,7 +82,7 @@ def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReques
     """The plan of a Range served from `txn` (a read, or the write transaction of an apply, which
     sees its own changes; statemachine/range_read.py); `revision` is the header's (default: the
     store's). Raises EtcdRefusal for a compacted or future revision."""
-    _check_read_revision(txn, tables, request.revision)
+    check_read_revision(txn, tables, request.revision)
     bounds = request.key, range_end(request.key, request.range_end)
     header_revision = store_revision(txn, tables) if revision is None else revision
     counted = plan_counted(txn, tables, request, header_revision, bounds, max_bytes)
@@ -99,7 +100,7 @@ def read_range(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReque
     (range_read.read_key): its reply is bounded by an entry's size."""
     if not request.range_end:
         out = pb.RangeResponse() if response is None else response
-        _check_read_revision(txn, tables, request.revision)
+        check_read_revision(txn, tables, request.revision)
         read_key(txn, tables, request, store_revision(txn, tables) if revision is None else revision, out)
         return out
     plan = plan_read(txn, tables, request, revision, allow.max_bytes)
@@ -267,10 +268,7 @@ def _check(txn: lmdb.Transaction, tables: MvccTables, request: pb.TxnRequest, pa
             if put.lease and not tables.leases.exists(txn, put.lease):
                 raise EtcdRefusal("NOT_FOUND", LEASE_NOT_FOUND)
         elif kind == "request_range":
-            try:
-                check_revision(txn, tables, op.request_range.revision)
-            except LookupError as exc:
-                raise refusal_of(exc) from None
+            check_read_revision(txn, tables, op.request_range.revision)
     return used
 
 

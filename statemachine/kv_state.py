@@ -85,7 +85,7 @@ from statemachine.errors import ApplyOrderError, StateFullError
 from statemachine.etcd_export import EtcdBucketItems
 from statemachine.etcd_export import etcd_buckets
 from statemachine.etcd_import import EtcdBuckets, Imported, import_etcd
-from statemachine.etcd_txn import read_range, read_txn, refusal_of
+from statemachine.etcd_txn import check_read_revision, read_range, read_txn
 from statemachine.range_read import Allow, allow_any
 from statemachine.key_record import stored_value
 from statemachine.leases import LEASE_KEYS_DB_NAME, LEASE_LONG_KEYS_DB_NAME, LEASES_DB_NAME, LeaseHolder, LeaseTables
@@ -98,7 +98,6 @@ from statemachine.mvcc import (
     HISTORY_DB_NAME,
     HISTORY_INDEX_DB_NAME,
     MvccTables,
-    check_revision,
     compacted_revision,
     history_hash,
     store_revision,
@@ -336,10 +335,7 @@ class KVStateMachine:
         """etcd's HashKV: (CRC-32 of every key version and tombstone at or below `revision`, the
         store's revision, the compacted revision), equal on members that applied the same entries."""
         with self._env.begin() as txn:
-            try:
-                check_revision(txn, self._mvcc, revision)
-            except LookupError as exc:
-                raise refusal_of(exc) from None
+            check_read_revision(txn, self._mvcc, revision)
             return (history_hash(txn, self._mvcc, revision), store_revision(txn, self._mvcc),
                     compacted_revision(txn, self._mvcc))
 

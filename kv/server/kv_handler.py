@@ -214,7 +214,7 @@ class KVHandler:
             raise errors.of_kind(refusal.kind, str(refusal)) from None
 
     async def _budgeted(self, read: Callable[[Allow], R], timeout: float | None, sent: Sent | None) -> R:
-        """`read(allow)` in a worker thread, its reply measured and taken from the member's budget
+        """`read(allow)` on the member's read thread, its reply measured and taken from the member's budget
         (or refused as too large) before it is built; with no room, wait for some and read again
         (a new read: what it measures is what it builds). The bytes come back when `sent` calls."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -17,7 +17,7 @@ from __future__ import annotations
 from kv.tools.bench.measure import Operation
 from kv.tools.bench.processes import peak_rss_bytes, reset_peak_rss
 from kv.tools.bench.systems import Cluster, Target
-from kv.tools.bench.workloads import MB, Context, Metric, _load_metrics, _measured_load, key, value_of
+from kv.tools.bench.workloads import MB, Context, Metric, load_metrics, measured_load, key, value_of
 
 LIST_PREFIX = "ls"
 # (label, keys_only, page): page 0 is one range of everything; None is --list-page.
@@ -69,8 +69,8 @@ def _variant(cluster: Cluster, ctx: Context, prefix: bytes, label: str, keys_onl
 
     pids = {m: pid for m in cluster.members if (pid := cluster.pid(m)) is not None}
     reset = all([reset_peak_rss(pid) for pid in pids.values()])
-    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(ctx.sizes.list_clients)])
-    metrics = _load_metrics("W17", result, label, roles)
+    result, roles = measured_load(cluster, ctx, [operation(w) for w in range(ctx.sizes.list_clients)])
+    metrics = load_metrics("W17", result, label, roles)
     peaks = {m: peak for m, pid in pids.items() if (peak := peak_rss_bytes(pid)) is not None}
     if peaks:
         since = "over the variant" if reset else "since the member started (its peak could not be reset)"

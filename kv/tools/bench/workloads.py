@@ -70,7 +70,7 @@ def value_of(size: int) -> bytes:
     return (b"raftkv-bench-value-" * (size // 19 + 1))[:size]
 
 
-def _load_metrics(workload: str, result: LoadResult, label: str = "", roles: CpuRoles | None = None) -> list[Metric]:
+def load_metrics(workload: str, result: LoadResult, label: str = "", roles: CpuRoles | None = None) -> list[Metric]:
     prefix = f"{label} " if label else ""
     metrics = [Metric(workload, f"{prefix}ops/s", result.ops_per_s, True),
                Metric(workload, f"{prefix}p50 ms", result.percentile_ms(50), False),
@@ -81,7 +81,7 @@ def _load_metrics(workload: str, result: LoadResult, label: str = "", roles: Cpu
     return metrics
 
 
-def _measured_load(cluster: Cluster, ctx: Context, operations: list[Operation]) -> tuple[LoadResult, CpuRoles]:
+def measured_load(cluster: Cluster, ctx: Context, operations: list[Operation]) -> tuple[LoadResult, CpuRoles]:
     """The closed loop over `operations`, with the CPU time of every process over its window."""
     roles = CpuRoles.of(cluster, cluster.wait_healthy(ctx.sizes.healthy_timeout_s))
     return closed_loop(operations, ctx.sizes.duration_s, ctx.sizes.warmup_s, roles.probe()), roles
@@ -94,8 +94,8 @@ def _puts(cluster: Cluster, ctx: Context, workload: str, clients: int) -> list[M
         target = ctx.target(cluster)
         return lambda i: target.put(key(workload, worker, i, ctx.sizes.key_bytes), value)
 
-    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(clients)])
-    return _load_metrics(workload, result, roles=roles)
+    result, roles = measured_load(cluster, ctx, [operation(w) for w in range(clients)])
+    return load_metrics(workload, result, roles=roles)
 
 
 def w1_sequential_puts(cluster: Cluster, ctx: Context) -> list[Metric]:
@@ -128,17 +128,17 @@ def _gets(cluster: Cluster, ctx: Context, workload: str, clients: int,
                 raise AssertionError(f"{cluster.system} lost {wanted!r}")
         return get
 
-    return _measured_load(cluster, ctx, [operation(w) for w in range(clients)])
+    return measured_load(cluster, ctx, [operation(w) for w in range(clients)])
 
 
 def w3_sequential_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
     result, roles = _gets(cluster, ctx, "W3", 1, LINEARIZABLE)
-    return _load_metrics("W3", result, roles=roles)
+    return load_metrics("W3", result, roles=roles)
 
 
 def w4_concurrent_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
     result, roles = _gets(cluster, ctx, "W4", ctx.sizes.clients, LINEARIZABLE)
-    return _load_metrics("W4", result, roles=roles)
+    return load_metrics("W4", result, roles=roles)
 
 
 def w5_relaxed_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
@@ -147,7 +147,7 @@ def w5_relaxed_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
     for consistency in (LEASE, STALE):
         if consistency in cluster.consistencies:
             result, roles = _gets(cluster, ctx, "W5", ctx.sizes.clients, consistency)
-            metrics += _load_metrics("W5", result, consistency, roles)
+            metrics += load_metrics("W5", result, consistency, roles)
     return metrics
 
 
@@ -172,8 +172,8 @@ def w12_past_revision_gets(cluster: Cluster, ctx: Context) -> list[Metric]:
                 raise AssertionError(f"{cluster.system} read {got!r:.40} under {wanted!r} at revision {past}")
         return get
 
-    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
-    return _load_metrics("W12", result, roles=roles)
+    result, roles = measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
+    return load_metrics("W12", result, roles=roles)
 
 
 def w13_cas_txns(cluster: Cluster, ctx: Context) -> list[Metric]:
@@ -197,8 +197,8 @@ def w13_cas_txns(cluster: Cluster, ctx: Context) -> list[Metric]:
                 failed[worker] += 1
         return cas
 
-    result, roles = _measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
-    metrics = _load_metrics("W13", result, roles=roles)
+    result, roles = measured_load(cluster, ctx, [operation(w) for w in range(sizes.clients)])
+    metrics = load_metrics("W13", result, roles=roles)
     if sum(failed):
         metrics.append(Metric("W13", "failed compares", float(sum(failed)), False,
                               "Txns whose compare failed: a retried Txn applied twice"))
