@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from raftkv_proto import kv_pb2
+from raftkv_proto import etcd_rpc_pb2, kv_pb2
 from statemachine.errors import InvalidCommandError
 
 # The longest key the store takes (statemachine/long_keys.py: keys over LMDB's 511 bytes are
@@ -181,6 +181,36 @@ def decode_command(payload: bytes) -> kv_pb2.Command:
 
 # Ops that act on every key under a prefix (atomic publish of staged rows, see kv/spark).
 _PREFIX_OPS = ("delete_prefix", "move_prefix")
+
+
+def applies_in_its_size(payload: bytes) -> bool:
+    """Whether applying this committed command costs in proportion to its own size. Not one that
+    acts on whatever a range holds: a prefix op, an etcd transaction with a ranged Range or
+    DeleteRange, a compaction, a lease's revocation (its keys go with it). The driver applies a few
+    small entries on its event loop (raft/node/ready_handler.py), where one range deletion of
+    100,000 keys held the loop, heartbeats included, for 1.8 s. Bytes that do not parse are
+    applied as a refusal, which is cheap."""
+    command = kv_pb2.Command()
+    try:
+        command.ParseFromString(payload)
+        if command.compact or command.lease.revoke_id:
+            return False
+        if command.HasField("etcd_txn"):
+            return not _ranged(etcd_rpc_pb2.TxnRequest.FromString(command.etcd_txn.request))
+    except DecodeError:
+        return True
+    return not any(op.WhichOneof("op") in _PREFIX_OPS for op in command.ops)
+
+
+def _ranged(txn: etcd_rpc_pb2.TxnRequest) -> bool:
+    for op in (*txn.success, *txn.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_txn":
+            if _ranged(op.request_txn):
+                return True
+        elif kind in ("request_range", "request_delete_range") and getattr(op, kind).range_end:
+            return True
+    return False
 
 
 def validate_prefix_op(op: kv_pb2.Op) -> None:

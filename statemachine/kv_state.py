@@ -60,7 +60,7 @@ from types import TracebackType
 import lmdb
 
 from raftkv_proto import etcd_rpc_pb2
-from raft.core import Entry
+from raft.core import Entry, EntryType
 from raftkv_proto.key_ranges import prefix_end
 from statemachine.alarms import ALARMS_DB_NAME, AlarmHolder, load_alarms
 from statemachine.apply_batch import (
@@ -80,6 +80,7 @@ from statemachine.client_sessions import (
     SessionStats,
     SessionTables,
 )
+from statemachine.commands import applies_in_its_size
 from statemachine.disk_space import out_of_space
 from statemachine.errors import ApplyOrderError, StateFullError
 from statemachine.etcd_export import EtcdBucketItems
@@ -215,6 +216,11 @@ class KVStateMachine:
         return self._applied[1]
 
     # ---- apply -----------------------------------------------------------------------------
+
+    @staticmethod
+    def in_proportion(entries: Sequence[Entry]) -> bool:
+        """The StateMachine port's: see commands.applies_in_its_size."""
+        return all(e.type is not EntryType.NORMAL or applies_in_its_size(e.payload) for e in entries)
 
     def apply(self, entries: Sequence[Entry]) -> list[ApplyOutcome | None]:
         """Apply consecutive committed entries, starting at applied_index + 1, in one transaction.

@@ -138,6 +138,9 @@ class ReplaceableStateMachine:
     def apply(self, entries: Sequence[Entry]) -> list[Any]:
         return self._call("apply", entries)
 
+    def in_proportion(self, entries: Sequence[Entry]) -> bool:
+        return KVStateMachine.in_proportion(entries)  # reads the entries alone: no lock
+
     def get(self, key: bytes) -> bytes | None:
         return self._call("get", key)
 

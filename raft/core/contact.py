@@ -46,6 +46,12 @@ class FollowerContact:
     def heard_from(self, peer: str, now: int) -> None:
         self._heard[peer] = now
 
+    def discount(self, held: int) -> None:
+        """The leader was stalled `held` ms beyond a heartbeat interval (RaftCore._discount_stall):
+        its check-quorum does not count them against its followers. Leases keep their own times."""
+        for peer in self._heard:
+            self._heard[peer] += held
+
     def acknowledged(self, peer: str, seq: int) -> bool:
         """`peer` acknowledged round `seq`; True when that is newer than what it acknowledged before."""
         if seq <= self._acked.get(peer, 0):

@@ -9,6 +9,10 @@ The driver handles one Ready completely, in this order, before it asks for the n
 5. apply `committed_entries` in order, start streaming a snapshot to each of `snapshot_sends`,
    serve `reads`, fail `failed_proposals` and `failed_reads`;
 6. call `core.advance(ready)`.
+
+While a Ready is being handled (its apply or install runs on a worker thread), the driver may
+send what `core.take_early_messages()` returns at once rather than in the next Ready: the
+messages that depend on no write of this node, so that a long apply does not silence it.
 """
 from __future__ import annotations
 

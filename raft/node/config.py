@@ -297,6 +297,10 @@ class NodeConfig:
             raise ValueError("listen_peer needs peers or join: a single node without peers has none to listen for")
         if not self.initial_cluster_token:
             raise ValueError("initial_cluster_token must not be empty")
+        # The core takes a gap between ticks longer than a heartbeat interval for a stall.
+        if self.core.heartbeat_interval_ms <= self.tuning.tick_interval_ms:
+            raise ValueError(f"heartbeat_interval_ms ({self.core.heartbeat_interval_ms}) must be longer than "
+                             f"tick_interval_ms ({self.tuning.tick_interval_ms})")
 
     def validate_addresses(self) -> None:
         """ValueError, naming the field, unless every address is host:port and clients can be

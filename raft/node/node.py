@@ -318,12 +318,23 @@ class RaftNode:
         self.poke()
 
     async def _tick_loop(self) -> None:
+        """The core's timers, every tick_interval_ms (a stall between two ticks counts as a
+        heartbeat interval: RaftCore._discount_stall). While the ready loop awaits a Ready's
+        apply or install, the messages that need not wait for it leave at each tick."""
         interval = self.config.tuning.tick_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             self.core.tick(self._clock())
+            if self._driving:  # see RaftCore.take_early_messages
+                self._send_early()
             self.proposal_gate.release()
             self.poke()
+
+    def _send_early(self) -> None:
+        early = self.core.take_early_messages()
+        if early:
+            self.membership_changed()  # as before any Ready's messages
+            self.transport.send(early)
 
     async def _ready_loop(self) -> None:
         assert self._wake is not None

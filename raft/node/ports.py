@@ -49,6 +49,12 @@ class StateMachine(Protocol):
         driver hands it the rest again. May block (a worker thread)."""
         ...
 
+    def in_proportion(self, entries: Sequence[Entry]) -> bool:
+        """Whether applying `entries` costs in proportion to their size (no command that acts on
+        whatever a range of keys holds). Only such entries, and few and small, are applied on the
+        driver's event loop; any other apply runs on the apply thread, beside the heartbeats."""
+        ...
+
 
 class DiskSpace(Protocol):
     """The space left where the node keeps its data."""

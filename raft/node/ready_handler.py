@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 # Committed batches this small are applied on the loop: an LMDB write without fsync costs less
 # than the hop to the apply thread and back, which sits on every write's path (one client's puts:
-# 298 -> 352/s). Larger batches (or a few bulk commands) go to the apply thread so the loop keeps
-# serving meanwhile.
+# 298 -> 352/s). Larger batches, and any command whose cost its size does not bound (a range
+# deletion: StateMachine.in_proportion), go to the apply thread so the loop keeps serving and
+# heartbeating meanwhile.
 INLINE_APPLY_ENTRIES = 4
 INLINE_APPLY_BYTES = 16 << 10
 
@@ -120,7 +121,8 @@ class ReadyHandler:
         payload_bytes = sum(len(e.payload) for e in entries)
         started = time.perf_counter()
         try:
-            if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES:
+            if len(entries) <= INLINE_APPLY_ENTRIES and payload_bytes <= INLINE_APPLY_BYTES \
+                    and node.fsm.in_proportion(entries):
                 results = node.fsm.apply(entries)
             elif self._gives_way(len(entries)):
                 results = await node.workers.apply.run(apply_in_slices, node.fsm.apply, entries,

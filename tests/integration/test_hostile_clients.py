@@ -25,7 +25,7 @@ from kv.server.reply_budget import REPLY_BUDGET_BYTES
 from kv.server.server_group import MAX_SEND_BYTES
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
-from tests.integration.cluster import STEADY_TIMING, Cluster
+from tests.integration.cluster import FAST_TIMING, STEADY_TIMING, Cluster
 from tests.integration.member_memory import AnonPeak
 
 pytestmark = pytest.mark.integration
@@ -109,6 +109,30 @@ def test_eight_concurrent_lists_of_20000_keys_are_all_answered(cluster: Cluster)
     # 400 MiB (about 180 MiB measured). Unbounded, 8 lists of 200,000 keys grew it by 2.9 GB.
     in_flight = min(REPLY_BUDGET_BYTES, 8 * 20_000 * (len(VALUE) + 30))
     assert memory.growth_mib < 2 * in_flight / MIB + 64, memory.growth_mib
+
+
+def test_one_range_deletion_of_120000_keys_keeps_the_leader(make_cluster: Callable[..., Cluster]) -> None:
+    """One DeleteRange over 120,000 keys, with elections at 500 ms: every member spends seconds
+    applying it (1.8 s measured on the leader). It was applied on each member's event loop (one
+    small entry), which held the leader's heartbeats: the followers stood and a new leader was
+    elected in a new term. Now it runs on the apply thread while heartbeats and their answers
+    leave (docs/decisions/0074-heartbeats-beside-the-apply.md): same leader, same term."""
+    cluster = make_cluster(3, extra_args=FAST_TIMING)
+    keys = 120_000
+    with cluster.client() as client:
+        for first in range(0, keys, 1000):
+            client.batch(puts={b"del/%06d" % i: b"v" for i in range(first, min(keys, first + 1000))})
+    leader = cluster.wait_for_leader()
+    term = cluster.status(leader)["term"]
+    with kv_stub(cluster, leader) as kv:
+        deleted = kv.DeleteRange(pb.DeleteRangeRequest(key=b"del/", range_end=b"del0"), timeout=60)
+    assert deleted.deleted == keys
+    for node in cluster.nodes:
+        cluster.wait_applied(node, cluster.status(leader)["commit_index"])
+        with kv_stub(cluster, node) as kv:
+            left = kv.Range(pb.RangeRequest(key=b"del/", range_end=b"del0", count_only=True, serializable=True))
+        assert left.count == 0, node
+    unchanged(cluster, leader, term)
 
 
 def test_a_list_over_the_send_limit_is_refused_before_it_is_built(cluster: Cluster) -> None:

@@ -209,6 +209,9 @@ class Cluster:
         node = self.nodes.get(msg.dst)
         if node is None or node.raft is None:
             return
+        if node.held is not None:
+            node.held.append(msg)
+            return
         if isinstance(msg, VoteRequest) and node.refuses(msg.src):
             # A real peer listener refuses a removed member's hello (PeerHelloReply.removed), and
             # the member stops. The simulated links never break, so the refusal comes when a
@@ -427,6 +430,27 @@ class Cluster:
 
     def resume(self, node_id: str) -> None:
         self.nodes[node_id].resume(self.now)
+
+    def stall(self, node_ids: Sequence[str], ms: int) -> None:
+        """Hold these nodes' event loops for `ms` (a slow fsync or GC pass on the loop, a busy
+        host): their clocks run on but nothing of theirs runs; what arrives meanwhile waits in the
+        socket, and when the hold ends each node's timers run before it reads its socket, as an
+        event loop's do after a callback that held it. (Modelled: the clock stops, then jumps by
+        `ms`; what arrived is delivered just after the node's next tick.)"""
+        for node_id in node_ids:
+            node = self.nodes[node_id]
+            node.pause(self.now)
+            node.held = []
+        self.loop.call_later(ms / 1000, lambda: [self._end_stall(self.nodes[n]) for n in node_ids])
+
+    def _end_stall(self, node: SimNode) -> None:
+        node.paused_at = None  # no offset added: its clock jumps by the hold
+
+        def read_socket() -> None:
+            held, node.held = node.held or [], None
+            for msg in held:
+                self._deliver(msg)
+        self.loop.call_later((TICK_MS + 1) / 1000, read_socket)
 
     # --- end-of-run checks ---
 

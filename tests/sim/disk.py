@@ -43,6 +43,16 @@ def empty_state() -> State:
 # machine (statemachine/apply_batch.py): applied as a refusal that changes nothing, the batch ending
 # after it, so that the driver hands out the rest again.
 POISON = b"poison"
+# A command whose apply costs more than its size says (a range deletion of many keys): the state
+# machine says so (in_proportion), and the apply thread takes SLOW_APPLY_MS for it.
+SLOW = b"slow"
+SLOW_APPLY_MS = 1000
+
+
+def apply_cost_ms(*args: object) -> int:
+    """The apply thread's extra time for a call's entries (its one list argument): SLOW ones."""
+    entries = next((a for a in args if isinstance(a, list)), [])
+    return sum(SLOW_APPLY_MS for e in entries if e.type == EntryType.NORMAL and e.payload.startswith(SLOW))
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,10 @@ class SimStateMachine:
         self.applied_term = 0
         self.membership = b""
         self.durable: tuple[State, int, int, bytes] = (empty_state(), 0, 0, b"")
+
+    @staticmethod
+    def in_proportion(entries: Sequence[Entry]) -> bool:
+        return not apply_cost_ms(list(entries))
 
     def apply(self, entries: Sequence[Entry]) -> list[object]:
         node = self._node

@@ -19,7 +19,7 @@ from raft.node.recovery import reconcile_state_and_log
 from raft.node.workers import Workers
 
 from tests.sim.checkers import SimViolation
-from tests.sim.disk import SimDisk, SnapshotFile, State, StateFullError
+from tests.sim.disk import SimDisk, SnapshotFile, State, StateFullError, apply_cost_ms
 
 if TYPE_CHECKING:
     from tests.sim.checkers import SafetyChecker
@@ -66,8 +66,9 @@ class SimOffload:
     """A worker thread on the virtual clock: each call runs a random few ms after the previous
     one ended, in order. A crash halts it: what was handed over never runs."""
 
-    def __init__(self, loop: VirtualClockLoop, rng: random.Random, max_ms: int) -> None:
-        self._loop, self._rng, self._max_ms = loop, rng, max_ms
+    def __init__(self, loop: VirtualClockLoop, rng: random.Random, max_ms: int,
+                 cost_ms: Callable[..., int] | None = None) -> None:
+        self._loop, self._rng, self._max_ms, self._cost_ms = loop, rng, max_ms, cost_ms
         self._busy_until = 0.0
         self._pending: set[asyncio.TimerHandle] = set()
 
@@ -75,6 +76,8 @@ class SimOffload:
         loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
         at = max(loop.time(), self._busy_until) + self._rng.randint(0, self._max_ms) / 1000
+        if self._cost_ms is not None:
+            at += self._cost_ms(*args) / 1000
         self._busy_until = at
 
         def call() -> None:
@@ -198,6 +201,7 @@ class SimNode:
         # Local clock = cluster time - clock_offset; a paused node's clock stops.
         self.clock_offset = 0
         self.paused_at: int | None = None
+        self.held: list[Message] | None = None  # what arrived while its loop is held (Cluster.stall)
 
     # ---- what checkers and tests look at -----------------------------------------------------
 
@@ -250,7 +254,8 @@ class SimNode:
         self.incarnation += 1
         reconcile_state_and_log(self.disk.log, self.disk.fsm, self.disk.snapshots)
         name = f"{self.seed}/{self.id}/{self.incarnation}"
-        self._workers = [SimOffload(loop, random.Random(f"{name}/{job}"), ms) for job, ms in WORK_MS.items()]
+        self._workers = [SimOffload(loop, random.Random(f"{name}/{job}"), ms, apply_cost_ms if job == "apply" else None)
+                         for job, ms in WORK_MS.items()]
         self._transport = SimTransport(self)
         disk = self.disk
         self.raft = RaftNode(self.config, disk.log, disk.fsm, self._transport, cluster_id="sim",

@@ -23,6 +23,7 @@ from raft.core import (
     VoteRequest,
 )
 from tests.sim.cluster import SIM_CONFIG, TICK_MS, Cluster, SimNode
+from tests.sim.disk import SLOW, SLOW_APPLY_MS
 
 T = SIM_CONFIG.election_timeout_ms
 
@@ -325,6 +326,44 @@ def test_check_quorum_cut_off_leader_steps_down() -> None:
     assert c.run_until(lambda: lead.core is not None and lead.core.role != Role.LEADER, 3 * T)
     took = c.now - t0
     assert took <= T + SIM_CONFIG.heartbeat_interval_ms + 2 * TICK_MS, f"stepped down after {took} ms (T = {T})"
+
+
+# --- an apply that outlasts an election timeout costs no leadership ---
+
+@pytest.mark.parametrize("batch", [1, 6], ids=["one-slow-entry", "batch-for-the-apply-thread"])
+def test_apply_longer_than_an_election_timeout_keeps_the_leader(batch: int) -> None:
+    """Every member spends SLOW_APPLY_MS (5 T) applying one command (a range deletion of 100,000
+    keys), on its apply thread: one such entry alone (in_proportion keeps it off the loop) or in a
+    batch. The leader's heartbeats and the followers' answers leave meanwhile
+    (RaftCore.take_early_messages): nobody stands, the leader does not step down, and the
+    entry commits and applies everywhere in its term."""
+    assert SLOW_APPLY_MS >= 5 * T
+    c = Cluster(3, seed=19)
+    lead = elected(c)
+    term = lead.core.term  # type: ignore[union-attr]
+    c.propose(lead.id, [SLOW + b"-delete-range", *(b"b%d" % i for i in range(batch - 1))])
+    settle(c, 3 * SLOW_APPLY_MS)
+    assert c.leader() is lead
+    assert {n.core.term for n in c.nodes.values() if n.core is not None} == {term}
+    assert all(n.raft is not None and n.raft.stats.leader_changes == 1 for n in c.nodes.values())
+
+
+@pytest.mark.parametrize("who", ["a-follower", "every-member"])
+def test_a_held_loop_reads_what_arrived_before_its_timers_judge(who: str) -> None:
+    """A member's loop held for 3 T (a slow fsync on a loaded disk; every member at once: the
+    host stalled) runs its timers before it reads its socket, where the leader's heartbeats (the
+    followers' answers) wait. Its timers count the stall as one heartbeat interval
+    (RaftCore._discount_stall): nobody stands, the leader does not step down, and no member
+    counts a leader change."""
+    c = Cluster(3, seed=20)
+    lead = elected(c)
+    c.run_for(2 * T)
+    term = lead.core.term  # type: ignore[union-attr]
+    c.stall([next(n for n in c.nodes if n != lead.id)] if who == "a-follower" else list(c.nodes), 3 * T)
+    c.run_for(6 * T)
+    assert c.leader() is lead
+    assert {n.core.term for n in c.nodes.values() if n.core is not None} == {term}
+    assert all(n.raft is not None and n.raft.stats.leader_changes == 1 for n in c.nodes.values())
 
 
 # --- a restarted follower catches up while the leader is idle ---

@@ -3,14 +3,20 @@ from __future__ import annotations
 
 import pytest
 
+from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
 from statemachine.commands import (
     MAX_KEY_BYTES,
     CommandLimits,
+    applies_in_its_size,
     decode_command,
     delete_op,
     encode_auth,
     encode_command,
+    encode_compaction,
+    encode_etcd_txn,
+    encode_lease_grant,
+    encode_lease_revoke,
     encode_registration,
     put_op,
     validate_header,
@@ -125,3 +131,35 @@ def test_an_auth_change_or_a_registration_carries_nothing_else() -> None:
                   kv_pb2.Command(registration=kv_pb2.Registration(secret=b"s" * 16), user="alice")):
         with pytest.raises(InvalidCommandError):
             decode_command(mixed.SerializeToString())
+
+
+def _txn(*ops: pb.RequestOp, nested: bool = False) -> bytes:
+    txn = pb.TxnRequest(success=ops)
+    if nested:
+        txn = pb.TxnRequest(failure=[pb.RequestOp(request_txn=txn)])
+    return encode_etcd_txn(txn.SerializeToString())
+
+
+ONE_PUT = pb.RequestOp(request_put=pb.PutRequest(key=b"k", value=b"v"))
+ONE_KEY_DELETE = pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=b"k"))
+RANGE_DELETE = pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=b"a", range_end=b"b"))
+RANGE_READ = pb.RequestOp(request_range=pb.RangeRequest(key=b"a", range_end=b"\0"))
+
+
+@pytest.mark.parametrize(("payload", "bounded"), [
+    (encode_command([put_op(b"k", b"v"), delete_op(b"gone")]), True),
+    (encode_command([kv_pb2.Op(delete_prefix=b"staged/")]), False),
+    (encode_command([kv_pb2.Op(move_prefix=kv_pb2.MovePrefix(source=b"s/", target=b"t/"))]), False),
+    (_txn(ONE_PUT, ONE_KEY_DELETE), True),
+    (_txn(ONE_PUT, RANGE_DELETE), False),
+    (_txn(RANGE_READ), False),
+    (_txn(RANGE_DELETE, nested=True), False),
+    (encode_compaction(7), False),
+    (encode_lease_revoke(9), False),
+    (encode_lease_grant(9, 60), True),
+    (b"\xff not a command", True),
+], ids=["put-delete", "delete-prefix", "move-prefix", "etcd-put", "etcd-delete-range", "etcd-range-read",
+        "nested-txn", "compaction", "lease-revoke", "lease-grant", "garbage"])
+def test_only_commands_bounded_by_their_size_apply_in_proportion(payload: bytes, bounded: bool) -> None:
+    """What the driver may apply on its loop: never a command that acts on whatever a range holds."""
+    assert applies_in_its_size(payload) is bounded

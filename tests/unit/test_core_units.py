@@ -309,7 +309,8 @@ def test_one_round_serves_every_read_that_arrived_before_it() -> None:
 def test_single_node_elects_itself_and_commits_after_persisting() -> None:
     store = MemoryLogStore()
     core = RaftCore("a", ["a"], store, CoreConfig(), random.Random(1), now=0)
-    core.tick(2000)
+    for now in range(10, 2001, 10):  # ticks as a driver makes them (one gap of 2 s would be a stall)
+        core.tick(now)
     assert core.role == Role.LEADER
     rd = core.ready()
     assert rd.hard_state == HardState(1, "a") and rd.entries and rd.committed_entries == []
@@ -381,6 +382,25 @@ def test_follower_refuses_a_truncate_claiming_no_entry_below_the_leaders_commit(
     h, log = handler_for([1, 1, 2, 2])
     [r] = h.handle(push(PushType.TRUNCATE, truncate_index=3, truncate_term=0, commit_index=4), now=0, commit_index=1)
     assert r.code == PushCode.REFUSED and log.last_index() == 4
+
+
+def test_a_stall_between_ticks_counts_as_one_heartbeat_interval() -> None:
+    """A follower whose ticks stop for 3 T (its loop held) does not stand at the first tick after:
+    its leader's heartbeats wait unread in its socket. Silence it sees while ticking still counts
+    in full: it stands within 2 T of ticking without a word from its leader."""
+    config = CoreConfig()
+    t = config.election_timeout_ms
+    core = RaftCore("f", ["f", "L", "o"], store_with([1]), config, random.Random(7), now=0)
+    core.step(HeartbeatRequest("L", "f", 1, commit_index=0, seq=1))
+    core.advance(core.ready())
+    resumed = 3 * t
+    core.tick(resumed)
+    assert core.role is Role.FOLLOWER and core.leader == "L"
+    for now in range(resumed + 10, resumed + 3 * t, 10):
+        core.tick(now)
+        if core.role is not Role.FOLLOWER:
+            break
+    assert core.role is Role.PRE_CANDIDATE and now - resumed <= 2 * t + config.heartbeat_interval_ms
 
 
 def _pre_vote_time(reports: int) -> int:

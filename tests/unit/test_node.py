@@ -279,6 +279,15 @@ def test_cluster_id_is_kept_and_checked(tmp_path: Path) -> None:
     assert resolve_cluster_id(tmp_path / "explicit", "c-mine", members, token="t") == "c-mine"
 
 
+def test_a_heartbeat_interval_no_longer_than_a_tick_is_refused() -> None:
+    """The core takes a gap between ticks longer than a heartbeat interval for a stall of the node
+    (RaftCore._discount_stall): with heartbeats as often as ticks, every tick would be one."""
+    fast = CoreConfig(election_timeout_ms=100, heartbeat_interval_ms=10, lease_ms=80)
+    with pytest.raises(ValueError, match=r"heartbeat_interval_ms \(10\) must be longer than tick_interval_ms \(10\)"):
+        NodeConfig(node_id="n1", listen="127.0.0.1:1", data_dir=Path("/nowhere"), core=fast)
+    NodeConfig(node_id="n1", listen="127.0.0.1:1", data_dir=Path("/nowhere"), core=fast, tuning=Tuning(tick_interval_ms=5))
+
+
 def test_the_derived_cluster_id_depends_on_the_member_ids_and_token_only() -> None:
     """Members reaching each other at different addresses derive one id (the id is made from
     what they all agree on); another token or another member set makes another id."""
