@@ -47,7 +47,7 @@ class FollowerContact:
         self._heard[peer] = now
 
     def discount(self, held: int) -> None:
-        """The leader was stalled `held` ms beyond a heartbeat interval (RaftCore._discount_stall):
+        """The leader was stalled `held` ms beyond a heartbeat interval (stall.py):
         its check-quorum does not count them against its followers. Leases keep their own times."""
         for peer in self._heard:
             self._heard[peer] += held

@@ -12,7 +12,7 @@ import random
 
 from raft.core.membership import Membership, MembershipLog
 from raft.core.messages import VoteRequest, VoteResponse
-from raft.core.node_state import NodeState
+from raft.core.node_state import NEVER, NodeState
 from raft.core.outbox import Outbox
 from raft.core.types import Role
 
@@ -50,6 +50,13 @@ class Election:
     def reset_timer(self) -> None:
         t = self._state.config.election_timeout_ms
         self.deadline = self._state.now + self._rng.randrange(t, 2 * t)
+
+    def discount(self, held: int) -> None:
+        """This node stalled `held` ms beyond a heartbeat interval (stall.py): its timer and its
+        leader's last contact move on by as much."""
+        self.deadline += held
+        if self._state.leader_contact != NEVER:
+            self._state.leader_contact += held
 
     def peer_unreachable(self, peer: str) -> None:
         """The transport lost its connection to `peer`: refused or reset, so the process is gone,

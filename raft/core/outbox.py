@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from raft.core.messages import Message
+from raft.core.messages import HeartbeatResponse, Message
 from raft.core.ready import DroppedProposals, FailedRead, Ready, SnapshotSend
 
 
@@ -25,6 +25,17 @@ class Outbox:
                 self.snapshot_sends.append(item)
             else:
                 self.leader_messages.append(item)
+
+    def take_early(self, answers: bool) -> list[Message]:
+        """The leader's messages, and with `answers` the answers to heartbeats
+        (RaftCore.take_early_messages): taken out of the next Ready."""
+        early, self.leader_messages = self.leader_messages, []
+        if answers and self.messages:
+            kept: list[Message] = []
+            for m in self.messages:
+                (early if isinstance(m, HeartbeatResponse) else kept).append(m)
+            self.messages = kept
+        return early
 
     def pending(self) -> bool:
         return bool(self.messages or self.leader_messages or self.snapshot_sends or self.failed_proposals

@@ -36,11 +36,12 @@ from raft.core.messages import (
     VoteResponse,
     refusal_of_stale,
 )
-from raft.core.node_state import NEVER, NodeState
+from raft.core.node_state import NodeState
 from raft.core.outbox import Outbox
 from raft.core.raft_log import RaftLog
 from raft.core.read_index import ReadIndexTracker
 from raft.core.ready import Ready, SoftState
+from raft.core.stall import StallMeter
 from raft.core.types import CoreStatus, Entry, EntryType, HardState, Role, SnapshotMeta
 
 
@@ -98,7 +99,7 @@ class RaftCore:
         self._installing = False
         self._last_soft: SoftState | None = None
         self._outstanding: Ready | None = None
-        self._last_tick = now
+        self._stalls = StallMeter(now, config.heartbeat_interval_ms)
 
     # ------------------------------------------------------------------ views
 
@@ -181,7 +182,9 @@ class RaftCore:
     # ------------------------------------------------------------------ inputs
 
     def tick(self, now: int) -> None:
-        self._discount_stall(now)
+        held = self._stalls.held(now)
+        if held:  # this node stalled: its timers count a heartbeat interval of it (stall.py)
+            (self._lead.contact if self._lead is not None else self._election).discount(held)
         self.clock(now)
         if self._lead is not None:
             if not self._lead.tick():
@@ -192,25 +195,6 @@ class RaftCore:
             if self._election.start_pre_vote():
                 self._become_leader()
         self._out.messages.extend(self._handler.expire_held(self.now))
-
-    def _discount_stall(self, now: int) -> None:
-        """A gap between ticks longer than a heartbeat interval is a stall of this node (its loop
-        held by a slow fsync or a GC pass, the host busy): its timers count no more than a
-        heartbeat interval of it. Its loop runs timers before it reads its socket, where its
-        leader's heartbeats (its followers' answers) wait; counted in full, the stall would make a
-        follower stand, or a leader step down, for its own silence. (etcd's raft counts ticks,
-        which a held loop drops, to the same end.) Only the election timer and check-quorum move:
-        a lease is dated by the clock itself, and a later vote is only safer."""
-        held = now - self._last_tick - self._state.config.heartbeat_interval_ms
-        self._last_tick = max(self._last_tick, now)
-        if held <= 0:
-            return
-        if self._lead is not None:
-            self._lead.contact.discount(held)
-        else:
-            self._election.deadline += held
-            if self._state.leader_contact != NEVER:
-                self._state.leader_contact += held
 
     def clock(self, now: int) -> None:
         """The driver's time between ticks, passed with other inputs: sends and answers are dated
@@ -368,13 +352,7 @@ class RaftCore:
         entry (a range deletion of 100,000 keys) outlasts an election timeout stays heard: as a
         leader its heartbeats leave, as a follower its answers do, so neither the followers stand
         nor the leader's check-quorum deposes it (etcd's raft loop likewise runs beside its apply)."""
-        early, self._out.leader_messages = self._out.leader_messages, []
-        if not self._state.hard_dirty:
-            answers = [m for m in self._out.messages if isinstance(m, HeartbeatResponse)]
-            if answers:
-                early += answers
-                self._out.messages = [m for m in self._out.messages if not isinstance(m, HeartbeatResponse)]
-        return early
+        return self._out.take_early(answers=not self._state.hard_dirty)
 
     def ready(self) -> Ready:
         if self._outstanding is not None:

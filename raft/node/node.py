@@ -319,7 +319,7 @@ class RaftNode:
 
     async def _tick_loop(self) -> None:
         """The core's timers, every tick_interval_ms (a stall between two ticks counts as a
-        heartbeat interval: RaftCore._discount_stall). While the ready loop awaits a Ready's
+        heartbeat interval: raft/core/stall.py). While the ready loop awaits a Ready's
         apply or install, the messages that need not wait for it leave at each tick."""
         interval = self.config.tuning.tick_interval_ms / 1000
         while True:

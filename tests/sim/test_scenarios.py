@@ -353,7 +353,7 @@ def test_a_held_loop_reads_what_arrived_before_its_timers_judge(who: str) -> Non
     """A member's loop held for 3 T (a slow fsync on a loaded disk; every member at once: the
     host stalled) runs its timers before it reads its socket, where the leader's heartbeats (the
     followers' answers) wait. Its timers count the stall as one heartbeat interval
-    (RaftCore._discount_stall): nobody stands, the leader does not step down, and no member
+    (raft/core/stall.py): nobody stands, the leader does not step down, and no member
     counts a leader change."""
     c = Cluster(3, seed=20)
     lead = elected(c)

@@ -281,7 +281,7 @@ def test_cluster_id_is_kept_and_checked(tmp_path: Path) -> None:
 
 def test_a_heartbeat_interval_no_longer_than_a_tick_is_refused() -> None:
     """The core takes a gap between ticks longer than a heartbeat interval for a stall of the node
-    (RaftCore._discount_stall): with heartbeats as often as ticks, every tick would be one."""
+    (raft/core/stall.py): with heartbeats as often as ticks, every tick would be one."""
     fast = CoreConfig(election_timeout_ms=100, heartbeat_interval_ms=10, lease_ms=80)
     with pytest.raises(ValueError, match=r"heartbeat_interval_ms \(10\) must be longer than tick_interval_ms \(10\)"):
         NodeConfig(node_id="n1", listen="127.0.0.1:1", data_dir=Path("/nowhere"), core=fast)
