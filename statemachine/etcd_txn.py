@@ -29,7 +29,7 @@ from statemachine.mvcc import (
     store_revision,
 )
 from statemachine.range_read import (
-    Allow, RangePlan, allow_any, fill_range, listed_range, plan_counted, plan_range, read_key,
+    Allow, RangePlan, allow_any, fill_range, listed_range, plan_in_key_order, plan_range, read_key,
 )
 
 # etcd's messages (api/v3rpc/rpctypes/error.go), which clients match on, with kv.errors' kinds.
@@ -85,9 +85,9 @@ def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReques
     check_read_revision(txn, tables, request.revision)
     bounds = request.key, range_end(request.key, request.range_end)
     header_revision = store_revision(txn, tables) if revision is None else revision
-    counted = plan_counted(txn, tables, request, header_revision, bounds, max_bytes)
-    if counted is not None:
-        return counted
+    listing = plan_in_key_order(txn, tables, request, header_revision, bounds)
+    if listing is not None:
+        return listing
     listed = listed_range(txn, tables, *bounds, request.revision)
     return plan_range(listed, request, header_revision, bounds, max_bytes)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from statemachine.value_checksum import CHECKSUM_BYTES, seal, unseal
+from statemachine.value_checksum import CHECKSUM_BYTES, seal, unseal, verify
 
 _HEADER = struct.Struct(">qqIqq")  # create_revision, mod_revision, mod_sub, version, lease
 HEADER_BYTES = _HEADER.size
@@ -44,6 +44,15 @@ def decode(key: bytes, record: bytes) -> KeyVersion:
     value = unseal(key, record, HEADER_BYTES)
     create, mod, sub, version, lease = _HEADER.unpack_from(record, CHECKSUM_BYTES)
     return KeyVersion(key, value, create, mod, version, lease, sub)
+
+
+def listed(key: bytes, record: bytes, keys_only: bool) -> tuple[int, int, int, int, bytes]:
+    """(create_revision, mod_revision, version, lease, value) of a record, checked like `decode`,
+    without a KeyVersion: a list's per-key read (statemachine/range_read.py). The value is b""
+    when `keys_only`, and a slice of `record` (one copy: reads are made without LMDB buffers)."""
+    verify(key, record, HEADER_BYTES)
+    create, mod, _, version, lease = _HEADER.unpack_from(record, CHECKSUM_BYTES)
+    return create, mod, version, lease, b"" if keys_only else record[CHECKSUM_BYTES + HEADER_BYTES:]
 
 
 def stored_value(key: bytes, record: bytes) -> bytes:

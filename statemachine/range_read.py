@@ -13,8 +13,10 @@ unsorted, sizes the reply as the largest `limit` of them could be, and `fill_ran
 `limit` first values as it reads them.
 
 Two shortcuts: a Range of one key is one lookup (`read_key`: its reply is bounded by one entry);
-a page of a list (a limit, in key order, no filter, at the newest revision) or a count lists only
-its first limit + 1 keys and counts the rest by key alone (`plan_counted`)."""
+a list (in key order, no filter, at the newest revision: what Kubernetes and `etcdctl get
+--prefix` ask) is planned and filled straight from the stored records, with no version decoded
+between (`plan_in_key_order`, `_fill_listed`), and a page of one or a count measures only its
+first `limit` keys and counts the rest by key alone."""
 from __future__ import annotations
 
 import heapq
@@ -26,13 +28,14 @@ from typing import Protocol
 import lmdb
 
 from raftkv_proto import etcd_rpc_pb2 as pb
-from statemachine.key_record import HEADER_BYTES, KeyVersion, revisions_of
+from statemachine.key_record import HEADER_BYTES, KeyVersion, listed, revisions_of
 from statemachine.mvcc import MvccTables, range_at, store_revision, version_at
 from statemachine.value_checksum import CHECKSUM_BYTES
 
 # A Range reply's bytes beside its KeyValues: the header (filled by the face: cluster and member
 # ids, revision, term), count and more. An upper bound, so that a measured size never falls short.
 REPLY_FRAME_BYTES = 64
+_RECORD_OVERHEAD = CHECKSUM_BYTES + HEADER_BYTES  # a record's bytes beside its value
 
 class Allow(Protocol):
     """Called with a reply's measured size before its values are read; raises to refuse it.
@@ -120,10 +123,9 @@ def listed_range(txn: lmdb.Transaction, tables: MvccTables, start: bytes, end: b
         for kv in range_at(txn, tables, start, end, revision):
             yield Listed(kv.key, kv.create_revision, kv.mod_revision, kv.version, kv.lease, len(kv.value))
         return
-    overhead = CHECKSUM_BYTES + HEADER_BYTES
     for key, record in tables.data.ordered(txn, start, end):  # long keys merged in, by full key
         create, mod, _, version, lease = revisions_of(record)
-        yield Listed(key, create, mod, version, lease, len(record) - overhead)
+        yield Listed(key, create, mod, version, lease, len(record) - _RECORD_OVERHEAD)
 
 
 _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
@@ -134,22 +136,35 @@ _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
 }
 
 
-def plan_counted(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,
-                 bounds: tuple[bytes, bytes | None], max_bytes: int | None = None) -> RangePlan | None:
-    """plan_range's plan for a range at the newest revision, in key order, with no filter and a
-    limit (a page of a list) or count_only: its first limit + 1 keys listed, the rest only counted
-    by their keys (etcd's count covers the whole range; etcd counts from its in-memory index). A
-    page of 500 of 10,000 keys no longer decodes all 10,000. None when the request is not such a
-    range."""
+def plan_in_key_order(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,
+                      bounds: tuple[bytes, bytes | None]) -> RangePlan | None:
+    """plan_range's plan for a list: a range at the newest revision, in key order, with no
+    filter (Kubernetes' lists and their pages, `etcdctl get --prefix`), in one walk of the
+    records as they are stored: each of the reply's keys measured from its record's header and
+    length, no version decoded. With a limit (or count_only) only the first `limit` keys are
+    measured, the rest counted by key alone (etcd's count covers the whole range; etcd counts
+    from its in-memory index). None when the request is not such a range."""
     if (request.sort_order != pb.RangeRequest.NONE or request.sort_target != pb.RangeRequest.KEY
-            or request.max_mod_revision or request.min_mod_revision or request.max_create_revision
-            or request.min_create_revision or not (request.count_only or request.limit > 0)
-            or 0 < request.revision < store_revision(txn, tables)):
+            or _filtered(request) or 0 < request.revision < store_revision(txn, tables)):
         return None
-    head: Iterable[Listed] = () if request.count_only else itertools.islice(
-        listed_range(txn, tables, *bounds, request.revision), request.limit + 1)
-    plan = plan_range(head, request, revision, bounds, max_bytes)
-    plan.count = tables.data.count_range(txn, *bounds)
+    plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, False)
+    if request.count_only:
+        plan.count = tables.data.count_range(txn, *bounds)
+        return plan
+    keys_only = request.keys_only
+    records = tables.data.ordered(txn, *bounds)
+    if request.limit > 0:
+        records = itertools.islice(records, request.limit)
+    size = taken = 0
+    for key, record in records:
+        create, mod, _, version, lease = revisions_of(record)
+        size += kv_wire_bytes(len(key), 0 if keys_only else len(record) - _RECORD_OVERHEAD, create, mod,
+                              version, lease)
+        taken += 1
+    plan.taken = taken
+    plan.wire_bytes += size
+    plan.count = tables.data.count_range(txn, *bounds) if request.limit > 0 else taken
+    plan.more = plan.count > taken
     return plan
 
 
@@ -160,8 +175,7 @@ def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int
     limit, keys_only. A reply in key order holds no key: `fill_range` reads the range again and
     takes the first `taken` that pass the filters. A sorted one holds its keys, unless it has no
     limit and is sure to exceed `max_bytes` (then it is only counted and measured)."""
-    filtered = bool(request.max_mod_revision or request.min_mod_revision or request.max_create_revision
-                    or request.min_create_revision)
+    filtered = _filtered(request)
     order = request.sort_order
     if request.sort_target != pb.RangeRequest.KEY and order == pb.RangeRequest.NONE:
         order = pb.RangeRequest.ASCEND  # etcd: a sort target other than the key sorts ascending
@@ -212,6 +226,11 @@ def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int
     return plan
 
 
+def _filtered(request: pb.RangeRequest) -> bool:
+    return bool(request.max_mod_revision or request.min_mod_revision or request.max_create_revision
+                or request.min_create_revision)
+
+
 def _passes(kv: _Versioned, request: pb.RangeRequest) -> bool:
     return ((not request.max_mod_revision or kv.mod_revision <= request.max_mod_revision)
             and (not request.min_mod_revision or kv.mod_revision >= request.min_mod_revision)
@@ -233,11 +252,13 @@ def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, respo
     response.header.revision = plan.revision
     if request.count_only or not plan.taken:
         return
+    if plan.chosen is None and not _filtered(request) and not 0 < request.revision < store_revision(txn, tables):
+        _fill_listed(txn, tables, plan, response)
+        return
     versions: Iterable[KeyVersion]
     if plan.chosen is None:  # in key order: the first that pass the filters, read again
         versions = range_at(txn, tables, plan.bounds[0], plan.bounds[1], request.revision)
-        if request.max_mod_revision or request.min_mod_revision or request.max_create_revision \
-                or request.min_create_revision:
+        if _filtered(request):
             versions = (kv for kv in versions if _passes(kv, request))
         versions = itertools.islice(versions, plan.taken)
     else:
@@ -249,6 +270,16 @@ def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, respo
     for kv in versions:
         add(key=kv.key, create_revision=kv.create_revision, mod_revision=kv.mod_revision, version=kv.version,
             value=b"" if keys_only else kv.value, lease=kv.lease)
+
+
+def _fill_listed(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, response: pb.RangeResponse) -> None:
+    """The first `plan.taken` keys of a list at the newest revision, from their records as they
+    are stored (key_record.listed: checked, no KeyVersion made): the per-key work of a list."""
+    add = response.kvs.add
+    keys_only = plan.request.keys_only
+    for key, record in itertools.islice(tables.data.ordered(txn, *plan.bounds), plan.taken):
+        create, mod, version, lease, value = listed(key, record, keys_only)
+        add(key=key, create_revision=create, mod_revision=mod, version=version, value=value, lease=lease)
 
 
 def read_key(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,

@@ -28,8 +28,14 @@ def seal(key: bytes, body: bytes) -> bytes:
 def unseal(key: bytes, record: bytes, skip: int = 0) -> bytes:
     """The body in `record`, stored under `key`, less its first `skip` bytes (one copy);
     CorruptStateError when it fails its checksum."""
-    body = memoryview(record)[CHECKSUM_BYTES:]
-    if len(record) < CHECKSUM_BYTES + skip or _CRC.unpack_from(record)[0] != zlib.crc32(body, zlib.crc32(key)):
+    verify(key, record, skip)
+    return bytes(memoryview(record)[CHECKSUM_BYTES + skip:])
+
+
+def verify(key: bytes, record: bytes, skip: int = 0) -> None:
+    """CorruptStateError unless `record`, stored under `key`, passes its checksum and holds at
+    least `skip` bytes of body."""
+    if len(record) < CHECKSUM_BYTES + skip or _CRC.unpack_from(record)[0] != zlib.crc32(
+            memoryview(record)[CHECKSUM_BYTES:], zlib.crc32(key)):
         raise CorruptStateError(f"the value stored under key {key[:64]!r} fails its checksum: the state on this "
                                 "member's disk is damaged")
-    return bytes(body[skip:])

