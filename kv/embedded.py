@@ -69,10 +69,11 @@ class EmbeddedNode:
         return self._call(lambda t, user: self._handler.delete(request, t, user)).existed
 
     def scan(self, prefix: KeyLike | None = None, start: KeyLike | None = None, end: KeyLike | None = None,
-             limit: int = 100, consistency: str = "linearizable") -> list[tuple[bytes, bytes]]:
-        """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end)."""
+             limit: int = 100, consistency: str = "linearizable", keys_only: bool = False) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end); with
+        `keys_only`, values b""."""
         return paged_scan(lambda request: self._call(lambda t, user: self._handler.scan(request, t, user)),
-                          prefix, start, end, limit, consistency)
+                          prefix, start, end, limit, consistency, keys_only)
 
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),
               deletes: Iterable[KeyLike] = ()) -> list[bool]:

@@ -371,20 +371,21 @@ class KVStateMachine:
             return compacted_revision(txn, self._mvcc)
 
     def scan(self, start: bytes = b"", end: bytes | None = None, limit: int = 1000,
-             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+             max_bytes: int | None = None, keys_only: bool = False) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Keys in [start, end) in key order, at most `limit` of them and, with `max_bytes`, no
         more keys and values than that in all (the first pair always comes). An empty or None
         `end` means "to the last key". Returns (items, more); `more` is True when a limit cut the
-        result (continue with start = last key + b"\\x00")."""
+        result (continue with start = last key + b"\\x00"). With `keys_only` every value is b""
+        (each record still checked)."""
         if limit < 1:
             raise ValueError(f"scan limit must be at least 1, got {limit}")
         with self._env.begin() as txn:
-            return take_page(unsealed_range(self._data, txn, start, end or None), limit, max_bytes)
+            return take_page(unsealed_range(self._data, txn, start, end or None, keys_only), limit, max_bytes)
 
-    def scan_prefix(self, prefix: bytes, limit: int = 1000,
-                    max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
+    def scan_prefix(self, prefix: bytes, limit: int = 1000, max_bytes: int | None = None,
+                    keys_only: bool = False) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Keys starting with `prefix`, like `scan`. An empty prefix means every key."""
-        return self.scan(prefix, prefix_end(prefix), limit, max_bytes)  # b"": to the last key
+        return self.scan(prefix, prefix_end(prefix), limit, max_bytes, keys_only)  # b"": to the last key
 
     def count(self) -> int:
         """Number of user keys."""

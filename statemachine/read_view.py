@@ -12,7 +12,7 @@ import lmdb
 from statemachine.key_record import stored_value
 from statemachine.long_keys import KeyedTable
 from statemachine.mvcc import COMPACTED_KEY, REVISION_KEY, MvccTables, store_revision
-from statemachine.value_checksum import unseal
+from statemachine.value_checksum import unseal, verify
 
 _U64 = struct.Struct(">Q")
 _U16 = struct.Struct(">H")
@@ -82,9 +82,15 @@ class ReadView:
             self._txn.abort()
 
 
-def unsealed_range(data: KeyedTable, txn: lmdb.Transaction, start: bytes,
-                   end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) in [start, end), values checked against their checksums."""
+def unsealed_range(data: KeyedTable, txn: lmdb.Transaction, start: bytes, end: bytes | None,
+                   keys_only: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) in [start, end), values checked against their checksums; with `keys_only`
+    (key, b""), the records checked all the same."""
+    if keys_only:
+        for key, record in data.ordered(txn, start, end):
+            verify(key, record)
+            yield key, b""
+        return
     for key, record in data.ordered(txn, start, end):
         yield key, stored_value(key, record)
 

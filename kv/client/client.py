@@ -162,15 +162,17 @@ class Client(AuthAdmin, Maintenance, Members, Revisions, Leases, Changes):
         limit: int = 100,
         consistency: str = "linearizable",
         revision: int | None = None,
+        keys_only: bool = False,
     ) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order: those starting with `prefix`, or those
         in [start, end) (no end: to the last key). When the server cuts a page short of `limit`
         the client asks for the rest; each page is consistent on its own. With `revision`, the
-        pairs as they were then, in one read (scan_at gives their revisions too)."""
+        pairs as they were then, in one read (scan_at gives their revisions too). With
+        `keys_only`, every value is b"" and no value crosses the network (etcd's --keys-only)."""
         if revision is not None:
-            return [(kv.key, kv.value) for kv in self.scan_at(revision, prefix, start, end, limit)]
+            return [(kv.key, kv.value) for kv in self.scan_at(revision, prefix, start, end, limit, keys_only=keys_only)]
         return paged_scan(lambda request: self._call(lambda stub: stub.Scan, request),
-                          prefix, start, end, limit, consistency)
+                          prefix, start, end, limit, consistency, keys_only)
 
     def batch(
         self,
@@ -328,11 +330,12 @@ MAX_PAGE_LIMIT = 2**32 - 1
 
 
 def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefix: KeyLike | None,
-               start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str) -> list[tuple[bytes, bytes]]:
+               start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str,
+               keys_only: bool = False) -> list[tuple[bytes, bytes]]:
     """A scan of up to `limit` pairs through `fetch`, asking for further pages when the server
     cuts one short, at its page limit or its byte budget (shared by the Client and the embedded
     node)."""
-    pages = scan_pages(prefix, start, end, limit, consistency)
+    pages = scan_pages(prefix, start, end, limit, consistency, keys_only)
     try:
         request = next(pages)
         while True:
@@ -341,8 +344,8 @@ def paged_scan(fetch: Callable[[kv_pb2.ScanRequest], kv_pb2.ScanResponse], prefi
         return done.value
 
 
-def scan_pages(prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | None, limit: int,
-               consistency: str) -> Generator[kv_pb2.ScanRequest, kv_pb2.ScanResponse, list[tuple[bytes, bytes]]]:
+def scan_pages(prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | None, limit: int, consistency: str,
+               keys_only: bool = False) -> Generator[kv_pb2.ScanRequest, kv_pb2.ScanResponse, list[tuple[bytes, bytes]]]:
     """A paged scan without its I/O: yields each page's request, is sent the page, and returns the
     pairs (paged_scan drives it with calls, kv.aio.Client with awaits)."""
     if prefix is not None and (start is not None or end is not None):
@@ -356,7 +359,7 @@ def scan_pages(prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | Non
     while len(items) < limit:
         # The node clamps a page to its own maximum; the request field is 32 bits wide.
         page_limit = min(limit - len(items), MAX_PAGE_LIMIT)
-        response = yield kv_pb2.ScanRequest(start=lo, end=hi, limit=page_limit, consistency=level)
+        response = yield kv_pb2.ScanRequest(start=lo, end=hi, limit=page_limit, consistency=level, keys_only=keys_only)
         items.extend((kv.key, kv.value) for kv in response.items)
         if not response.more or not response.items:
             break

@@ -69,11 +69,12 @@ class Revisions:
         return self._range(revision_request()).header.revision
 
     def scan_at(self, revision: int, prefix: KeyLike | None = None, start: KeyLike | None = None,
-                end: KeyLike | None = None, limit: int = 100, consistency: str = "linearizable") -> list[KeyValue]:
+                end: KeyLike | None = None, limit: int = 100, consistency: str = "linearizable",
+                keys_only: bool = False) -> list[KeyValue]:
         """The keys (with their revisions) as they were at `revision`: those starting with
         `prefix`, or in [start, end); at most `limit` of them (0: all). "stale" reads the
-        member's own state (etcd's serializable)."""
-        response = self._range(scan_at_request(revision, prefix, start, end, limit, consistency))
+        member's own state (etcd's serializable); `keys_only` leaves every value b""."""
+        response = self._range(scan_at_request(revision, prefix, start, end, limit, consistency, keys_only))
         return [KeyValue.of(kv) for kv in response.kvs]
 
     def get_range(self, prefix: KeyLike, sort_by: str = "key", descending: bool = False, limit: int = 0,
@@ -123,7 +124,7 @@ def revision_request() -> pb.RangeRequest:
 
 
 def scan_at_request(revision: int, prefix: KeyLike | None, start: KeyLike | None, end: KeyLike | None,
-                    limit: int, consistency: str) -> pb.RangeRequest:
+                    limit: int, consistency: str, keys_only: bool = False) -> pb.RangeRequest:
     if prefix is not None:
         first = to_bytes(prefix)
         last = prefix_end(first) or b"\0"
@@ -131,7 +132,7 @@ def scan_at_request(revision: int, prefix: KeyLike | None, start: KeyLike | None
         first = to_bytes(start) if start is not None else b"\0"
         last = to_bytes(end) if end is not None else b"\0"
     return pb.RangeRequest(key=first or b"\0", range_end=last, revision=revision, limit=limit,
-                           serializable=consistency == "stale")
+                           serializable=consistency == "stale", keys_only=keys_only)
 
 
 def get_range_request(prefix: KeyLike, sort_by: str, descending: bool, limit: int, max_create_revision: int,

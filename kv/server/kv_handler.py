@@ -327,10 +327,11 @@ class KVHandler:
         index = self.node.applied_index
         try:
             if request.prefix:
-                items, more = await self.reads.run(self.fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES)
+                items, more = await self.reads.run(self.fsm.scan_prefix, request.prefix, limit, SCAN_PAGE_BYTES,
+                                                   request.keys_only)
             else:
                 items, more = await self.reads.run(self.fsm.scan, request.start, request.end or None, limit,
-                                                   SCAN_PAGE_BYTES)
+                                                   SCAN_PAGE_BYTES, request.keys_only)
         except InvalidCommandError as e:  # a start past the key limit
             raise errors.InvalidArgumentError(str(e)) from None
         except CorruptStateError as e:

@@ -170,13 +170,13 @@ class ReplaceableStateMachine:
         with self._lock.shared():
             return self._machine.revision
 
-    def scan(self, start: bytes, end: bytes | None, limit: int,
-             max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
-        return self._call("scan", start, end, limit, max_bytes)
+    def scan(self, start: bytes, end: bytes | None, limit: int, max_bytes: int | None = None,
+             keys_only: bool = False) -> tuple[list[tuple[bytes, bytes]], bool]:
+        return self._call("scan", start, end, limit, max_bytes, keys_only)
 
-    def scan_prefix(self, prefix: bytes, limit: int,
-                    max_bytes: int | None = None) -> tuple[list[tuple[bytes, bytes]], bool]:
-        return self._call("scan_prefix", prefix, limit, max_bytes)
+    def scan_prefix(self, prefix: bytes, limit: int, max_bytes: int | None = None,
+                    keys_only: bool = False) -> tuple[list[tuple[bytes, bytes]], bool]:
+        return self._call("scan_prefix", prefix, limit, max_bytes, keys_only)
 
     def size_bytes(self) -> int:
         return self._call("size_bytes")

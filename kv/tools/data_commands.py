@@ -94,14 +94,17 @@ def _add_scan(commands: Any, client_options: argparse.ArgumentParser) -> None:
                     "(\\t, \\n, \\r, \\\\, \\xNN for other unprintable bytes and invalid UTF-8),\n"
                     "so a line is always one pair; printable UTF-8 is kept as it is. When --limit\n"
                     "cuts the listing short, stderr says so. With --rev N, the keys and values as\n"
-                    "they were at revision N (--limit 0 reads every page at that revision).",
+                    "they were at revision N (--limit 0 reads every page at that revision). With\n"
+                    "--keys-only, KEY lines alone: no value is read off the member.",
         epilog="examples:\n  raftkv scan --prefix user/\n  raftkv scan --prefix user/ --rev 42   as of revision 42\n"
-               "  raftkv scan --start a --end m --limit 0 -w json")
+               "  raftkv scan --start a --end m --limit 0 -w json\n  raftkv scan --prefix user/ --keys-only --limit 0")
     scan.add_argument("--prefix", default=None, help="only keys starting with this")
     scan.add_argument("--start", default=None, help="first key of the range (inclusive)")
     scan.add_argument("--end", default=None, help="end of the range (exclusive; default: the last key)")
     scan.add_argument("--limit", type=non_negative_int, default=100, metavar="N",
                       help="at most N pairs; 0: all of them, fetched a page at a time")
+    scan.add_argument("--keys-only", action="store_true",
+                      help="the keys alone, as etcdctl get --keys-only (-w json: every value empty)")
     _add_rev(scan)
     _add_consistency(scan)
     add_write_out(scan, SIMPLE, simple="KEY<TAB>VALUE lines, escaped",
@@ -258,7 +261,7 @@ def _run_scan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             more = len(page) > args.limit
         else:
             pairs, more = itertools.chain.from_iterable(_scan_pages(client, args)), False
-        shown = _print_scan(args.write_out, pairs, more)
+        shown = _print_scan(args.write_out, pairs, more, args.keys_only)
     if more:
         print(f"raftkv scan: {shown} keys shown, more exist; --limit 0 shows all", file=sys.stderr)
     return 0
@@ -278,7 +281,7 @@ def _run_scan_kvs(args: argparse.Namespace) -> int:
             print(json.dumps({"kvs": listed, "count": len(listed), "more": more}))
             shown = len(listed)
         else:
-            shown = _print_scan(args.write_out, ((kv.key, kv.value) for kv in kvs), more)
+            shown = _print_scan(args.write_out, ((kv.key, kv.value) for kv in kvs), more, args.keys_only)
     if more:
         print(f"raftkv scan: {shown} keys shown, more exist; --limit 0 shows all", file=sys.stderr)
     return 0
@@ -292,7 +295,7 @@ def _scan_kv_page(client: Client, args: argparse.Namespace, limit: int, start: b
     else:
         first, end = to_bytes(args.start or b""), to_bytes(args.end or b"")
     return client.scan_at(args.rev, start=start if start is not None else first, end=end or None, limit=limit,
-                          consistency=args.consistency)
+                          consistency=args.consistency, keys_only=args.keys_only)
 
 
 def _scan_kv_pages(client: Client, args: argparse.Namespace) -> Iterator[list[KeyValue]]:
@@ -316,7 +319,7 @@ SCAN_ALL_PAGE = 1000
 def _scan_page(client: Client, args: argparse.Namespace) -> list[Pair]:
     """Up to --limit pairs and one more: the extra one tells that the limit cut the listing short."""
     return client.scan(prefix=args.prefix, start=args.start, end=args.end, limit=args.limit + 1,
-                       consistency=args.consistency)
+                       consistency=args.consistency, keys_only=args.keys_only)
 
 
 def _scan_pages(client: Client, args: argparse.Namespace) -> Iterator[list[Pair]]:
@@ -326,27 +329,30 @@ def _scan_pages(client: Client, args: argparse.Namespace) -> Iterator[list[Pair]
     else:
         start, end = to_bytes(args.start or b""), to_bytes(args.end or b"")
     while True:
-        page = client.scan(start=start, end=end or None, limit=SCAN_ALL_PAGE, consistency=args.consistency)
+        page = client.scan(start=start, end=end or None, limit=SCAN_ALL_PAGE, consistency=args.consistency,
+                           keys_only=args.keys_only)
         yield page
         if len(page) < SCAN_ALL_PAGE:
             return
         start = page[-1][0] + b"\x00"  # the smallest key after the last one listed
 
 
-def _print_scan(write_out: str, pairs: Iterable[Pair], more: bool) -> int:
-    """The pairs in the -w form asked for; returns how many."""
+def _print_scan(write_out: str, pairs: Iterable[Pair], more: bool, keys_only: bool) -> int:
+    """The pairs in the -w form asked for (the keys alone with `keys_only`); returns how many."""
     if write_out == JSON:
         return _print_scan_json(pairs, more)
+    if write_out == TABLE and keys_only:
+        return print_table(("KEY",), ((escaped(key),) for key, _ in pairs))
     if write_out == TABLE:
         return print_table(("KEY", "VALUE"), ((escaped(key), escaped(value)) for key, value in pairs))
-    return _print_scan_lines(pairs)
+    return _print_scan_lines(pairs, keys_only)
 
 
-def _print_scan_lines(pairs: Iterable[Pair]) -> int:
-    """KEY<TAB>VALUE lines, escaped; returns how many."""
+def _print_scan_lines(pairs: Iterable[Pair], keys_only: bool) -> int:
+    """KEY<TAB>VALUE lines (KEY lines with `keys_only`), escaped; returns how many."""
     shown = 0
     for key, value in pairs:
-        _write_line(escape(key) + b"\t" + escape(value), sys.stdout)
+        _write_line(escape(key) if keys_only else escape(key) + b"\t" + escape(value), sys.stdout)
         shown += 1
     return shown
 

@@ -143,18 +143,20 @@ class DeleteResponse(_message.Message):
     def __init__(self, existed: _Optional[bool] = ..., index: _Optional[int] = ...) -> None: ...
 
 class ScanRequest(_message.Message):
-    __slots__ = ("prefix", "start", "end", "limit", "consistency")
+    __slots__ = ("prefix", "start", "end", "limit", "consistency", "keys_only")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    KEYS_ONLY_FIELD_NUMBER: _ClassVar[int]
     prefix: bytes
     start: bytes
     end: bytes
     limit: int
     consistency: Consistency
-    def __init__(self, prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+    keys_only: bool
+    def __init__(self, prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., end: _Optional[bytes] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., keys_only: _Optional[bool] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("items", "more", "index")

@@ -64,6 +64,7 @@ def test_every_method_through_a_follower(cluster: Cluster) -> None:
             assert result.succeeded and result.responses[0].value == b"two"
             assert await c.get("m/b", revision=before) == b"2"
             assert await c.scan(prefix="m/", revision=before) == [(b"m/b", b"2"), (b"m/c", b"3")]
+            assert await c.scan(prefix="m/", revision=before, keys_only=True) == [(b"m/b", b""), (b"m/c", b"")]
             assert [kv.key for kv in await c.scan_at(before, prefix="m/")] == [b"m/b", b"m/c"]
             newest, read_at = await c.get_range("m/", sort_by="create", descending=True, limit=1)
             assert newest[0].key == b"m/e" and read_at == await c.revision()

@@ -79,6 +79,12 @@ def test_scan_in_each_write_out_form(node: str, pairs):  # noqa: F811
     assert raftkv(*scan, "--json").stdout == as_json
     cut = raftkv(*scan, "-w", "table", "--limit", "1")
     assert len(table_rows(cut.stdout)) == 2 and "1 keys shown, more exist" in cut.stderr
+    keys = "wo/[bold]\nwo/a\nwo/b\\tx\n"
+    assert raftkv(*scan, "--keys-only").stdout == raftkv(*scan, "--keys-only", "--limit", "0").stdout == keys
+    assert table_rows(raftkv(*scan, "--keys-only", "-w", "table").stdout) == [["KEY"], ["wo/[bold]"], ["wo/a"],
+                                                                               ["wo/b\\tx"]]
+    keys_json = json.loads(raftkv(*scan, "--keys-only", "-w", "json").stdout)
+    assert [(kv["key"], kv["value"]) for kv in keys_json["kvs"]] == [(b64(k), "") for k in sorted(pairs)]
 
 
 def test_status_in_each_write_out_form(node: str):  # noqa: F811

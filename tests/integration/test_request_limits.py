@@ -109,6 +109,12 @@ def test_a_huge_scan_comes_back_in_pages_within_the_byte_budget(make_cluster) ->
     assert client.scan(start="v/0010", end="v/0020", limit=5) == items[10:15]
     assert memory(cluster, leader)["VmHWM"] < RSS_BOUND_BYTES
 
+    # Keys only: no value crosses, so one page holds every key (a page's budget is its bytes).
+    keys_only = stub.Scan(kv_pb2.ScanRequest(prefix=b"v/", limit=2**32 - 1, keys_only=True), timeout=30)
+    assert [(kv.key, kv.value) for kv in keys_only.items] == [(k, b"") for k, _ in items]
+    assert not keys_only.more
+    assert client.scan(prefix="v/", limit=3, keys_only=True) == [(k, b"") for k, _ in items[:3]]
+
 
 def test_a_pipeline_whose_client_never_reads_holds_bounded_requests_and_bytes(make_cluster) -> None:
     cluster = make_cluster(1, extra_args=FAST_TIMING)

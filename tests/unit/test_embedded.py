@@ -46,6 +46,7 @@ def test_put_get_delete_scan_batch_close_reopen(tmp_path: Path) -> None:
         assert db.scan(prefix=b"user/") == [(b"user/1", b"alice"), (b"user/2", b"bob")]
         assert db.scan(start=b"o", end=b"user/2") == [(b"other", b"x"), (b"user/1", b"alice")]
         assert db.scan(limit=1) == [(b"other", b"x")]
+        assert db.scan(prefix=b"user/", keys_only=True) == [(b"user/1", b""), (b"user/2", b"")]
         assert db.delete(b"other") is True
         assert db.delete(b"other") is False
         assert db.batch(puts={b"a": b"1", b"user/1": b"alice2"}, deletes=[b"user/2"]) == [False, True, True]

@@ -420,6 +420,7 @@ def test_a_value_damaged_on_disk_is_refused_on_every_read_not_served(tmp_path: P
                       etcd_rpc_pb2.RangeRequest(**every_key, limit=2),
                       etcd_rpc_pb2.RangeRequest(**every_key, sort_order=etcd_rpc_pb2.RangeRequest.DESCEND)]
         for read in (lambda: sm.get(b"k"), lambda: sm.scan(b"", None, 10), lambda: sm.scan_prefix(b"k", 10),
+                     lambda: sm.scan(b"", None, 10, keys_only=True),
                      sm.state_hash, lambda: sm.read_view().scan(b"", None, 10),
                      *(lambda request=request: sm.etcd_range(request) for request in etcd_lists)):
             with pytest.raises(CorruptStateError, match="b'k' fails its checksum"):

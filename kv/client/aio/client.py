@@ -118,12 +118,13 @@ class Client(Revisions, Changes, Leases, Members):
 
     async def scan(self, prefix: KeyLike | None = None, start: KeyLike | None = None, end: KeyLike | None = None,
                    limit: int = 100, consistency: str = "linearizable",
-                   revision: int | None = None) -> list[tuple[bytes, bytes]]:
+                   revision: int | None = None, keys_only: bool = False) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order, by `prefix` or in [start, end), page
-        after page; with `revision`, as they were then (kv.Client.scan)."""
+        after page; with `revision`, as they were then; with `keys_only`, values b"" (kv.Client.scan)."""
         if revision is not None:
-            return [(kv.key, kv.value) for kv in await self.scan_at(revision, prefix, start, end, limit)]
-        pages = scan_pages(prefix, start, end, limit, consistency)
+            return [(kv.key, kv.value)
+                    for kv in await self.scan_at(revision, prefix, start, end, limit, keys_only=keys_only)]
+        pages = scan_pages(prefix, start, end, limit, consistency, keys_only)
         try:
             request = next(pages)
             while True:

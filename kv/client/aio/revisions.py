@@ -42,10 +42,10 @@ class Revisions:
         return (await self._range(revision_request())).header.revision
 
     async def scan_at(self, revision: int, prefix: KeyLike | None = None, start: KeyLike | None = None,
-                      end: KeyLike | None = None, limit: int = 100,
-                      consistency: str = "linearizable") -> list[KeyValue]:
+                      end: KeyLike | None = None, limit: int = 100, consistency: str = "linearizable",
+                      keys_only: bool = False) -> list[KeyValue]:
         """The keys (with their revisions) as they were at `revision`; at most `limit` (0: all)."""
-        response = await self._range(scan_at_request(revision, prefix, start, end, limit, consistency))
+        response = await self._range(scan_at_request(revision, prefix, start, end, limit, consistency, keys_only))
         return [KeyValue.of(kv) for kv in response.kvs]
 
     async def get_range(self, prefix: KeyLike, sort_by: str = "key", descending: bool = False, limit: int = 0,

@@ -4,7 +4,7 @@ after another, in three variants measured one after the other:
 
 - "full": every key with its value, linearizable (etcd's API: one Range; the native API: one
   scan, which the client continues where the member cuts a reply at its page budget);
-- "keys-only": the same without values (etcd's keys_only; the native API has none: not measured);
+- "keys-only": the same without values (etcd's keys_only; the native scan's keys_only);
 - "paged 500": ranges of at most `--list-page` keys, each from the key after the last one, as a
   paginated LIST; one list is all its pages (etcd's API: the later pages at the first page's
   revision, as Kubernetes reads them; the native API: each page a linearizable scan of its own).
@@ -22,9 +22,6 @@ from kv.tools.bench.workloads import MB, Context, Metric, load_metrics, measured
 LIST_PREFIX = "ls"
 # (label, keys_only, page): page 0 is one range of everything; None is --list-page.
 VARIANTS = (("full", False, 0), ("keys-only", True, 0), ("paged", False, None))
-# The figures of a variant the API cannot run, shown as "-" in the rows a measured one fills.
-FIGURES = ("ops/s", "p50 ms", "p99 ms", "leader CPU ms/op", "follower CPU ms/op", "client CPU ms/op",
-           "peak MB", "leader peak MB")
 
 
 def load_list_set(cluster: Cluster, ctx: Context) -> bytes:
@@ -57,11 +54,7 @@ def _variant(cluster: Cluster, ctx: Context, prefix: bytes, label: str, keys_onl
         if listed != wanted:
             raise AssertionError(f"{cluster.system} listed {listed} of the {wanted} keys under {prefix!r} ({label})")
 
-    try:
-        list_all(ctx.target(cluster))  # untimed: whether the API can, and that it lists every key
-    except NotImplementedError as why:
-        return [Metric("W17", f"{label} {figure}", None, figure == "ops/s", str(why) if figure == "ops/s"
-                       else "not measured") for figure in FIGURES]
+    list_all(ctx.target(cluster))  # untimed: that it lists every key
 
     def operation(worker: int) -> Operation:
         target = ctx.target(cluster)

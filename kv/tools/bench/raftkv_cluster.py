@@ -56,12 +56,10 @@ class RaftkvTarget:
         return False, kvs[0].mod_revision if kvs else 0
 
     def list_prefix(self, prefix: bytes, keys_only: bool = False, page: int = 0) -> int:
-        if keys_only:
-            raise NotImplementedError("the native API's scan has no keys-only form")
         if not page:
-            return len(self.client.scan(prefix=prefix, limit=MAX_PAGE_LIMIT))
+            return len(self.client.scan(prefix=prefix, limit=MAX_PAGE_LIMIT, keys_only=keys_only))
         listed, start, end = 0, prefix, prefix_end(prefix)
-        while pairs := self.client.scan(start=start, end=end, limit=page):
+        while pairs := self.client.scan(start=start, end=end, limit=page, keys_only=keys_only):
             listed += len(pairs)
             if len(pairs) < page:
                 break

@@ -47,8 +47,7 @@ class Target(Protocol):
     def list_prefix(self, prefix: bytes, keys_only: bool = False, page: int = 0) -> int:
         """Every key under `prefix`, as a Kubernetes list reads them: one linearizable range, or
         with `page`, ranges of at most `page` keys each from the key after the last one (etcd's
-        pages at the first page's revision); how many keys came. NotImplementedError where the API
-        has no such read."""
+        pages at the first page's revision); how many keys came."""
         ...
 
     def close(self) -> None: ...
