@@ -85,7 +85,7 @@ def plan_read(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeReques
     check_read_revision(txn, tables, request.revision)
     bounds = request.key, range_end(request.key, request.range_end)
     header_revision = store_revision(txn, tables) if revision is None else revision
-    listing = plan_in_key_order(txn, tables, request, header_revision, bounds)
+    listing = plan_in_key_order(txn, tables, request, header_revision, bounds, max_bytes)
     if listing is not None:
         return listing
     listed = listed_range(txn, tables, *bounds, request.revision)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
@@ -141,6 +142,17 @@ class KeyedTable:
             return short  # the common case: no long key at all, nothing to merge
         long = _long_items(txn, txn.cursor(db=self.long), self.names, start, end, each_dup)
         return heapq.merge(short, long, key=itemgetter(0))
+
+    def first(self, txn: lmdb.Transaction, start: bytes, count: int) -> Iterator[tuple[bytes, bytes]]:
+        """The first `count` (full key, value) pairs from `start` on, in full-key order, for a
+        caller that counted them in this transaction (so no end bound is checked): with no long
+        key, LMDB's cursor stepping in C alone."""
+        if self.long is not None and txn.stat(self.long)["entries"]:
+            return itertools.islice(self.ordered(txn, start), count)
+        cursor = txn.cursor(db=self.short)
+        if not (cursor.set_range(start) if start else cursor.first()):
+            return iter(())
+        return itertools.islice(cursor.iternext_nodup(keys=True, values=True), count)
 
     def keys(self, txn: lmdb.Transaction, start: bytes = b"", end: bytes | None = None) -> Iterator[bytes]:
         return (key for key, _ in self.ordered(txn, start, end))

@@ -15,8 +15,9 @@ unsorted, sizes the reply as the largest `limit` of them could be, and `fill_ran
 Two shortcuts: a Range of one key is one lookup (`read_key`: its reply is bounded by one entry);
 a list (in key order, no filter, at the newest revision: what Kubernetes and `etcdctl get
 --prefix` ask) is planned and filled straight from the stored records, with no version decoded
-between (`plan_in_key_order`, `_fill_listed`), and a page of one or a count measures only its
-first `limit` keys and counts the rest by key alone."""
+between (`plan_in_key_order`, `_fill_listed`): its plan bounds the reply by the keys' and
+records' lengths (exact only when the bound is over the caller's limit), and a page of one or a
+count measures only its first `limit` keys and counts the rest by key alone."""
 from __future__ import annotations
 
 import heapq
@@ -86,7 +87,7 @@ class RangePlan:
     chosen: list[Listed] | None
     taken: int  # keys in the reply
     more: bool
-    wire_bytes: int  # the reply's size on the wire, at most (exact unless sorted by value)
+    wire_bytes: int  # the reply's size on the wire, at most (exact unless sorted by value or a list's bound)
     revision: int  # the header's revision
     by_value: bool  # sorted by value: `chosen` holds every candidate, unsorted
 
@@ -137,15 +138,18 @@ _SORT_KEYS: dict[int, Callable[[_Versioned], object]] = {
 
 
 def plan_in_key_order(txn: lmdb.Transaction, tables: MvccTables, request: pb.RangeRequest, revision: int,
-                      bounds: tuple[bytes, bytes | None]) -> RangePlan | None:
+                      bounds: tuple[bytes, bytes | None], max_bytes: int | None = None) -> RangePlan | None:
     """plan_range's plan for a list: a range at the newest revision, in key order, with no
     filter (Kubernetes' lists and their pages, `etcdctl get --prefix`), in one walk of the
-    records as they are stored: each of the reply's keys measured from its record's header and
-    length, no version decoded. With a limit (or count_only) only the first `limit` keys are
-    measured, the rest counted by key alone (etcd's count covers the whole range; etcd counts
-    from its in-memory index). None when the request is not such a range."""
+    records as they are stored. The reply is bounded by its keys' and records' lengths alone
+    (`_list_bound`: at most 32 bytes a key over protobuf's size, no record read); only a reply whose
+    bound is over `max_bytes` is measured exactly, from each record's header, so that a refusal
+    names its true size. With a limit (or count_only) only the first `limit` keys are measured,
+    the rest counted by key alone (etcd's count covers the whole range; etcd counts from its
+    in-memory index). None when the request is not such a range."""
+    newest = store_revision(txn, tables)
     if (request.sort_order != pb.RangeRequest.NONE or request.sort_target != pb.RangeRequest.KEY
-            or _filtered(request) or 0 < request.revision < store_revision(txn, tables)):
+            or _filtered(request) or 0 < request.revision < newest):
         return None
     plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, False)
     if request.count_only:
@@ -157,15 +161,41 @@ def plan_in_key_order(txn: lmdb.Transaction, tables: MvccTables, request: pb.Ran
         records = itertools.islice(records, request.limit)
     size = taken = 0
     for key, record in records:
-        create, mod, _, version, lease = revisions_of(record)
-        size += kv_wire_bytes(len(key), 0 if keys_only else len(record) - _RECORD_OVERHEAD, create, mod,
-                              version, lease)
+        size += len(key) if keys_only else len(key) + len(record)
         taken += 1
+    size += taken * _list_bound(newest + 1, keys_only)  # a transaction's own writes carry the next revision
+    if max_bytes is not None and size > max_bytes:
+        size = _measured(tables.data.ordered(txn, *bounds), taken, keys_only)
     plan.taken = taken
     plan.wire_bytes += size
     plan.count = tables.data.count_range(txn, *bounds) if request.limit > 0 else taken
     plan.more = plan.count > taken
     return plan
+
+
+# Bytes of any length below 2^35 as a varint: every key, value and KeyValue a member can hold.
+_LENGTH_VARINT_BYTES = 5
+
+
+def _list_bound(revision: int, keys_only: bool) -> int:
+    """What one KeyValue of a list at the newest revision takes on the wire beyond len(key) (with
+    `keys_only`) or len(key) + len(record): its entry's tag and length, the key's tag and length,
+    three revisions (create, mod and version, none above `revision`), a lease (an
+    int64: at most ten bytes) and, with its value, the value's tag and length, less the record's
+    own bytes beside the value. At most 32 bytes a key over protobuf's size (every length taken as
+    five bytes, a lease always), 2-3% of a list of 1 KiB values."""
+    fields = (1 + _LENGTH_VARINT_BYTES) * 2 + 3 * (1 + _varint_bytes(revision)) + 1 + 10
+    return fields if keys_only else fields + 1 + _LENGTH_VARINT_BYTES - _RECORD_OVERHEAD
+
+
+def _measured(records: Iterable[tuple[bytes, bytes]], taken: int, keys_only: bool) -> int:
+    """The exact wire size of the first `taken` records' KeyValues, from their headers."""
+    size = 0
+    for key, record in itertools.islice(records, taken):
+        create, mod, _, version, lease = revisions_of(record)
+        size += kv_wire_bytes(len(key), 0 if keys_only else len(record) - _RECORD_OVERHEAD, create, mod,
+                              version, lease)
+    return size
 
 
 def plan_range(listed: Iterable[Listed], request: pb.RangeRequest, revision: int,
@@ -277,7 +307,7 @@ def _fill_listed(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, res
     are stored (key_record.listed: checked, no KeyVersion made): the per-key work of a list."""
     add = response.kvs.add
     keys_only = plan.request.keys_only
-    for key, record in itertools.islice(tables.data.ordered(txn, *plan.bounds), plan.taken):
+    for key, record in tables.data.first(txn, plan.bounds[0], plan.taken):  # counted by the plan
         create, mod, version, lease, value = listed(key, record, keys_only)
         add(key=key, create_revision=create, mod_revision=mod, version=version, value=value, lease=lease)
 

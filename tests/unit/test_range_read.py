@@ -87,6 +87,13 @@ def requests() -> Iterator[pb.RangeRequest]:
     yield pb.RangeRequest(key=b"k/", range_end=b"k0", revision=2, sort_order=pb.RangeRequest.DESCEND, limit=5)
 
 
+def is_list(request: pb.RangeRequest) -> bool:
+    """In key order at the newest revision, unfiltered: planned by range_read.plan_in_key_order."""
+    return (request.sort_order == pb.RangeRequest.NONE and request.sort_target == pb.RangeRequest.KEY
+            and not request.revision and not (request.min_mod_revision or request.max_mod_revision
+                                              or request.min_create_revision or request.max_create_revision))
+
+
 class Measured:
     """An allowance that records the size it was shown."""
 
@@ -111,6 +118,8 @@ def test_the_plan_answers_as_etcds_range_and_measures_the_reply(machine: KVState
         kvs_bytes = pb.RangeResponse(kvs=response.kvs).ByteSize()
         if request.sort_target == pb.RangeRequest.VALUE and 0 < request.limit:
             assert kvs_bytes <= size - REPLY_FRAME_BYTES, request  # an upper bound: the values choose
+        elif is_list(request):  # bounded by lengths alone: at most 32 bytes a key over
+            assert kvs_bytes <= size - REPLY_FRAME_BYTES <= kvs_bytes + 32 * len(response.kvs), request
         else:
             assert kvs_bytes == size - REPLY_FRAME_BYTES, request  # protobuf's own size, exactly
         # The frame holds the largest header a member fills, with count and more.
@@ -142,9 +151,11 @@ def test_a_reply_refused_on_its_measure_reads_no_value(machine: KVStateMachine,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import statemachine.range_read as range_read
     read: list[bytes] = []
-    version_at = range_read.version_at
+    version_at, listed = range_read.version_at, range_read.listed
     monkeypatch.setattr(range_read, "version_at", lambda txn, tables, key, revision: read.append(key) or
                         version_at(txn, tables, key, revision))
+    monkeypatch.setattr(range_read, "listed", lambda key, record, keys_only: read.append(key) or
+                        listed(key, record, keys_only))
 
     def refuse(size: int) -> None:
         raise Refused(size)
@@ -152,10 +163,16 @@ def test_a_reply_refused_on_its_measure_reads_no_value(machine: KVStateMachine,
     with pytest.raises(Refused) as refused:
         machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0"), refuse)  # type: ignore[arg-type]
     assert not read
-    # The size it was refused at is the whole reply's, measured past max_bytes without holding keys.
-    allow = Measured()
-    machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0"), allow)
-    assert refused.value.args[0] == allow.sizes[0] > 1000
+    # The size it was refused at is the whole reply's, exactly (past max_bytes a list is measured
+    # from its records, not bounded), and no key was held to find it.
+    whole = machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0"))
+    assert refused.value.args[0] == pb.RangeResponse(kvs=whole.kvs).ByteSize() + REPLY_FRAME_BYTES > 1000
+    assert read  # the check above reads values: it would see a read
+    # Sorted, the same: measured and refused before any value is read.
+    read.clear()
+    with pytest.raises(Refused) as refused:
+        machine.etcd_range(pb.RangeRequest(key=b"\0", range_end=b"\0", sort_order=pb.RangeRequest.DESCEND), refuse)  # type: ignore[arg-type]
+    assert not read and refused.value.args[0] > 1000
 
 
 def test_a_read_only_txn_is_measured_as_one_reply(machine: KVStateMachine) -> None:
