@@ -22,6 +22,7 @@ from pathlib import Path
 from raft.core import Entry, EntryType
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import kv_pb2
+from raftkv_proto.wire import scan_items
 from statemachine.commands import encode_command, put_op
 from statemachine.kv_state import KVStateMachine
 
@@ -58,11 +59,7 @@ def native_list(sm: KVStateMachine, keys_only: bool) -> Callable[[], None]:
         start = PREFIX
         while True:
             items, more = sm.scan(start, PREFIX_END, 10_000, 4 << 20, keys_only)
-            reply = kv_pb2.ScanResponse(more=more)
-            add = reply.items.add
-            for key, value in items:
-                add(key=key, value=value)
-            reply.SerializeToString()
+            b"".join((*scan_items(items), kv_pb2.ScanResponse(more=more).SerializeToString()))
             if not more:
                 return
             start = items[-1][0] + b"\0"

@@ -72,7 +72,8 @@ class EmbeddedNode:
              limit: int = 100, consistency: str = "linearizable", keys_only: bool = False) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (key, value) pairs in key order, by prefix or in [start, end); with
         `keys_only`, values b""."""
-        return paged_scan(lambda request: self._call(lambda t, user: self._handler.scan(request, t, user)),
+        return paged_scan(lambda request: kv_pb2.ScanResponse.FromString(
+                              self._call(lambda t, user: self._handler.scan(request, t, user))),
                           prefix, start, end, limit, consistency, keys_only)
 
     def batch(self, puts: Mapping[KeyLike, KeyLike] | Iterable[tuple[KeyLike, KeyLike]] = (),

@@ -23,6 +23,7 @@ from kv.server.watch_hub import WatchHub, Watcher
 from raftkv_proto import etcd_mvcc_pb2 as mvccpb
 from raftkv_proto import etcd_rpc_pb2 as pb
 from raftkv_proto import etcd_rpc_pb2_grpc
+from raftkv_proto.wire import length_prefixed, varint
 from statemachine.auth_state import permission_range
 from statemachine.etcd_txn import to_proto
 from statemachine.mvcc import Change
@@ -98,7 +99,7 @@ class EventEncoder:
         """A WatchResponse: the header at `revision`, `watch_id`, then the encoded `events`
         (fields may come in any order on the wire; these come in field-number order, as
         SerializeToString writes them)."""
-        watch_field = _WATCH_ID_TAG + _varint(watch_id) if watch_id else b""
+        watch_field = _WATCH_ID_TAG + varint(watch_id) if watch_id else b""
         return b"".join((self._header_field(revision), watch_field, *events))
 
     def events(self, changes: list[Change], with_prev: bool, filters: frozenset[int]) -> list[bytes]:
@@ -121,7 +122,7 @@ class EventEncoder:
         key = (kv.mod_revision, kv.mod_sub, with_prev)  # (mod_revision, mod_sub) names one change
         encoded = self._events.get(key)
         if encoded is None:
-            encoded = _EVENTS_TAG + _length_prefixed(event_message(change, with_prev).SerializeToString())
+            encoded = _EVENTS_TAG + length_prefixed(event_message(change, with_prev).SerializeToString())
             if len(self._events) >= ENCODED_EVENTS_KEPT or self._events_bytes + len(encoded) > ENCODED_EVENTS_KEPT_BYTES:
                 self._events.clear()
                 self._events_bytes = 0
@@ -135,7 +136,7 @@ class EventEncoder:
         if (cached_revision, cached_term) != (revision, term):
             header = pb.ResponseHeader()
             self._face.header(header, revision)
-            encoded = _HEADER_TAG + _length_prefixed(header.SerializeToString())
+            encoded = _HEADER_TAG + length_prefixed(header.SerializeToString())
             self._header = (revision, term, encoded)
         return encoded
 
@@ -157,21 +158,6 @@ def event_message(change: Change, with_prev: bool) -> mvccpb.Event:
 _HEADER_TAG = bytes([1 << 3 | 2])
 _WATCH_ID_TAG = bytes([2 << 3 | 0])
 _EVENTS_TAG = bytes([11 << 3 | 2])
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's varint of an int64 (a negative one as its 64-bit two's complement)."""
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _length_prefixed(data: bytes) -> bytes:
-    return _varint(len(data)) + data
 
 
 @dataclass(eq=False)

@@ -18,6 +18,7 @@ from typing import TypeVar
 from kv import errors
 from raftkv_proto import etcd_rpc_pb2 as etcd_pb
 from raftkv_proto import kv_pb2
+from raftkv_proto.wire import scan_items
 from raft.node.node import RaftNode
 from statemachine.commands import (
     SESSION_SECRET_BYTES,
@@ -316,7 +317,9 @@ class KVHandler:
         return errors.UnavailableError(self._alarm.raise_(str(e)))
 
     async def scan(self, request: kv_pb2.ScanRequest, timeout: float | None = None,
-                   user: str | None = None) -> kv_pb2.ScanResponse:
+                   user: str | None = None) -> bytes:
+        """A page of the range: the ScanResponse's wire bytes (raftkv_proto/wire.py), which the
+        gRPC service sends as they are and kv.embedded parses."""
         if request.prefix and (request.start or request.end):
             raise errors.InvalidArgumentError("give either prefix or start/end, not both")
         if user is not None:
@@ -336,11 +339,7 @@ class KVHandler:
             raise errors.InvalidArgumentError(str(e)) from None
         except CorruptStateError as e:
             raise self._refused_as_corrupt(e) from None
-        response = kv_pb2.ScanResponse(more=more, index=index)
-        add = response.items.add  # a fifth of the time of KeyValue objects built, then copied in
-        for key, value in items:
-            add(key=key, value=value)
-        return response
+        return b"".join((*scan_items(items), kv_pb2.ScanResponse(more=more, index=index).SerializeToString()))
 
     async def changes(self, request: kv_pb2.ChangesRequest, timeout: float | None = None,
                       user: str | None = None) -> kv_pb2.ChangesResponse:

@@ -75,7 +75,7 @@ class KVServicer(kv_pb2_grpc.KVServicer):
         return await self._serve(context, lambda user: self._handler.delete(request, context.time_remaining(), user),
                                  "Delete")
 
-    async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> kv_pb2.ScanResponse:
+    async def Scan(self, request: kv_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> bytes:
         return await self._serve(context, lambda user: self._handler.scan(request, context.time_remaining(), user),
                                  "Scan")
 
