@@ -90,6 +90,7 @@ class RangePlan:
     wire_bytes: int  # the reply's size on the wire, at most (exact unless sorted by value or a list's bound)
     revision: int  # the header's revision
     by_value: bool  # sorted by value: `chosen` holds every candidate, unsorted
+    listing: bool = False  # a list (plan_in_key_order): filled from the records as they are stored
 
 
 def kv_wire_bytes(key: int, value: int, create: int, mod: int, version: int, lease: int) -> int:
@@ -151,7 +152,7 @@ def plan_in_key_order(txn: lmdb.Transaction, tables: MvccTables, request: pb.Ran
     if (request.sort_order != pb.RangeRequest.NONE or request.sort_target != pb.RangeRequest.KEY
             or _filtered(request) or 0 < request.revision < newest):
         return None
-    plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, False)
+    plan = RangePlan(request, bounds, 0, None, 0, False, REPLY_FRAME_BYTES, revision, False, listing=True)
     if request.count_only:
         plan.count = tables.data.count_range(txn, *bounds)
         return plan
@@ -282,7 +283,7 @@ def fill_range(txn: lmdb.Transaction, tables: MvccTables, plan: RangePlan, respo
     response.header.revision = plan.revision
     if request.count_only or not plan.taken:
         return
-    if plan.chosen is None and not _filtered(request) and not 0 < request.revision < store_revision(txn, tables):
+    if plan.listing:
         _fill_listed(txn, tables, plan, response)
         return
     versions: Iterable[KeyVersion]
