@@ -118,6 +118,13 @@ class Leadership:
         now = self._state.now
         return [out for d in self.dispatchers.values() if d.eager for out in d.poll(now)]
 
+    def discount(self, held: int) -> None:
+        """This leader stalled `held` ms beyond a heartbeat interval (stall.py): neither its
+        check-quorum nor a transfer's deadline counts them (the target's answers waited unread)."""
+        self.contact.discount(held)
+        if self.transfer is not None:
+            self.transfer.deadline += held
+
     def tick(self) -> bool:
         """The leader's tick: a transfer that ran out, the periodic heartbeat, check-quorum, the
         lazy followers' batches. False when no majority answered for an election timeout: this

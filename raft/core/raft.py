@@ -184,7 +184,7 @@ class RaftCore:
     def tick(self, now: int) -> None:
         held = self._stalls.held(now)
         if held:  # this node stalled: its timers count a heartbeat interval of it (stall.py)
-            (self._lead.contact if self._lead is not None else self._election).discount(held)
+            (self._lead if self._lead is not None else self._election).discount(held)
         self.clock(now)
         if self._lead is not None:
             if not self._lead.tick():

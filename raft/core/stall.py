@@ -5,9 +5,10 @@ slow fsync or a GC pass, the host busy), and its timers count no more than a hea
 it. Its loop runs timers before it reads its socket, where its leader's heartbeats (its followers'
 answers) wait: counted in full, the stall would make a follower stand, or a leader step down, for
 its own silence. (etcd's raft counts ticks, which a held loop drops, to the same end.) Only the
-election timer (election.py) and check-quorum (contact.py) are moved on: a lease is dated by the
-clock itself, and a vote refused a little longer after the leader's last contact is only safer.
-Decision 0074."""
+election timer (election.py), check-quorum (contact.py) and a leadership transfer's deadline
+(leadership.py: a held leader would give up a transfer its target's answer is waiting to finish)
+are moved on: a lease is dated by the clock itself, and a vote refused a little longer after the
+leader's last contact is only safer. Decision 0074."""
 from __future__ import annotations
 
 

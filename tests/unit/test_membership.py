@@ -356,6 +356,29 @@ def test_transfer_to_a_target_that_cannot_win_ends_after_an_election_timeout() -
     assert net.cores[target].role != Role.LEADER  # (its TimeoutNowRequest never arrived)
 
 
+def test_a_stall_of_the_leader_does_not_run_out_a_transfer() -> None:
+    """A transfer's deadline counts a stall between the leader's ticks as one heartbeat interval,
+    as its election timer and check-quorum do (stall.py): a leader whose loop was held past an
+    election timeout while its target caught up hands over once it runs, where etcd's raft, which
+    counts ticks, would too."""
+    net = Net(m("abc"))
+    lead = net.elect()
+    target = next(i for i in "abc" if i != lead.id)
+    net.cut.add(target)
+    lead.propose([b"x"])
+    net.run(30)
+    lead.transfer_leadership(target)
+    net.now += 2 * CFG.election_timeout_ms  # every loop held (the host paused) for two election timeouts
+    for core in net.cores.values():
+        core.tick(net.now)
+    assert lead.role == Role.LEADER and lead.status().transferring_to == target
+    net.cut.clear()
+    start = net.now
+    assert net.run_until(lambda: net.leader() is not None and net.leader().id == target,  # type: ignore[union-attr]
+                         CFG.election_timeout_ms)
+    assert [msg.dst for msg in net.timeout_nows(start)] == [target]
+
+
 def test_transfer_refuses_a_learner_and_itself() -> None:
     net = Net(m("abc", "d"))
     lead = net.elect()
