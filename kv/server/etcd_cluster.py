@@ -7,6 +7,7 @@ import logging
 import re
 import secrets
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import grpc
 
@@ -47,7 +48,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
 
         async def work() -> pb.MemberAddResponse:
             if not face.leads():
-                return await face.forward(context, "Cluster", "MemberAdd", request, carry=(MEMBER_NAME_KEY,))
+                return await _forwarded(face, context, "MemberAdd", request, carry=(MEMBER_NAME_KEY,))
             _check_admin(face, context)
             address = peer_address_of(request.peerURLs)
             membership = face.node.membership
@@ -72,7 +73,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
 
         async def work() -> pb.MemberRemoveResponse:
             if not face.leads():
-                return await face.forward(context, "Cluster", "MemberRemove", request)
+                return await _forwarded(face, context, "MemberRemove", request)
             _check_admin(face, context)
             membership = face.node.membership
             member = _member_of(face, request.ID)
@@ -96,7 +97,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
 
         async def work() -> pb.MemberUpdateResponse:
             if not face.leads():
-                return await face.forward(context, "Cluster", "MemberUpdate", request, carry=(MEMBER_NAME_KEY,))
+                return await _forwarded(face, context, "MemberUpdate", request, carry=(MEMBER_NAME_KEY,))
             name = dict(context.invocation_metadata() or ()).get(MEMBER_NAME_KEY)
             if name is None:
                 _check_admin(face, context)
@@ -120,7 +121,7 @@ class EtcdClusterServicer(etcd_rpc_pb2_grpc.ClusterServicer):
 
         async def work() -> pb.MemberPromoteResponse:
             if not face.leads():
-                return await face.forward(context, "Cluster", "MemberPromote", request)
+                return await _forwarded(face, context, "MemberPromote", request)
             _check_admin(face, context)
             membership = face.node.membership
             member = _member_of(face, request.ID)
@@ -158,22 +159,45 @@ def member_protos(face: EtcdFace, context: grpc.aio.ServicerContext) -> list[pb.
     gateway (a context with `over_http`), clientURLs are the members' gateway URLs: a client of
     the gateway (Patroni) replaces its endpoints with them."""
     node = face.node
-    over_http = getattr(context, "over_http", False)
-    client_address = node.transport.client_http_address if over_http else node.transport.client_address
-    security = node.config.security
-    peer_scheme = "https" if security.peer.enabled else "http"
-    client_scheme = "https" if security.client.enabled else "http"
+    over_http = _over_http(context)
+    peer_scheme = "https" if node.config.security.peer.enabled else "http"
     membership = node.membership
     out = []
     for learner, members in ((False, membership.voters), (True, membership.learners)):
         for member in sorted(members):
             peer = members[member] or node.config.peers.get(member) or (node.transport.peer_address
                                                                          if member == node.id else "")
-            client = client_address(member)
             out.append(pb.Member(ID=member_number(member), name=member if has_name(member) else "", isLearner=learner,
                                  peerURLs=[f"{peer_scheme}://{peer}"] if peer else [],
-                                 clientURLs=[f"{client_scheme}://{client}"] if client else []))
+                                 clientURLs=_client_urls(face, member, over_http)))
     return out
+
+
+def _over_http(context: grpc.aio.ServicerContext) -> bool:
+    return getattr(context, "over_http", False)
+
+
+def _client_urls(face: EtcdFace, member: str, over_http: bool) -> list[str]:
+    """Where `member` takes clients: its gRPC port, or asked over the JSON gateway its gateway."""
+    transport = face.node.transport
+    client = transport.client_http_address(member) if over_http else transport.client_address(member)
+    return [f"{'https' if face.node.config.security.client.enabled else 'http'}://{client}"] if client else []
+
+
+async def _forwarded(face: EtcdFace, context: grpc.aio.ServicerContext, method: str, request: Any,
+                     carry: tuple[str, ...] = ()) -> Any:
+    """A member change sent on to the leader (face.forward). The leader answered a gRPC call, so
+    its members' clientURLs are their gRPC ports; asked over this member's JSON gateway they
+    become the members' gateways, as `member_protos` lists them (a client of the gateway, Patroni,
+    replaces its endpoints with them)."""
+    response = await face.forward(context, "Cluster", method, request, carry=carry)
+    if _over_http(context):
+        names = {member_number(m): m for m in face.node.membership.members}
+        for member in [*response.members, *([response.member] if method == "MemberAdd" else [])]:
+            if member.ID in names:  # else added by the leader, not yet in this log: unstarted, no URL
+                member.ClearField("clientURLs")
+                member.clientURLs.extend(_client_urls(face, names[member.ID], over_http=True))
+    return response
 
 
 def peer_address_of(urls: Sequence[str]) -> str:

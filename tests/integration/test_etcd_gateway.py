@@ -300,6 +300,15 @@ def test_a_write_through_a_followers_gateway_is_forwarded_to_the_leader(tmp_path
         wait_until("every member's gateway URL listed", lambda: {
             m["name"]: m.get("clientURLs") for m in call(f"127.0.0.1:{ports[follower]}", "/v3/cluster/member/list",
                                                            {}).json()["members"]} == gateways or None)
+        # So do the answers to member changes, which the follower forwards to the leader's gRPC port.
+        added = call(follower_gateway, "/v3/cluster/member/add",
+                     {"peerURLs": [f"http://127.0.0.1:{free_ports(1)[0]}"], "isLearner": True})
+        assert added.status == 200, added.text
+        listed = {m.get("name"): m.get("clientURLs") for m in added.json()["members"]}
+        assert listed == {**gateways, None: None}, listed  # the learner: unstarted, no name, no URL
+        removed = call(follower_gateway, "/v3/cluster/member/remove", {"ID": added.json()["member"]["ID"]})
+        assert removed.status == 200, removed.text
+        assert {m["name"]: m.get("clientURLs") for m in removed.json()["members"]} == gateways
     except BaseException:
         print(cluster.log_tails())
         raise
