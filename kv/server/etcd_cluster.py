@@ -193,7 +193,8 @@ async def _forwarded(face: EtcdFace, context: grpc.aio.ServicerContext, method: 
     response = await face.forward(context, "Cluster", method, request, carry=carry)
     if _over_http(context):
         names = {member_number(m): m for m in face.node.membership.members}
-        for member in [*response.members, *([response.member] if method == "MemberAdd" else [])]:
+        added = [response.member] if isinstance(response, pb.MemberAddResponse) else []
+        for member in [*response.members, *added]:
             if member.ID in names:  # else added by the leader, not yet in this log: unstarted, no URL
                 member.ClearField("clientURLs")
                 member.clientURLs.extend(_client_urls(face, names[member.ID], over_http=True))
